@@ -1,0 +1,188 @@
+//! The ProGraML 0.3.2 builder (`--compat programl-0.3`).
+//!
+//! Reproduces the reference `llvm2graph` output node for node (up to the
+//! order of hash-ordered nodes), including its quirks:
+//!
+//! - a fresh variable node for every use of an instruction's result, placed
+//!   in the consumer's block; argument nodes are shared and created after the
+//!   function's blocks;
+//! - function operands make no edge at all (neither as callee nor as value);
+//! - only `call` instructions with a function callee get call edges:
+//!   `invoke`, `callbr` and indirect calls get none;
+//! - control edges between blocks are added by a breadth-first walk from the
+//!   entry, so unreachable blocks get none, and a function's exits are the
+//!   reachable blocks without successors (`ret`, `unreachable`, `resume`);
+//! - `[external]` is linked to every function, declarations included;
+//! - constants are created last, with the final block count as their block;
+//! - variable and constant texts spell a (pointer to) struct as `struct*`.
+
+use std::collections::VecDeque;
+
+use inkwell::llvm_sys::prelude::*;
+use inkwell::llvm_sys::LLVMOpcode;
+use petgraph::graph::NodeIndex;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::llvm::{self, Operand, Printer};
+use crate::graph::{Flow, Function, Node, NodeKind, ProgramGraph};
+
+type Id = NodeIndex<u32>;
+
+pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> ProgramGraph {
+    let mut p = Printer::new(module, true);
+    let mut bodies: Vec<(LLVMValueRef, Id, Vec<Id>)> = Vec::new();
+    let mut body_of: FxHashMap<LLVMValueRef, usize> = FxHashMap::default();
+    let mut call_sites: Vec<(Id, LLVMValueRef)> = Vec::new();
+    // Constant uses, in first-use order.
+    let mut constants: Vec<(LLVMValueRef, Vec<(Id, u32)>)> = Vec::new();
+    let mut constant_index: FxHashMap<LLVMValueRef, usize> = FxHashMap::default();
+    let mut block_count = 0u32;
+
+    let mut insts: FxHashMap<LLVMValueRef, Id> = FxHashMap::default();
+    let mut deferred: Vec<(LLVMValueRef, Id)> = Vec::new();
+    let mut arguments: Vec<(LLVMValueRef, Vec<(Id, u32)>)> = Vec::new();
+    let mut block_ends: FxHashMap<LLVMBasicBlockRef, (Id, Id)> = FxHashMap::default();
+
+    for f in llvm::functions(module) {
+        let fid = g.functions.len() as u32;
+        g.functions.push(Function { name: llvm::name(f), module: 0 });
+        if llvm::is_declaration(f) {
+            let node = super::declaration_node(&mut g, fid);
+            body_of.insert(f, bodies.len());
+            bodies.push((f, node, vec![node]));
+            continue;
+        }
+        insts.clear();
+        deferred.clear();
+        arguments.clear();
+        block_ends.clear();
+
+        for b in llvm::blocks(f) {
+            let mut first = None;
+            let mut prev: Option<Id> = None;
+            for inst in llvm::instructions(b) {
+                let node = g.add_node(Node {
+                    kind: NodeKind::Instruction,
+                    text: llvm::opcode_name(inst).to_string(),
+                    full_text: Some(p.value(inst)),
+                    function: Some(fid),
+                    block: block_count,
+                });
+                insts.insert(inst, node);
+                if let Some(prev) = prev {
+                    g.add_edge(Flow::Control, 0, prev, node);
+                }
+                if llvm::opcode(inst) == LLVMOpcode::LLVMCall {
+                    if let Some(callee) = llvm::called_value(inst) {
+                        if llvm::classify(callee) == Operand::Function {
+                            call_sites.push((node, callee));
+                        }
+                    }
+                }
+                for (pos, op) in llvm::operands(inst).enumerate() {
+                    let pos = pos as u32;
+                    match llvm::classify(op) {
+                        Operand::Function | Operand::Skipped => {}
+                        Operand::Constant => {
+                            let i = *constant_index.entry(op).or_insert_with(|| {
+                                constants.push((op, Vec::new()));
+                                constants.len() - 1
+                            });
+                            constants[i].1.push((node, pos));
+                        }
+                        Operand::Instruction => {
+                            let ty = p.type_text(llvm::type_of(op));
+                            let full_text = format!("{ty} {}", p.operand(op));
+                            let var = g.add_node(Node {
+                                kind: NodeKind::Variable,
+                                text: ty,
+                                full_text: Some(full_text),
+                                function: Some(fid),
+                                block: block_count,
+                            });
+                            g.add_edge(Flow::Data, pos, var, node);
+                            deferred.push((op, var));
+                        }
+                        Operand::Argument => match arguments.iter_mut().find(|(a, _)| *a == op) {
+                            Some((_, uses)) => uses.push((node, pos)),
+                            None => arguments.push((op, vec![(node, pos)])),
+                        },
+                    }
+                }
+                first.get_or_insert(node);
+                prev = Some(node);
+            }
+            if let (Some(first), Some(last)) = (first, prev) {
+                block_ends.insert(b, (first, last));
+            }
+            block_count += 1;
+        }
+
+        for (arg, uses) in arguments.drain(..) {
+            let node = g.add_node(Node {
+                kind: NodeKind::Variable,
+                text: p.type_text(llvm::type_of(arg)),
+                full_text: Some(p.value(arg)),
+                function: Some(fid),
+                block: block_count,
+            });
+            for (user, pos) in uses {
+                g.add_edge(Flow::Data, pos, node, user);
+            }
+        }
+        for &(producer, var) in &deferred {
+            if let Some(&node) = insts.get(&producer) {
+                g.add_edge(Flow::Data, 0, node, var);
+            }
+        }
+
+        // Breadth-first over the blocks reachable from the entry.
+        let entry = llvm::entry_block(f);
+        let Some(&(entry_node, _)) = block_ends.get(&entry) else { continue };
+        let mut exits = Vec::new();
+        let mut visited: FxHashSet<LLVMBasicBlockRef> = FxHashSet::default();
+        visited.insert(entry);
+        let mut queue = VecDeque::from([entry]);
+        while let Some(b) = queue.pop_front() {
+            let Some(&(_, last)) = block_ends.get(&b) else { continue };
+            let mut n = 0;
+            for (i, succ) in llvm::successors(llvm::terminator(b)).enumerate() {
+                n += 1;
+                if let Some(&(first, _)) = block_ends.get(&succ) {
+                    g.add_edge(Flow::Control, i as u32, last, first);
+                }
+                if visited.insert(succ) {
+                    queue.push_back(succ);
+                }
+            }
+            if n == 0 {
+                exits.push(last);
+            }
+        }
+        body_of.insert(f, bodies.len());
+        bodies.push((f, entry_node, exits));
+    }
+
+    for (_, entry, exits) in &bodies {
+        super::link_call(&mut g, ProgramGraph::external(), *entry, exits);
+    }
+    for (site, f) in call_sites {
+        if let Some(&i) = body_of.get(&f) {
+            let (_, entry, exits) = &bodies[i];
+            super::link_call(&mut g, site, *entry, exits);
+        }
+    }
+    for (c, uses) in constants {
+        let node = g.add_node(Node {
+            kind: NodeKind::Constant,
+            text: p.type_text(llvm::type_of(c)),
+            full_text: Some(p.value(c)),
+            function: None,
+            block: block_count,
+        });
+        for (user, pos) in uses {
+            g.add_edge(Flow::Data, pos, node, user);
+        }
+    }
+    g
+}

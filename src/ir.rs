@@ -1,0 +1,137 @@
+//! Reading LLVM IR files (`.ll` text or `.bc` bitcode) into modules.
+//!
+//! LLVM 15 and 16 read typed-pointer IR (`i32*`) by silently turning every
+//! pointer into `ptr`, unless the context is told to keep typed pointers.
+//! Graph texts of typed-pointer input must keep their pointer types (upstream
+//! ProGraML reads LLVM 10 IR), so [`load_module`] detects the pointer flavour
+//! of the input and sets up the context to match, without a flag.
+
+use std::path::Path;
+
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::module::Module;
+
+/// Why a file could not be read as an LLVM module.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}: not valid LLVM IR: {message}")]
+    Parse { path: String, message: String },
+}
+
+/// Pointer flavour of an IR file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pointers {
+    Typed,
+    Opaque,
+}
+
+#[cfg(any(feature = "llvm15", feature = "llvm16"))]
+extern "C" {
+    fn LLVMContextSetOpaquePointers(c: inkwell::llvm_sys::prelude::LLVMContextRef, opaque: i32);
+}
+
+/// Tells `context` which pointer flavour to parse into. Must run before the
+/// context has created any pointer type. Without effect on LLVM 14 (typed
+/// unless the IR says `ptr`) and LLVM 17+ (opaque only).
+pub fn set_pointers(context: &Context, pointers: Pointers) {
+    #[cfg(any(feature = "llvm15", feature = "llvm16"))]
+    unsafe {
+        LLVMContextSetOpaquePointers(context.raw(), (pointers == Pointers::Opaque) as i32);
+    }
+    #[cfg(not(any(feature = "llvm15", feature = "llvm16")))]
+    let _ = (context, pointers);
+}
+
+/// Guesses the pointer flavour of textual IR: opaque iff the `ptr` type
+/// keyword appears outside strings, comments and identifiers.
+pub fn detect_text_pointers(text: &[u8]) -> Pointers {
+    let mut i = 0;
+    let n = text.len();
+    while i < n {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < n && text[i] != b'"' {
+                    i += 1;
+                }
+            }
+            b';' => {
+                while i < n && text[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'p' if text[i..].starts_with(b"ptr") => {
+                let before = if i == 0 { b' ' } else { text[i - 1] };
+                let after = text.get(i + 3).copied().unwrap_or(b' ');
+                let ident = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'$' | b'-' | b'%' | b'@' | b'!' | b'#');
+                if !ident(before) && !ident(after) && after != b':' {
+                    return Pointers::Opaque;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Pointers::Typed
+}
+
+/// Reads `path` into a module of `context`, keeping typed pointers when the
+/// input has them. A context holds one pointer flavour for its lifetime, so
+/// use a fresh context per file.
+pub fn load_module<'ctx>(context: &'ctx Context, path: &Path) -> Result<Module<'ctx>, LoadError> {
+    let bytes = std::fs::read(path).map_err(|e| LoadError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    parse_module(context, &bytes, &path.display().to_string())
+}
+
+/// Parses IR text or bitcode held in memory; `name` names it in errors and
+/// becomes the module identifier.
+pub fn parse_module<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> Result<Module<'ctx>, LoadError> {
+    let is_bitcode = bytes.starts_with(b"BC\xC0\xDE") || bytes.starts_with(&[0xDE, 0xC0, 0x17, 0x0B]);
+    // Bitcode says nothing cheap about its pointers: try typed first, since
+    // typed-mode parsing rejects opaque-pointer bitcode outright rather than
+    // changing it, then fall back.
+    let first = if is_bitcode { Pointers::Typed } else { detect_text_pointers(bytes) };
+    set_pointers(context, first);
+    match parse_in(context, bytes, name) {
+        Ok(m) => Ok(m),
+        Err(first_error) => {
+            // A wrong guess shows as an error about pointers (typed mode
+            // rejects `ptr` and opaque-pointer bitcode). Switch and retry:
+            // the pointer types the failed parse made are never used again.
+            if first_error.contains("pointer") {
+                let other = if first == Pointers::Typed { Pointers::Opaque } else { Pointers::Typed };
+                set_pointers(context, other);
+                return parse_in(context, bytes, name).map_err(|message| LoadError::Parse { path: name.to_string(), message });
+            }
+            Err(LoadError::Parse { path: name.to_string(), message: first_error })
+        }
+    }
+}
+
+fn parse_in<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> Result<Module<'ctx>, String> {
+    let buffer = MemoryBuffer::create_from_memory_range_copy(bytes, name);
+    context.create_module_from_ir(buffer).map_err(|e| first_line(&e.to_string()))
+}
+
+fn first_line(message: &str) -> String {
+    let m = message.trim();
+    // LLVM's parse errors read "<name>:LINE:COL: error: ..." plus the source
+    // line and a caret; keep the message and the position.
+    m.lines().next().unwrap_or(m).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_pointer_flavour() {
+        assert_eq!(detect_text_pointers(b"define void @f(ptr %p) {\n ret void\n}"), Pointers::Opaque);
+        assert_eq!(detect_text_pointers(b"define void @f(i32* %ptr) {\nptr:\n ret void\n}"), Pointers::Typed);
+        assert_eq!(detect_text_pointers(b"@s = constant [4 x i8] c\"ptr\\00\" ; ptr\n@ptr = global i8* null"), Pointers::Typed);
+        assert_eq!(detect_text_pointers(b"%x = load ptr, ptr %p"), Pointers::Opaque);
+    }
+}

@@ -1,0 +1,37 @@
+//! ProGraML program graphs from LLVM IR.
+//!
+//! A *program graph* (SPEC.md §1) has one node per instruction, variable and
+//! constant of an LLVM module, and edges for control flow (instruction to
+//! instruction), data flow (value to user, instruction to the value it
+//! defines) and calls (call site to callee and back). It is the input
+//! representation of the ProGraML graph neural networks.
+//!
+//! Data flows one way through the crate:
+//!
+//! - [`ir`] reads `.ll`/`.bc` files into LLVM modules (typed or opaque
+//!   pointers, detected);
+//! - [`builder`] turns a module into a [`graph::ProgramGraph`];
+//! - [`format`] writes graphs as ProGraML protobuf, networkx JSON or DOT.
+//!
+//! ```no_run
+//! use programl::{builder::{build, BuildOptions}, format::{write_graph, Format}, ir};
+//! let context = inkwell::context::Context::create();
+//! let module = ir::load_module(&context, "example.ll".as_ref()).unwrap();
+//! let graph = build(&module, &BuildOptions::default());
+//! write_graph(&graph, Format::Json, &mut std::io::stdout()).unwrap();
+//! ```
+//!
+//! The library never links libtorch: the graph path stays fast enough to run
+//! inside the compiler.
+
+pub mod builder;
+pub mod format;
+pub mod graph;
+pub mod ir;
+
+pub use graph::ProgramGraph;
+
+/// The major version of the LLVM this crate was built against.
+pub const LLVM_MAJOR: &str = env!("PROGRAML_LLVM_MAJOR");
+/// The `bin` directory of that LLVM (opt, clang, FileCheck).
+pub const LLVM_BINDIR: &str = env!("PROGRAML_LLVM_BINDIR");
