@@ -28,6 +28,7 @@ pub mod builder;
 pub mod format;
 pub mod graph;
 pub mod ir;
+pub mod oracle;
 
 pub use graph::ProgramGraph;
 

@@ -1,10 +1,226 @@
+//! `programl`: ProGraML program graphs from LLVM IR files.
+//!
+//! ```text
+//! programl graph [--format pb|pbtxt|json|dot] [--compat programl-0.3] [-o OUT] FILES...
+//! programl summary GRAPH...
+//! programl plugin-path
+//! ```
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+
 use programl::builder::{build, BuildOptions, Mode};
 use programl::format::{write_graph, Format};
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let ctx = inkwell::context::Context::create();
-    let m = programl::ir::load_module(&ctx, args[1].as_ref()).unwrap();
-    let mode = if args.len() > 2 { Mode::Programl03 } else { Mode::Paper };
-    let g = build(&m, &BuildOptions { mode });
-    write_graph(&g, Format::Json, &mut std::io::stdout()).unwrap();
+
+#[derive(Parser)]
+#[command(name = "programl", version, about = "ProGraML program graphs from LLVM IR")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the program graph of each .ll/.bc file (directories are
+    /// searched for them). One input without -o writes to stdout; several
+    /// inputs need -o DIR, where outputs mirror the inputs' names.
+    Graph {
+        /// Output format.
+        #[arg(long, default_value = "pb", value_parser = parse_format)]
+        format: Format,
+        /// Reproduce another implementation's graphs: `programl-0.3`.
+        #[arg(long, value_parser = parse_mode)]
+        compat: Option<Mode>,
+        /// Output file (one input) or directory.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Worker threads (default: all cores).
+        #[arg(short = 'j', long)]
+        jobs: Option<usize>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print node and edge counts by type of graph files (.pb, .pbtxt, .json).
+    Summary {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the absolute path of the LLVM pass plugin.
+    PluginPath,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| format!("unknown format '{s}' (expected pb, pbtxt, json or dot)"))
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| format!("unknown compat mode '{s}' (expected programl-0.3)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Graph { format, compat, output, jobs, files } => {
+            graph(&files, format, &BuildOptions { mode: compat.unwrap_or_default() }, output.as_deref(), jobs)
+        }
+        Command::Summary { files } => summary(&files),
+        Command::PluginPath => plugin_path().map(|p| {
+            println!("{}", p.display());
+            true
+        }),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("programl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One input file and where its graph goes (relative to the output dir).
+struct Job {
+    input: PathBuf,
+    relative: PathBuf,
+}
+
+fn is_ir(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("ll" | "bc"))
+}
+
+fn collect_inputs(args: &[PathBuf]) -> Result<Vec<Job>> {
+    let mut jobs = Vec::new();
+    for arg in args {
+        if arg.is_dir() {
+            let mut stack = vec![arg.clone()];
+            let mut found = Vec::new();
+            while let Some(dir) = stack.pop() {
+                let entries = std::fs::read_dir(&dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
+                for entry in entries {
+                    let path = entry.with_context(|| format!("{}: cannot list directory", dir.display()))?.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if is_ir(&path) {
+                        found.push(path);
+                    }
+                }
+            }
+            found.sort();
+            for input in found {
+                let relative = input.strip_prefix(arg).unwrap_or(&input).to_path_buf();
+                jobs.push(Job { input, relative });
+            }
+        } else {
+            let name = arg.file_name().map(PathBuf::from).unwrap_or_else(|| arg.clone());
+            jobs.push(Job { input: arg.clone(), relative: name });
+        }
+    }
+    Ok(jobs)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory,
+/// so readers never see a partial graph.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8>> {
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, input)?;
+    let graph = build(&module, options);
+    let mut out = Vec::new();
+    write_graph(&graph, format, &mut out).with_context(|| format!("{}: writing {format}", input.display()))?;
+    Ok(out)
+}
+
+fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Option<&Path>, jobs: Option<usize>) -> Result<bool> {
+    let inputs = collect_inputs(files)?;
+    if inputs.is_empty() {
+        bail!("no .ll or .bc files in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" "));
+    }
+    let single = inputs.len() == 1 && !files[0].is_dir();
+    // One input: stdout, or -o names the file unless it is a directory.
+    if single && output.map_or(true, |o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
+        let input = &inputs[0].input;
+        return match render(input, format, options) {
+            Ok(bytes) => {
+                match output {
+                    Some(path) => write_atomically(path, &bytes).with_context(|| format!("{}: cannot write", path.display()))?,
+                    None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                eprintln!("programl: {e:#}");
+                Ok(false)
+            }
+        };
+    }
+    let Some(dir) = output else {
+        bail!("{} inputs: give an output directory with -o DIR", inputs.len());
+    };
+    let mut seen = std::collections::HashSet::new();
+    for job in &inputs {
+        if !seen.insert(&job.relative) {
+            bail!("two inputs would both write {}: pass their common parent directory instead", job.relative.display());
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
+
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.unwrap_or(0)).build().context("starting worker threads")?;
+    let bar = ProgressBar::new(inputs.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let failed = AtomicUsize::new(0);
+    pool.install(|| {
+        inputs.par_iter().for_each(|job| {
+            let mut target = dir.join(&job.relative);
+            target.set_extension(format.extension());
+            let result = render(&job.input, format, options)
+                .and_then(|bytes| write_atomically(&target, &bytes).with_context(|| format!("{}: cannot write", target.display())));
+            if let Err(e) = result {
+                failed.fetch_add(1, Ordering::Relaxed);
+                bar.suspend(|| eprintln!("programl: {e:#}"));
+            }
+            bar.inc(1);
+        })
+    });
+    bar.finish_and_clear();
+    let failed = failed.into_inner();
+    if failed > 0 {
+        eprintln!("programl: {failed} of {} files failed", inputs.len());
+    }
+    Ok(failed == 0)
+}
+
+fn summary(files: &[PathBuf]) -> Result<bool> {
+    let _ = files;
+    bail!("summary: not available yet")
+}
+
+/// The plugin sits next to this binary in a cargo target dir, or in
+/// `../lib` of an installed prefix.
+fn plugin_path() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the programl binary")?;
+    let dir = exe.parent().context("locating the programl binary's directory")?;
+    let name = format!("{}programl_passes{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    for candidate in [dir.join(&name), dir.join("../lib").join(&name), dir.join("../release").join(&name)] {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize().unwrap_or(candidate));
+        }
+    }
+    bail!("the plugin {name} is not built next to {}: run `cargo build --release -p programl-passes`", exe.display())
 }
