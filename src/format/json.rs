@@ -2,15 +2,22 @@
 //! it: `{"directed", "multigraph", "graph": {"function", "module",
 //! "features"?}, "nodes": [...], "links": [...]}` with node features as lists
 //! (`"full_text": ["..."]`) and each link's `key` counting the parallel edges
-//! before it between the same two nodes.
+//! before it between the same two nodes (upstream `graph2json` writes 0 for
+//! every `key`; networkx needs distinct keys to keep parallel edges).
+//!
+//! The reader takes both, ignores `key` and graph-level features, and
+//! requires node ids to count 0, 1, 2, ... in order.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use petgraph::visit::EdgeRef;
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::graph::ProgramGraph;
+use super::raw::{RawEdge, RawGraph, RawNode};
+use super::FormatError;
+use crate::graph::{Module, ProgramGraph};
 
 #[derive(Serialize)]
 struct NodeLink<'a> {
@@ -109,4 +116,94 @@ pub(super) fn write(g: &ProgramGraph, out: &mut dyn Write) -> io::Result<()> {
     };
     serde_json::to_writer(&mut *out, &doc)?;
     out.write_all(b"\n")
+}
+
+#[derive(Deserialize)]
+struct InDoc {
+    graph: InGraphAttrs,
+    nodes: Vec<InNode>,
+    links: Vec<InLink>,
+}
+
+#[derive(Deserialize)]
+struct InGraphAttrs {
+    function: Vec<InFunction>,
+    module: Vec<InModule>,
+}
+
+#[derive(Deserialize)]
+struct InFunction {
+    name: String,
+    module: i64,
+}
+
+#[derive(Deserialize)]
+struct InModule {
+    name: String,
+    #[serde(default)]
+    features: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct InNode {
+    id: i64,
+    #[serde(rename = "type")]
+    kind: i64,
+    text: String,
+    function: i64,
+    block: i64,
+    #[serde(default)]
+    features: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct InLink {
+    source: i64,
+    target: i64,
+    flow: i64,
+    position: i64,
+}
+
+/// The single string of a feature list, or why there is none.
+fn single_string(values: Vec<serde_json::Value>) -> Result<String, String> {
+    match <[serde_json::Value; 1]>::try_from(values) {
+        Ok([serde_json::Value::String(s)]) => Ok(s),
+        Ok([other]) => Err(format!("holds {other}, not a string")),
+        Err(values) => Err(format!("holds {} values, not 1", values.len())),
+    }
+}
+
+pub(super) fn read(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
+    let doc: InDoc = serde_json::from_slice(bytes).map_err(FormatError::Json)?;
+    let mut raw = RawGraph::default();
+    for (i, mut n) in doc.nodes.into_iter().enumerate() {
+        if n.id != i as i64 {
+            return Err(FormatError::NodeId { position: i, id: n.id });
+        }
+        let full_text = match n.features.remove("full_text") {
+            None => None,
+            Some(values) => Some(single_string(values).map_err(|problem| FormatError::BadFeature {
+                owner: format!("node {i}"),
+                key: "full_text".to_string(),
+                problem,
+            })?),
+        };
+        raw.nodes.push(RawNode { kind: n.kind, text: n.text, full_text, function: n.function, block: n.block });
+    }
+    raw.edges = doc
+        .links
+        .into_iter()
+        .map(|l| RawEdge { flow: l.flow, position: l.position, source: l.source, target: l.target })
+        .collect();
+    raw.functions = doc.graph.function.into_iter().map(|f| (f.name, f.module)).collect();
+    for (i, m) in doc.graph.module.into_iter().enumerate() {
+        let mut features = BTreeMap::new();
+        for (key, values) in m.features {
+            let value = single_string(values)
+                .map_err(|problem| FormatError::BadFeature { owner: format!("module {i}"), key: key.clone(), problem })?;
+            features.insert(key, value);
+        }
+        raw.modules.push(Module { name: m.name, features });
+    }
+    raw.into_graph()
 }
