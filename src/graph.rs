@@ -235,11 +235,10 @@ impl ProgramGraph {
                 Flow::Control => {
                     s.kind == NodeKind::Instruction && t.kind == NodeKind::Instruction && s.function == t.function
                 }
-                Flow::Data => match (s.kind, t.kind) {
-                    (NodeKind::Variable | NodeKind::Constant, NodeKind::Instruction) => true,
-                    (NodeKind::Instruction, NodeKind::Variable) => true,
-                    _ => false,
-                },
+                Flow::Data => matches!(
+                    (s.kind, t.kind),
+                    (NodeKind::Variable | NodeKind::Constant, NodeKind::Instruction) | (NodeKind::Instruction, NodeKind::Variable)
+                ),
                 Flow::Call => s.kind == NodeKind::Instruction && t.kind == NodeKind::Instruction,
                 Flow::Type => false,
             };

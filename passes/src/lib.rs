@@ -1,1 +1,94 @@
+//! `programl-passes`: ProGraML program graphs from inside `opt` and `clang`.
+//!
+//! One LLVM pass plugin (new pass manager), built as a cdylib:
+//!
+//! ```text
+//! opt-16 -load-pass-plugin=libprograml_passes.so -passes=programl-graph x.ll -disable-output
+//! opt-16 -load-pass-plugin=libprograml_passes.so \
+//!     -passes='programl-graph<out=graphs;format=json;compat=programl-0.3>' x.ll -disable-output
+//! PROGRAML_GRAPH_DIR=graphs clang-16 -fpass-plugin=libprograml_passes.so -O2 -c x.c
+//! ```
+//!
+//! The pass `programl-graph` builds the graph of the whole module
+//! ([`programl::builder::build`]) and writes it to a file; it only reads the
+//! IR and preserves all analyses. It is reachable two ways:
+//!
+//! - by name in an `opt -passes=` pipeline, with optional parameters
+//!   `programl-graph<out=DIR;format=FMT;compat=MODE>` ([`config::Params`]);
+//! - at the `OptimizerLast` extension point, which LLVM 16 runs at every
+//!   optimisation level, `-O0` included, so `clang -fpass-plugin=` gets one
+//!   graph per module of its final IR. That instance is configured by the
+//!   environment only ([`config`]), skips itself when the pipeline also
+//!   names `programl-graph` (so a module never gets two graphs), and is off
+//!   when `PROGRAML_GRAPH_AUTO=0`. `opt -passes=verify` builds no default
+//!   pipeline, so it never runs there.
+//!
+//! **Architecture invariants:** registration does no work beyond
+//! registering callbacks (loading the plugin must stay cheap, and the plugin
+//! never links libtorch); nothing the pass does can abort the compiler —
+//! panics are caught at the pass boundary ([`guard`]) and every failure is a
+//! one-line `programl-graph: ...` warning on stderr.
 
+pub mod config;
+pub mod graph;
+pub mod guard;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use llvm_plugin::inkwell::module::Module;
+use llvm_plugin::{
+    LlvmModulePass, ModuleAnalysisManager, PassBuilder, PipelineParsing, PreservedAnalyses,
+};
+
+/// Set once a pipeline names `programl-graph`: the extension-point instance
+/// then stands down, so a module never gets two graphs.
+static NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
+
+#[llvm_plugin::plugin(name = "programl", version = "0.1.0")]
+fn plugin_registrar(builder: &mut PassBuilder) {
+    builder.add_module_pipeline_parsing_callback(|name, manager| {
+        match config::parse_pass_name(name) {
+            None => PipelineParsing::NotParsed,
+            Some(Ok(params)) => {
+                NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
+                manager.add_pass(GraphPass(params));
+                PipelineParsing::Parsed
+            }
+            Some(Err(error)) => {
+                // opt then fails with "unknown pass name" and exits non-zero.
+                guard::report_parse_error(name, &error);
+                PipelineParsing::NotParsed
+            }
+        }
+    });
+    builder.add_optimizer_last_ep_callback(|manager, _level| {
+        manager.add_pass(GraphAtOptimizerLast);
+    });
+}
+
+/// `programl-graph` as named in a pipeline, with its parameters.
+struct GraphPass(config::Params);
+
+impl LlvmModulePass for GraphPass {
+    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        guard::run(|| graph::write_module_graph(module, &self.0));
+        PreservedAnalyses::All
+    }
+}
+
+/// `programl-graph` added at the `OptimizerLast` extension point (clang).
+struct GraphAtOptimizerLast;
+
+impl LlvmModulePass for GraphAtOptimizerLast {
+    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        if !NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
+            guard::run(|| {
+                if config::auto_enabled()? {
+                    graph::write_module_graph(module, &config::Params::default())?;
+                }
+                Ok::<(), graph::GraphError>(())
+            });
+        }
+        PreservedAnalyses::All
+    }
+}

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use programl::builder::{build, BuildOptions, Mode};
 use programl::format::{write_graph, Format};
+use programl::graph::{Flow, NodeKind};
 
 #[derive(Parser)]
 #[command(name = "programl", version, about = "ProGraML program graphs from LLVM IR")]
@@ -207,8 +208,43 @@ fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Opti
 }
 
 fn summary(files: &[PathBuf]) -> Result<bool> {
-    let _ = files;
-    bail!("summary: not available yet")
+    let mut ok = true;
+    for path in files {
+        match summarize(path) {
+            Ok(text) => print!("{text}"),
+            Err(e) => {
+                eprintln!("programl: {e:#}");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+fn summarize(path: &Path) -> Result<String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let format = Format::parse(ext)
+        .filter(|f| *f != Format::Dot)
+        .with_context(|| format!("{}: unknown graph format (expected .pb, .pbtxt or .json)", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let g = programl::format::read_graph(&bytes, format).with_context(|| format!("{}: not a program graph", path.display()))?;
+    let nodes = g.node_counts();
+    let edges = g.edge_counts();
+    let max_position = g.graph.edge_weights().map(|e| e.position).max().unwrap_or(0);
+    let mut s = format!(
+        "{}: {} module(s), {} function(s), {} nodes, {} edges\n",
+        path.display(),
+        g.modules.len(),
+        g.functions.len(),
+        g.node_count(),
+        g.edge_count()
+    );
+    let kinds = NodeKind::ALL.iter().filter(|k| nodes[**k as usize] > 0 || **k != NodeKind::Type);
+    s += &format!("  nodes:{}\n", kinds.map(|k| format!("  {} {}", k, nodes[*k as usize])).collect::<String>());
+    let flows = Flow::ALL.iter().filter(|f| edges[**f as usize] > 0 || **f != Flow::Type);
+    s += &format!("  edges:{}\n", flows.map(|f| format!("  {} {}", f, edges[*f as usize])).collect::<String>());
+    s += &format!("  max edge position: {max_position}\n");
+    Ok(s)
 }
 
 /// The plugin sits next to this binary in a cargo target dir, or in

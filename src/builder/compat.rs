@@ -14,6 +14,7 @@
 //!   reachable blocks without successors (`ret`, `unreachable`, `resume`);
 //! - `[external]` is linked to every function, declarations included;
 //! - constants are created last, with the final block count as their block;
+//! - a shufflevector's mask is its operand 2, as before LLVM 11;
 //! - variable and constant texts spell a (pointer to) struct as `struct*`.
 
 use std::collections::VecDeque;
@@ -79,7 +80,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
                         }
                     }
                 }
-                for (pos, op) in llvm::operands(inst).enumerate() {
+                for (pos, op) in llvm::legacy_operands(inst).enumerate() {
                     let pos = pos as u32;
                     match llvm::classify(op) {
                         Operand::Function | Operand::Skipped => {}

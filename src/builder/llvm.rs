@@ -3,7 +3,9 @@
 //!
 //! inkwell's safe API panics on metadata operands and indirect calls, so the
 //! builder uses raw value handles. Every handle here comes from a live
-//! `inkwell::module::Module` borrowed for the whole build.
+//! `inkwell::module::Module` borrowed for the whole build, which is why
+//! these crate-private helpers take raw handles without being `unsafe fn`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::CStr;
 use std::os::raw::c_char;
@@ -19,6 +21,14 @@ extern "C" {
     fn programl_print_operand(printer: *mut std::ffi::c_void, value: LLVMValueRef, len: *mut usize) -> *const c_char;
     fn programl_type_text(printer: *mut std::ffi::c_void, ty: LLVMTypeRef, len: *mut usize) -> *const c_char;
     fn programl_opcode_name(inst: LLVMValueRef) -> *const c_char;
+    fn programl_shuffle_mask(inst: LLVMValueRef) -> LLVMValueRef;
+}
+
+/// The operands of an instruction as LLVM 10 saw them: a shufflevector's
+/// mask was its third operand (now an immediate).
+pub fn legacy_operands(inst: LLVMValueRef) -> impl Iterator<Item = LLVMValueRef> {
+    let mask = unsafe { programl_shuffle_mask(inst) };
+    operands(inst).chain((!mask.is_null()).then_some(mask))
 }
 
 /// Prints values and types of one module, numbering unnamed values once per
@@ -257,10 +267,6 @@ pub fn target_triple(m: LLVMModuleRef) -> String {
 
 pub fn data_layout(m: LLVMModuleRef) -> String {
     unsafe { CStr::from_ptr(LLVMGetDataLayoutStr(m)).to_string_lossy().into_owned() }
-}
-
-pub fn first_instruction(b: LLVMBasicBlockRef) -> LLVMValueRef {
-    unsafe { LLVMGetFirstInstruction(b) }
 }
 
 pub fn terminator(b: LLVMBasicBlockRef) -> LLVMValueRef {

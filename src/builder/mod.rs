@@ -13,7 +13,7 @@
 //! **Architecture invariant:** the builder never fails on a module that LLVM
 //! accepted, and never panics; it only reads the module.
 
-pub mod llvm;
+mod llvm;
 mod compat;
 mod paper;
 

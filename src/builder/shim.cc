@@ -18,6 +18,7 @@
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/Instruction.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/ModuleSlotTracker.h>
@@ -157,6 +158,14 @@ const char *programl_type_text(void *printer, LLVMTypeRef type, size_t *len) {
     os.flush();
   }
   return finish(p, len);
+}
+
+// The mask of a shufflevector as the constant operand it was before LLVM 11
+// (operand 2); null for other instructions.
+LLVMValueRef programl_shuffle_mask(LLVMValueRef inst) {
+  if (auto *shuffle = dyn_cast<ShuffleVectorInst>(unwrap(inst)))
+    return wrap(shuffle->getShuffleMaskForBitcode());
+  return nullptr;
 }
 
 const char *programl_opcode_name(LLVMValueRef inst) {

@@ -1,0 +1,1 @@
+double mean(const double *xs, int n);

@@ -1,0 +1,1 @@
+int from_a(int x) { return x + 1; }

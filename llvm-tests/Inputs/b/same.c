@@ -1,0 +1,1 @@
+int from_b(int x) { return x - 1; }

@@ -1,0 +1,119 @@
+//! The pass boundary: nothing that happens inside may abort the compiler.
+//!
+//! [`run`] catches panics and turns them, like every other failure, into one
+//! warning line `programl-graph: ...` on stderr. While a pass runs, a panic
+//! hook (installed on first use, in this plugin's own copy of std) records
+//! the panic message instead of printing Rust's multi-line report; outside a
+//! pass it defers to the previous hook.
+//!
+//! Writing to stderr never panics here: `eprintln!` would, on a closed
+//! stderr, so warnings go through `write!` and ignore errors.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::fmt::Display;
+use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Mutex, Once};
+
+use crate::config::{ConfigError, PASS_NAME};
+
+thread_local! {
+    static INSIDE_PASS: Cell<bool> = const { Cell::new(false) };
+    static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `work`; a failure or panic becomes a warning. Never unwinds.
+pub fn run<E: Display>(work: impl FnOnce() -> Result<(), E>) {
+    install_hook();
+    INSIDE_PASS.with(|c| c.set(true));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(work));
+    INSIDE_PASS.with(|c| c.set(false));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => warn(&error),
+        Err(payload) => {
+            let message = PANIC_MESSAGE
+                .with(|m| m.borrow_mut().take())
+                .unwrap_or_else(|| payload_text(payload.as_ref()));
+            // Dropping the payload could itself panic; leak it instead.
+            std::mem::forget(payload);
+            warn(&format_args!("internal error, no graph written: {message}"));
+        }
+    }
+}
+
+/// Prints `programl-graph: <message>` on stderr.
+pub fn warn(message: &dyn Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{PASS_NAME}: {message}");
+}
+
+/// Reports a bad pipeline element once: LLVM may offer the same name to the
+/// parsing callback more than once (first to classify it, then to parse it).
+pub fn report_parse_error(name: &str, error: &ConfigError) {
+    static REPORTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let first = match REPORTED.lock() {
+        Ok(mut seen) => seen
+            .get_or_insert_with(HashSet::new)
+            .insert(name.to_string()),
+        Err(_) => true,
+    };
+    if first {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "{PASS_NAME}: in '{name}': {error}"
+        );
+    }
+}
+
+fn install_hook() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if INSIDE_PASS.with(|c| c.get()) {
+                let location = info
+                    .location()
+                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                let message = format!("{}{location}", payload_text(info.payload()));
+                PANIC_MESSAGE.with(|m| {
+                    if let Ok(mut slot) = m.try_borrow_mut() {
+                        *slot = Some(message);
+                    }
+                });
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_are_contained() {
+        run(|| -> Result<(), String> { panic!("boom") });
+        run(|| Err("plain failure"));
+        // Still usable afterwards, and the flag is cleared.
+        assert!(!INSIDE_PASS.with(|c| c.get()));
+        let mut ran = false;
+        run(|| -> Result<(), String> {
+            ran = true;
+            Ok(())
+        });
+        assert!(ran);
+    }
+}
