@@ -101,7 +101,7 @@ pub fn parse_module<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> R
             // A wrong guess shows as an error about pointers (typed mode
             // rejects `ptr` and opaque-pointer bitcode). Switch and retry:
             // the pointer types the failed parse made are never used again.
-            if first_error.contains("pointer") {
+            if first_error.contains("pointer") && !first_error.starts_with("invalid module") {
                 let other = if first == Pointers::Typed { Pointers::Opaque } else { Pointers::Typed };
                 set_pointers(context, other);
                 return parse_in(context, bytes, name).map_err(|message| LoadError::Parse { path: name.to_string(), message });
@@ -113,7 +113,11 @@ pub fn parse_module<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> R
 
 fn parse_in<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> Result<Module<'ctx>, String> {
     let buffer = MemoryBuffer::create_from_memory_range_copy(bytes, name);
-    context.create_module_from_ir(buffer).map_err(|e| first_line(&e.to_string()))
+    let module = context.create_module_from_ir(buffer).map_err(|e| first_line(&e.to_string()))?;
+    // The parser accepts some invalid modules (uses not dominated by their
+    // definition, say); the builder should only ever see valid ones.
+    module.verify().map_err(|e| format!("invalid module: {}", first_line(&e.to_string())))?;
+    Ok(module)
 }
 
 fn first_line(message: &str) -> String {

@@ -1,0 +1,156 @@
+//! The builder and the CLI on hostile and random input: llvm-stress modules,
+//! bitcode of both pointer flavours, and broken files. Nothing may panic;
+//! bad files get one error line naming them.
+//!
+//! `PROGRAML_STRESS_MODULES=N` raises the number of llvm-stress modules
+//! (default 60).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use programl::builder::{build, BuildOptions, Mode};
+use programl::format::{read_graph, write_graph, Format};
+
+fn tool(name: &str) -> PathBuf {
+    Path::new(programl::LLVM_BINDIR).join(name)
+}
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn build_all_ways(path: &Path) {
+    for mode in [Mode::Paper, Mode::Programl03] {
+        let context = inkwell::context::Context::create();
+        let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
+        let g = build(&module, &BuildOptions { mode });
+        g.validate().unwrap_or_else(|e| panic!("{}: {mode:?}: {e:#?}", path.display()));
+        for format in Format::ALL {
+            let mut bytes = Vec::new();
+            write_graph(&g, format, &mut bytes).unwrap();
+            if format != Format::Dot {
+                let back = read_graph(&bytes, format).unwrap_or_else(|e| panic!("{}: {format}: {e}", path.display()));
+                assert_eq!(back.node_count(), g.node_count());
+                assert_eq!(back.edge_count(), g.edge_count());
+            }
+        }
+    }
+}
+
+#[test]
+fn llvm_stress_modules() {
+    let n: u64 = std::env::var("PROGRAML_STRESS_MODULES").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 0..n {
+        let ll = dir.path().join(format!("stress{seed}.ll"));
+        let size = 20 + (seed * 37) % 400;
+        run(Command::new(tool("llvm-stress")).args(["-seed", &seed.to_string(), "-size", &size.to_string(), "-o"]).arg(&ll));
+        build_all_ways(&ll);
+        if seed % 4 == 0 {
+            // Optimized, to get phis, selects and vector shuffles.
+            let opt_ll = dir.path().join(format!("stress{seed}.O2.ll"));
+            run(Command::new(tool("opt")).args(["-O2", "-S", "-o"]).arg(&opt_ll).arg(&ll));
+            build_all_ways(&opt_ll);
+        }
+    }
+}
+
+const SOURCE: &str = "struct s { int a; struct s *next; };\nint len(struct s *p) { int n = 0; while (p) { n++; p = p->next; } return n; }\n";
+
+fn compile(dir: &Path, flags: &[&str], out: &str) -> PathBuf {
+    let c = dir.join("list.c");
+    std::fs::write(&c, SOURCE).unwrap();
+    let path = dir.join(out);
+    run(Command::new(tool("clang")).args(flags).args(["-c", "-emit-llvm", "-o"]).arg(&path).arg(&c));
+    path
+}
+
+fn texts(path: &Path) -> Vec<String> {
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
+    build(&module, &BuildOptions { mode: Mode::Programl03 }).graph.node_weights().map(|n| n.text.clone()).collect()
+}
+
+#[test]
+fn bitcode_keeps_its_pointer_flavour() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = compile(dir.path(), &["-Xclang", "-no-opaque-pointers"], "typed.bc");
+    let opaque = compile(dir.path(), &[], "opaque.bc");
+    let t = texts(&typed);
+    assert!(t.iter().any(|x| x == "struct*"), "{t:?}");
+    assert!(!t.iter().any(|x| x == "ptr"));
+    let o = texts(&opaque);
+    assert!(o.iter().any(|x| x == "ptr"), "{o:?}");
+    assert!(!o.iter().any(|x| x.ends_with('*')));
+}
+
+#[test]
+fn broken_inputs_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = compile(dir.path(), &[], "good.bc");
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("bad-dominance.ll", b"define i32 @f(i1 %c) {\nentry:\n  br i1 %c, label %a, label %b\na:\n  %x = add i32 1, 2\n  br label %b\nb:\n  ret i32 %x\n}\n".to_vec()),
+        ("syntax.ll", b"define i32 @f( {\n".to_vec()),
+        ("undefined-value.ll", b"define i32 @f() {\n  ret i32 %x\n}\n".to_vec()),
+        ("truncated.bc", bytes[..bytes.len() / 2].to_vec()),
+        ("noise.bc", (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()),
+        ("magic-only.bc", b"BC\xC0\xDE\x35\x14\x00\x00".to_vec()),
+    ];
+    for (name, content) in &cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let context = inkwell::context::Context::create();
+        let err = programl::ir::load_module(&context, &path).err().unwrap_or_else(|| panic!("{name} was accepted"));
+        let message = err.to_string();
+        assert!(message.contains(name), "{message}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+    }
+
+    // An empty file is a valid, empty module.
+    let empty = dir.path().join("empty.ll");
+    std::fs::write(&empty, "").unwrap();
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, &empty).unwrap();
+    assert_eq!(build(&module, &BuildOptions::default()).node_count(), 1);
+
+    // The CLI goes on with the good file, and its exit code says some failed.
+    let out_dir = dir.path().join("graphs");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_programl"));
+    cmd.args(["graph", "--format", "json", "-o"]).arg(&out_dir).arg(&good);
+    for (name, _) in &cases {
+        cmd.arg(dir.path().join(name));
+    }
+    cmd.arg(dir.path().join("missing.ll"));
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (name, _) in &cases {
+        assert_eq!(stderr.lines().filter(|l| l.contains(name)).count(), 1, "{name}: {stderr}");
+    }
+    assert!(stderr.contains("missing.ll"), "{stderr}");
+    assert!(stderr.contains(&format!("{} of {} files failed", cases.len() + 1, cases.len() + 2)), "{stderr}");
+    assert!(out_dir.join("good.json").is_file());
+}
+
+#[test]
+fn cli_single_input_goes_to_stdout_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let bc = compile(dir.path(), &["-O1"], "list.bc");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "--format", "pb"]).arg(&bc));
+    let g = read_graph(&out.stdout, Format::Pb).unwrap();
+    assert!(g.functions.iter().any(|f| f.name == "len"));
+    // -o with a file name writes that file; summary reads it back.
+    let pb = dir.path().join("list.pb");
+    run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o"]).arg(&pb).arg(&bc));
+    assert_eq!(std::fs::read(&pb).unwrap(), out.stdout);
+    let summary = run(Command::new(env!("CARGO_BIN_EXE_programl")).arg("summary").arg(&pb));
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(text.contains(&format!("{} nodes", g.node_count())), "{text}");
+    // Several inputs without -o is a usage error, not a guess.
+    let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph"]).arg(&bc).arg(&pb).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-o DIR"));
+}
