@@ -24,6 +24,7 @@
 //! The library never links libtorch: the graph path stays fast enough to run
 //! inside the compiler.
 
+pub mod analysis;
 pub mod builder;
 pub mod format;
 pub mod graph;

@@ -3,8 +3,11 @@
 //! ```text
 //! programl graph [--format pb|pbtxt|json|dot] [--compat programl-0.3] [-o OUT] FILES...
 //! programl summary GRAPH...
+//! programl analyze --task TASK [--root N] FILE
 //! programl plugin-path
 //! ```
+
+mod analyze;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -53,6 +56,9 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Run a DeepDataFlow analysis on one IR file; prints one JSON object
+    /// per root: {"task","root","steps","positives"}.
+    Analyze(analyze::AnalyzeArgs),
     /// Print the absolute path of the LLVM pass plugin.
     PluginPath,
 }
@@ -72,6 +78,7 @@ fn main() -> ExitCode {
             graph(&files, format, &BuildOptions { mode: compat.unwrap_or_default() }, output.as_deref(), jobs)
         }
         Command::Summary { files } => summary(&files),
+        Command::Analyze(args) => analyze::run(&args),
         Command::PluginPath => plugin_path().map(|p| {
             println!("{}", p.display());
             true
@@ -80,6 +87,10 @@ fn main() -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
+        // A closed pipe (`programl ... | head`) is the reader's choice.
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("programl: {e:#}");
             ExitCode::from(2)
