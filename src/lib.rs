@@ -26,6 +26,7 @@
 
 pub mod analysis;
 pub mod builder;
+pub mod dataset;
 pub mod format;
 pub mod graph;
 pub mod ir;

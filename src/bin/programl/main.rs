@@ -8,6 +8,7 @@
 //! ```
 
 mod analyze;
+mod dataset;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,13 @@ enum Command {
     /// Run a DeepDataFlow analysis on one IR file; prints one JSON object
     /// per root: {"task","root","steps","positives"}.
     Analyze(analyze::AnalyzeArgs),
+    /// DeepDataFlow datasets: label IR files for the five tasks (build),
+    /// print their statistics (stats).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
+    /// Node-text vocabulary of a dataset's train split.
+    #[command(subcommand)]
+    Vocab(dataset::VocabCommand),
     /// Print the absolute path of the LLVM pass plugin.
     PluginPath,
 }
@@ -79,6 +87,8 @@ fn main() -> ExitCode {
         }
         Command::Summary { files } => summary(&files),
         Command::Analyze(args) => analyze::run(&args),
+        Command::Dataset(command) => dataset::run_dataset(command),
+        Command::Vocab(command) => dataset::run_vocab(command),
         Command::PluginPath => plugin_path().map(|p| {
             println!("{}", p.display());
             true
