@@ -26,6 +26,7 @@
 
 pub mod analysis;
 pub mod builder;
+#[cfg(feature = "dataset")]
 pub mod dataset;
 pub mod format;
 pub mod graph;
