@@ -4,6 +4,8 @@
 //! programl graph [--format pb|pbtxt|json|dot] [--compat programl-0.3] [-o OUT] FILES...
 //! programl summary GRAPH...
 //! programl analyze --task TASK [--root N] FILE
+//! programl dataset build --ir DIR --out DATA | dataset stats DATA
+//! programl vocab build DATA
 //! programl plugin-path
 //! ```
 
