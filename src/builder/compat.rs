@@ -15,6 +15,7 @@
 //! - `[external]` is linked to every function, declarations included;
 //! - constants are created last, with the final block count as their block;
 //! - a shufflevector's mask is its operand 2, as before LLVM 11;
+//! - instruction texts read as LLVM 10 printed them ([`llvm10_text`]);
 //! - variable and constant texts spell a (pointer to) struct as `struct*`.
 
 use std::collections::VecDeque;
@@ -62,10 +63,11 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
             let mut first = None;
             let mut prev: Option<Id> = None;
             for inst in llvm::instructions(b) {
+                let opcode = llvm::opcode_name(inst);
                 let node = g.add_node(Node {
                     kind: NodeKind::Instruction,
-                    text: llvm::opcode_name(inst).to_string(),
-                    full_text: Some(p.value(inst)),
+                    text: opcode.to_string(),
+                    full_text: Some(llvm10_text(opcode, p.value(inst))),
                     function: Some(fid),
                     block: block_count,
                 });
@@ -186,4 +188,103 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
         }
     }
     g
+}
+
+/// Spells an instruction as LLVM 10 printed it, where LLVM 16 reads the
+/// same IR into something it prints differently: the type LLVM 12+ attaches
+/// to `sret`, `inalloca`, `preallocated` (`sret(T)` was plain `sret`), the
+/// `elementtype(T)` LLVM 14+ adds to inline-asm memory operands, and the
+/// alignment LLVM 11+ prints on `atomicrmw` and `cmpxchg`. Quoted text
+/// (inline asm, names) is left alone.
+pub(crate) fn llvm10_text(opcode: &str, text: String) -> String {
+    let atomic = matches!(opcode, "atomicrmw" | "cmpxchg");
+    if !atomic && !(text.contains("sret(") || text.contains("elementtype(") || text.contains("inalloca(") || text.contains("preallocated(")) {
+        return text;
+    }
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &text[i..];
+        if bytes[i] == b'"' {
+            // Copy a quoted string whole, escapes included.
+            let end = rest[1..].find('"').map_or(rest.len(), |e| e + 2);
+            out.push_str(&rest[..end]);
+            i += end;
+            continue;
+        }
+        let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if word_start {
+            if let Some(keep) = ["sret(", "inalloca(", "preallocated("].iter().find(|k| rest.starts_with(**k)) {
+                out.push_str(&keep[..keep.len() - 1]);
+                i += keep.len() - 1 + skip_parenthesized(&rest[keep.len() - 1..]);
+                continue;
+            }
+            if rest.starts_with("elementtype(") {
+                i += "elementtype".len() + skip_parenthesized(&rest["elementtype".len()..]);
+                if text[i..].starts_with(' ') {
+                    i += 1;
+                }
+                continue;
+            }
+        }
+        if atomic && rest.starts_with(", align ") {
+            let digits = rest[", align ".len()..].bytes().take_while(u8::is_ascii_digit).count();
+            if digits > 0 {
+                i += ", align ".len() + digits;
+                continue;
+            }
+        }
+        let c = rest.chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// The length of a balanced `( ... )` group at the start of `s` (0 if `s`
+/// does not start with one).
+fn skip_parenthesized(s: &str) -> usize {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ if depth == 0 => return 0,
+            _ => {}
+        }
+    }
+    s.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llvm10_text;
+
+    #[test]
+    fn llvm10_spelling() {
+        let t = |op: &str, s: &str| llvm10_text(op, s.to_string());
+        assert_eq!(t("atomicrmw", "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst, align 4"), "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst");
+        assert_eq!(
+            t("cmpxchg", "%3 = cmpxchg i32* @hits, i32 0, i32 5 seq_cst seq_cst, align 4, !tbaa !3"),
+            "%3 = cmpxchg i32* @hits, i32 0, i32 5 seq_cst seq_cst, !tbaa !3"
+        );
+        assert_eq!(
+            t("call", "call void @make_big(%struct.big* sret(%struct.big) align 8 %4, i64 3)"),
+            "call void @make_big(%struct.big* sret align 8 %4, i64 3)"
+        );
+        assert_eq!(t("call", "call void @f({ i32 (i8)* }* sret({ i32 (i8)* }) %p)"), "call void @f({ i32 (i8)* }* sret %p)");
+        assert_eq!(
+            t("call", "call void asm \"sret(x)\", \"=*m\"(i32* elementtype(i32) %3, i32* elementtype(i32) %3), !srcloc !6"),
+            "call void asm \"sret(x)\", \"=*m\"(i32* %3, i32* %3), !srcloc !6"
+        );
+        // Left alone: other opcodes' alignment, names containing the words.
+        assert_eq!(t("load", "%1 = load i32, i32* %p, align 4"), "%1 = load i32, i32* %p, align 4");
+        assert_eq!(t("call", "call void @my_sret(i32 1)"), "call void @my_sret(i32 1)");
+    }
 }
