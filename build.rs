@@ -19,10 +19,7 @@ fn main() {
     let major = selected_llvm_major();
     let config = llvm_config(major);
     let query = |arg: &str| -> String {
-        let out = Command::new(&config)
-            .arg(arg)
-            .output()
-            .unwrap_or_else(|e| panic!("running {} {arg}: {e}", config.display()));
+        let out = Command::new(&config).arg(arg).output().unwrap_or_else(|e| panic!("running {} {arg}: {e}", config.display()));
         assert!(out.status.success(), "{} {arg} failed", config.display());
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
@@ -64,10 +61,7 @@ fn main() {
 }
 
 fn selected_llvm_major() -> u32 {
-    let selected: Vec<u32> = VERSIONS
-        .into_iter()
-        .filter(|v| env::var_os(format!("CARGO_FEATURE_LLVM{v}")).is_some())
-        .collect();
+    let selected: Vec<u32> = VERSIONS.into_iter().filter(|v| env::var_os(format!("CARGO_FEATURE_LLVM{v}")).is_some()).collect();
     match selected.as_slice() {
         [one] => *one,
         [] => panic!("select one LLVM version feature: llvm14 .. llvm18"),

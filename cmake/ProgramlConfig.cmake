@@ -80,8 +80,8 @@ function(_programl_check_compiler lang)
     RESULT_VARIABLE _result OUTPUT_VARIABLE _output ERROR_VARIABLE _output)
   if(NOT _result EQUAL 0)
     message(FATAL_ERROR
-      "programl_add_graphs: ${_compiler} cannot load ${Programl_PLUGIN}. It needs clang of the "
-      "LLVM the plugin was built for (e.g. -DCMAKE_${lang}_COMPILER=clang-16):\n${_output}")
+      "programl_add_graphs: the plugin needs clang of the LLVM it was built for "
+      "(e.g. -DCMAKE_${lang}_COMPILER=clang-16); ${_compiler} cannot load ${Programl_PLUGIN}:\n${_output}")
   endif()
   set(${_var} "${_compiler};${Programl_PLUGIN}" CACHE INTERNAL "")
 endfunction()

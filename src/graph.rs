@@ -155,16 +155,9 @@ impl ProgramGraph {
     /// An empty graph holding only the `[external]` node.
     pub fn new() -> ProgramGraph {
         let mut g = ProgramGraph::default();
-        g.graph.add_node(Node {
-            kind: NodeKind::Instruction,
-            text: EXTERNAL_TEXT.to_string(),
-            full_text: None,
-            function: None,
-            block: 0,
-        });
+        g.graph.add_node(Node { kind: NodeKind::Instruction, text: EXTERNAL_TEXT.to_string(), full_text: None, function: None, block: 0 });
         g
     }
-
 
     pub fn add_node(&mut self, node: Node) -> NodeIndex<u32> {
         self.graph.add_node(node)
@@ -232,9 +225,7 @@ impl ProgramGraph {
             let (s, t) = (&self.graph[e.source()], &self.graph[e.target()]);
             let (si, ti) = (e.source().index(), e.target().index());
             let ok = match e.weight().flow {
-                Flow::Control => {
-                    s.kind == NodeKind::Instruction && t.kind == NodeKind::Instruction && s.function == t.function
-                }
+                Flow::Control => s.kind == NodeKind::Instruction && t.kind == NodeKind::Instruction && s.function == t.function,
                 Flow::Data => matches!(
                     (s.kind, t.kind),
                     (NodeKind::Variable | NodeKind::Constant, NodeKind::Instruction) | (NodeKind::Instruction, NodeKind::Variable)

@@ -662,7 +662,7 @@ proptest! {
     ) {
         let eligible: Vec<u32> = mask.iter().enumerate().filter(|(_, &b)| b).map(|(i, _)| i as u32).collect();
         let n = root_count(nodes);
-        prop_assert_eq!(n, ((nodes + 9) / 10).min(10));
+        prop_assert_eq!(n, nodes.div_ceil(10).min(10));
         let roots = sample_roots(&eligible, nodes, seed);
         prop_assert_eq!(roots.len(), n.min(eligible.len()));
         prop_assert!(roots.windows(2).all(|w| w[0] < w[1]), "not ascending and distinct: {:?}", roots);
@@ -1311,7 +1311,7 @@ fn real_liveness_matches_worklist_reference() {
                         failures
                             .push(format!("{}: {}: LiveOut({r}): analysis {:?}, reference {:?}", file.label, func.name, l.positives, want));
                     }
-                    if eligible.contains(&r) != !want.is_empty() && failures.len() < 10 {
+                    if eligible.contains(&r) == want.is_empty() && failures.len() < 10 {
                         failures.push(format!("{}: {}: {r} eligible: {}", file.label, func.name, eligible.contains(&r)));
                     }
                     steps.insert(l.steps);

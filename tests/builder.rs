@@ -48,7 +48,12 @@ fn edges(g: &ProgramGraph) -> BTreeMap<String, usize> {
 fn assert_edge(g: &ProgramGraph, line: &str, times: usize) {
     let all = edges(g);
     let got = all.get(line).copied().unwrap_or(0);
-    assert_eq!(got, times, "edge `{line}`: expected {times}, found {got}; all edges:\n{}", all.keys().cloned().collect::<Vec<_>>().join("\n"));
+    assert_eq!(
+        got,
+        times,
+        "edge `{line}`: expected {times}, found {got}; all edges:\n{}",
+        all.keys().cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 fn nodes_with_text(g: &ProgramGraph, kind: NodeKind, full_text: &str) -> usize {
@@ -110,10 +115,18 @@ fn one_variable_per_value_in_paper_mode_one_per_use_in_compat() {
 #[test]
 fn unreachable_blocks() {
     let paper = data("branches.ll", Mode::Paper);
-    assert_edge(&paper, "control 0: br label %exit -> %r = phi i32 [ -1, %negative ], [ 0, %zero ], [ 1, %one ], [ %big, %other ], [ %never, %dead ]", 5);
+    assert_edge(
+        &paper,
+        "control 0: br label %exit -> %r = phi i32 [ -1, %negative ], [ 0, %zero ], [ 1, %one ], [ %big, %other ], [ %never, %dead ]",
+        5,
+    );
     // Upstream links only the blocks reachable from the entry.
     let compat = data("branches.ll", Mode::Programl03);
-    assert_edge(&compat, "control 0: br label %exit -> %r = phi i32 [ -1, %negative ], [ 0, %zero ], [ 1, %one ], [ %big, %other ], [ %never, %dead ]", 4);
+    assert_edge(
+        &compat,
+        "control 0: br label %exit -> %r = phi i32 [ -1, %negative ], [ 0, %zero ], [ 1, %one ], [ %big, %other ], [ %never, %dead ]",
+        4,
+    );
     // The dead block's instructions are still nodes.
     for g in [&paper, &compat] {
         assert_eq!(nodes_with_text(g, NodeKind::Instruction, "%never = add i32 %x, 7"), 1);

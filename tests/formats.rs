@@ -110,9 +110,8 @@ fn write(g: &ProgramGraph, format: Format) -> Vec<u8> {
 
 fn assert_same(label: &str, a: &ProgramGraph, b: &ProgramGraph) {
     let nodes = |g: &ProgramGraph| g.graph.node_weights().cloned().collect::<Vec<_>>();
-    let edges = |g: &ProgramGraph| {
-        g.graph.edge_references().map(|e| (e.source().index(), e.target().index(), *e.weight())).collect::<Vec<_>>()
-    };
+    let edges =
+        |g: &ProgramGraph| g.graph.edge_references().map(|e| (e.source().index(), e.target().index(), *e.weight())).collect::<Vec<_>>();
     assert_eq!(a.node_count(), b.node_count(), "{label}: node count");
     assert_eq!(nodes(a), nodes(b), "{label}: nodes");
     assert_eq!(edges(a), edges(b), "{label}: edges");
@@ -158,13 +157,7 @@ fn run(tool: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
     let feeder = std::thread::spawn(move || input.write_all(&stdin));
     let out = child.wait_with_output().unwrap();
     feeder.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed ({}): {}",
-        tool.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{} {args:?} failed ({}): {}", tool.display(), out.status, String::from_utf8_lossy(&out.stderr));
     out.stdout
 }
 
@@ -207,8 +200,7 @@ fn formats_graph2json_reads_our_pb() {
         }
         assert_eq!(theirs, ours, "{label}: graph2json disagrees with our JSON");
         let links = ours["links"].as_array().unwrap();
-        let distinct: std::collections::HashSet<_> =
-            links.iter().map(|l| (l["source"].as_u64(), l["target"].as_u64())).collect();
+        let distinct: std::collections::HashSet<_> = links.iter().map(|l| (l["source"].as_u64(), l["target"].as_u64())).collect();
         assert_eq!(parallel, links.len() - distinct.len(), "{label}: parallel keys");
         // And we read graph2json's JSON back to the same graph.
         let back = read_graph(&upstream, Format::Json).unwrap_or_else(|e| panic!("{label}: reading graph2json: {e}"));
@@ -225,10 +217,8 @@ fn llvm10_ir(ir: &str) -> String {
         if line.starts_with("attributes #") {
             continue;
         }
-        let words: Vec<&str> = line
-            .split(' ')
-            .filter(|w| !(w.len() > 1 && w.starts_with('#') && w[1..].chars().all(|c| c.is_ascii_digit())))
-            .collect();
+        let words: Vec<&str> =
+            line.split(' ').filter(|w| !(w.len() > 1 && w.starts_with('#') && w[1..].chars().all(|c| c.is_ascii_digit()))).collect();
         let mut line = words.join(" ").replace("poison", "undef");
         for attribute in ["noundef", "mustprogress", "willreturn", "nofree", "nosync"] {
             line = line.replace(&format!(" {attribute}"), "");
@@ -262,8 +252,7 @@ fn formats_reproduce_llvm2graph_output() {
     let graph2json = oracle_bin("graph2json");
     let dir = tempfile::tempdir().unwrap();
     for (name, pbtxt, pb) in upstream_graphs(dir.path()) {
-        let from_text =
-            read_graph(&pbtxt, Format::PbTxt).unwrap_or_else(|e| panic!("{name}: reading llvm2graph pbtxt: {e}"));
+        let from_text = read_graph(&pbtxt, Format::PbTxt).unwrap_or_else(|e| panic!("{name}: reading llvm2graph pbtxt: {e}"));
         let from_pb = read_graph(&pb, Format::Pb).unwrap_or_else(|e| panic!("{name}: reading llvm2graph pb: {e}"));
         // llvm2graph-10 orders constants differently from run to run, so the
         // two runs' graphs are compared with themselves only.
@@ -286,9 +275,7 @@ fn formats_reproduce_llvm2graph_output() {
             );
         }
 
-        let json = |bytes: &[u8]| -> serde_json::Value {
-            serde_json::from_slice(&run(&graph2json, &["--stdin_fmt=pb"], bytes)).unwrap()
-        };
+        let json = |bytes: &[u8]| -> serde_json::Value { serde_json::from_slice(&run(&graph2json, &["--stdin_fmt=pb"], bytes)).unwrap() };
         let theirs = json(&pb);
         assert_eq!(json(&write(&from_pb, Format::Pb)), theirs, "{name}: our pb of llvm2graph's graph differs");
         let back = read_graph(serde_json::to_string(&theirs).unwrap().as_bytes(), Format::Json).unwrap();

@@ -57,7 +57,8 @@ fn llvm_stress_modules() {
     }
 }
 
-const SOURCE: &str = "struct s { int a; struct s *next; };\nint len(struct s *p) { int n = 0; while (p) { n++; p = p->next; } return n; }\n";
+const SOURCE: &str =
+    "struct s { int a; struct s *next; };\nint len(struct s *p) { int n = 0; while (p) { n++; p = p->next; } return n; }\n";
 
 fn compile(dir: &Path, flags: &[&str], out: &str) -> PathBuf {
     let c = dir.join("list.c");

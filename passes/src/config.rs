@@ -67,55 +67,26 @@ pub struct Settings {
 /// A parameter or variable that cannot be used. Each names its culprit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigError {
-    UnknownParameter {
-        name: String,
-    },
-    MissingValue {
-        name: String,
-    },
-    BadParameter {
-        name: String,
-        value: String,
-        expected: &'static str,
-    },
-    BadVariable {
-        name: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    UnknownParameter { name: String },
+    MissingValue { name: String },
+    BadParameter { name: String, value: String, expected: &'static str },
+    BadVariable { name: &'static str, value: String, expected: &'static str },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::UnknownParameter { name } => {
-                write!(
-                    f,
-                    "unknown parameter '{name}' (expected out=DIR, format=FMT or compat=MODE)"
-                )
+                write!(f, "unknown parameter '{name}' (expected out=DIR, format=FMT or compat=MODE)")
             }
             ConfigError::MissingValue { name } => {
                 write!(f, "parameter '{name}' needs a value ({name}=...)")
             }
-            ConfigError::BadParameter {
-                name,
-                value,
-                expected,
-            } => {
-                write!(
-                    f,
-                    "parameter {name}='{value}' is not valid (expected {expected})"
-                )
+            ConfigError::BadParameter { name, value, expected } => {
+                write!(f, "parameter {name}='{value}' is not valid (expected {expected})")
             }
-            ConfigError::BadVariable {
-                name,
-                value,
-                expected,
-            } => {
-                write!(
-                    f,
-                    "{name}='{value}' is not valid (expected {expected}); no graph written"
-                )
+            ConfigError::BadVariable { name, value, expected } => {
+                write!(f, "{name}='{value}' is not valid (expected {expected}); no graph written")
             }
         }
     }
@@ -143,20 +114,12 @@ fn parse_params(text: &str) -> Result<Params, ConfigError> {
             None => (item, ""),
         };
         if !matches!(key, "out" | "format" | "compat") {
-            return Err(ConfigError::UnknownParameter {
-                name: key.to_string(),
-            });
+            return Err(ConfigError::UnknownParameter { name: key.to_string() });
         }
         if value.is_empty() {
-            return Err(ConfigError::MissingValue {
-                name: key.to_string(),
-            });
+            return Err(ConfigError::MissingValue { name: key.to_string() });
         }
-        let bad = |expected| ConfigError::BadParameter {
-            name: key.to_string(),
-            value: value.to_string(),
-            expected,
-        };
+        let bad = |expected| ConfigError::BadParameter { name: key.to_string(), value: value.to_string(), expected };
         match key {
             "out" => params.out = Some(parse_output(value)),
             "format" => params.format = Some(Format::parse(value).ok_or_else(|| bad(FORMATS))?),
@@ -178,16 +141,11 @@ fn parse_output(value: &str) -> Output {
 /// Variables that a parameter overrides are not read, so a bad one is
 /// harmless there.
 pub fn resolve(params: &Params) -> Result<Settings, ConfigError> {
-    resolve_with(params, |name| {
-        std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
-    })
+    resolve_with(params, |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
 }
 
 /// [`resolve`] with the environment as a function, for tests.
-pub fn resolve_with(
-    params: &Params,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Settings, ConfigError> {
+pub fn resolve_with(params: &Params, env: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
     let var = |name: &str| env(name).filter(|v| !v.is_empty());
     let out = match &params.out {
         Some(out) => out.clone(),
@@ -197,22 +155,14 @@ pub fn resolve_with(
         Some(format) => format,
         None => match var(ENV_FORMAT) {
             None => Format::Pb,
-            Some(v) => Format::parse(&v).ok_or(ConfigError::BadVariable {
-                name: ENV_FORMAT,
-                value: v,
-                expected: FORMATS,
-            })?,
+            Some(v) => Format::parse(&v).ok_or(ConfigError::BadVariable { name: ENV_FORMAT, value: v, expected: FORMATS })?,
         },
     };
     let mode = match params.mode {
         Some(mode) => mode,
         None => match var(ENV_COMPAT) {
             None => Mode::Paper,
-            Some(v) => Mode::parse(&v).ok_or(ConfigError::BadVariable {
-                name: ENV_COMPAT,
-                value: v,
-                expected: MODES,
-            })?,
+            Some(v) => Mode::parse(&v).ok_or(ConfigError::BadVariable { name: ENV_COMPAT, value: v, expected: MODES })?,
         },
     };
     Ok(Settings { out, format, mode })
@@ -227,11 +177,7 @@ fn auto_enabled_with(value: Option<String>) -> Result<bool, ConfigError> {
     match value.as_deref() {
         None | Some("" | "1" | "on" | "ON" | "yes" | "true") => Ok(true),
         Some("0" | "off" | "OFF" | "no" | "false") => Ok(false),
-        Some(v) => Err(ConfigError::BadVariable {
-            name: ENV_AUTO,
-            value: v.to_string(),
-            expected: SWITCH,
-        }),
+        Some(v) => Err(ConfigError::BadVariable { name: ENV_AUTO, value: v.to_string(), expected: SWITCH }),
     }
 }
 
@@ -252,38 +198,14 @@ mod tests {
         check_name("programl-graph<>", Some(Ok(Params::default())));
         check_name(
             "programl-graph<out=d;format=json;compat=programl-0.3>",
-            Some(Ok(Params {
-                out: Some(Output::Dir("d".into())),
-                format: Some(Format::Json),
-                mode: Some(Mode::Programl03),
-            })),
+            Some(Ok(Params { out: Some(Output::Dir("d".into())), format: Some(Format::Json), mode: Some(Mode::Programl03) })),
         );
-        check_name(
-            "programl-graph<out=->",
-            Some(Ok(Params {
-                out: Some(Output::Stdout),
-                ..Params::default()
-            })),
-        );
-        check_name(
-            "programl-graph<colour=red>",
-            Some(Err(ConfigError::UnknownParameter {
-                name: "colour".into(),
-            })),
-        );
-        check_name(
-            "programl-graph<format>",
-            Some(Err(ConfigError::MissingValue {
-                name: "format".into(),
-            })),
-        );
+        check_name("programl-graph<out=->", Some(Ok(Params { out: Some(Output::Stdout), ..Params::default() })));
+        check_name("programl-graph<colour=red>", Some(Err(ConfigError::UnknownParameter { name: "colour".into() })));
+        check_name("programl-graph<format>", Some(Err(ConfigError::MissingValue { name: "format".into() })));
         check_name(
             "programl-graph<format=xml>",
-            Some(Err(ConfigError::BadParameter {
-                name: "format".into(),
-                value: "xml".into(),
-                expected: FORMATS,
-            })),
+            Some(Err(ConfigError::BadParameter { name: "format".into(), value: "xml".into(), expected: FORMATS })),
         );
     }
 
@@ -296,23 +218,9 @@ mod tests {
             _ => None,
         };
         let bad = resolve_with(&Params::default(), env).unwrap_err();
-        assert!(
-            bad.to_string()
-                .starts_with("PROGRAML_GRAPH_FORMAT='xml' is not valid"),
-            "{bad}"
-        );
-        let params = Params {
-            format: Some(Format::Json),
-            ..Params::default()
-        };
-        assert_eq!(
-            resolve_with(&params, env),
-            Ok(Settings {
-                out: Output::Dir("/g".into()),
-                format: Format::Json,
-                mode: Mode::Paper
-            })
-        );
+        assert!(bad.to_string().starts_with("PROGRAML_GRAPH_FORMAT='xml' is not valid"), "{bad}");
+        let params = Params { format: Some(Format::Json), ..Params::default() };
+        assert_eq!(resolve_with(&params, env), Ok(Settings { out: Output::Dir("/g".into()), format: Format::Json, mode: Mode::Paper }));
     }
 
     #[test]

@@ -23,22 +23,14 @@ use crate::config::{self, ConfigError, Output, Params};
 #[derive(Debug)]
 pub enum GraphError {
     Config(ConfigError),
-    Io {
-        path: PathBuf,
-        action: &'static str,
-        source: io::Error,
-    },
+    Io { path: PathBuf, action: &'static str, source: io::Error },
 }
 
 impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GraphError::Config(e) => e.fmt(f),
-            GraphError::Io {
-                path,
-                action,
-                source,
-            } => write!(f, "{action} {}: {source}", path.display()),
+            GraphError::Io { path, action, source } => write!(f, "{action} {}: {source}", path.display()),
         }
     }
 }
@@ -56,34 +48,22 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
         panic!("{} is set", config::ENV_PANIC_FOR_TESTING);
     }
     let settings = config::resolve(params)?;
-    let graph = build(
-        module,
-        &BuildOptions {
-            mode: settings.mode,
-        },
-    );
+    let graph = build(module, &BuildOptions { mode: settings.mode });
     let write = |out: &mut dyn Write| write_graph(&graph, settings.format, out);
     match &settings.out {
         Output::Stdout => {
             let stdout = io::stdout();
             let mut lock = stdout.lock();
-            write(&mut lock)
-                .and_then(|()| lock.flush())
-                .map_err(|source| GraphError::Io {
-                    path: "<stdout>".into(),
-                    action: "writing",
-                    source,
-                })
+            write(&mut lock).and_then(|()| lock.flush()).map_err(|source| GraphError::Io {
+                path: "<stdout>".into(),
+                action: "writing",
+                source,
+            })
         }
         Output::Dir(dir) => {
             let identifier = module.get_name().to_string_lossy();
             let source = module.get_source_file_name().to_string_lossy();
-            let path = dir.join(file_name(
-                &source,
-                &identifier,
-                std::process::id(),
-                settings.format,
-            ));
+            let path = dir.join(file_name(&source, &identifier, std::process::id(), settings.format));
             write_atomically(&path, write)
         }
     }
@@ -91,71 +71,37 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
 
 /// The graph file name of a module; see the module docs.
 pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) -> String {
-    let named = if source_file.is_empty() {
-        identifier
-    } else {
-        source_file
-    };
+    let named = if source_file.is_empty() { identifier } else { source_file };
     let stem: String = Path::new(named)
         .file_stem()
         .map(|s| s.to_string_lossy())
         .unwrap_or_default()
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+') { c } else { '_' })
         .collect();
-    let stem = if stem.is_empty() || stem.starts_with('.') {
-        format!("module{stem}")
-    } else {
-        stem
-    };
-    let absolute = if Path::new(named).is_absolute() {
-        PathBuf::from(named)
-    } else {
-        std::env::current_dir().unwrap_or_default().join(named)
-    };
+    let stem = if stem.is_empty() || stem.starts_with('.') { format!("module{stem}") } else { stem };
+    let absolute =
+        if Path::new(named).is_absolute() { PathBuf::from(named) } else { std::env::current_dir().unwrap_or_default().join(named) };
     let mut hash = Fnv1a::default();
     hash.write(absolute.to_string_lossy().as_bytes());
     hash.write(&[0]);
     hash.write(identifier.as_bytes());
-    format!(
-        "{stem}.{:08x}.{pid}.{}",
-        hash.0 as u32 ^ (hash.0 >> 32) as u32,
-        format.extension()
-    )
+    format!("{stem}.{:08x}.{pid}.{}", hash.0 as u32 ^ (hash.0 >> 32) as u32, format.extension())
 }
 
 /// Writes through a temporary file in `path`'s directory, then renames.
-fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), GraphError> {
+fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), GraphError> {
     fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> GraphError + 'a {
-        move |source| GraphError::Io {
-            path: path.to_path_buf(),
-            action,
-            source,
-        }
+        move |source| GraphError::Io { path: path.to_path_buf(), action, source }
     }
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io("creating directory", dir))?;
     let mut temporary = path.as_os_str().to_os_string();
     temporary.push(".tmp");
     let temporary = PathBuf::from(temporary);
     let result = (|| {
-        let mut out =
-            BufWriter::new(fs::File::create(&temporary).map_err(io("creating", &temporary))?);
-        write(&mut out)
-            .and_then(|()| out.flush())
-            .map_err(io("writing", path))?;
+        let mut out = BufWriter::new(fs::File::create(&temporary).map_err(io("creating", &temporary))?);
+        write(&mut out).and_then(|()| out.flush()).map_err(io("writing", path))?;
         drop(out);
         fs::rename(&temporary, path).map_err(io("renaming to", path))
     })();

@@ -33,9 +33,7 @@ pub fn run<E: Display>(work: impl FnOnce() -> Result<(), E>) {
         Ok(Ok(())) => {}
         Ok(Err(error)) => warn(&error),
         Err(payload) => {
-            let message = PANIC_MESSAGE
-                .with(|m| m.borrow_mut().take())
-                .unwrap_or_else(|| payload_text(payload.as_ref()));
+            let message = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()));
             // Dropping the payload could itself panic; leak it instead.
             std::mem::forget(payload);
             warn(&format_args!("internal error, no graph written: {message}"));
@@ -53,16 +51,11 @@ pub fn warn(message: &dyn Display) {
 pub fn report_parse_error(name: &str, error: &ConfigError) {
     static REPORTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let first = match REPORTED.lock() {
-        Ok(mut seen) => seen
-            .get_or_insert_with(HashSet::new)
-            .insert(name.to_string()),
+        Ok(mut seen) => seen.get_or_insert_with(HashSet::new).insert(name.to_string()),
         Err(_) => true,
     };
     if first {
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "{PASS_NAME}: in '{name}': {error}"
-        );
+        let _ = writeln!(std::io::stderr().lock(), "{PASS_NAME}: in '{name}': {error}");
     }
 }
 
@@ -72,10 +65,7 @@ fn install_hook() {
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
             if INSIDE_PASS.with(|c| c.get()) {
-                let location = info
-                    .location()
-                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
-                    .unwrap_or_default();
+                let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
                 let message = format!("{}{location}", payload_text(info.payload()));
                 PANIC_MESSAGE.with(|m| {
                     if let Ok(mut slot) = m.try_borrow_mut() {

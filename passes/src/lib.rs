@@ -36,9 +36,7 @@ pub mod guard;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use llvm_plugin::inkwell::module::Module;
-use llvm_plugin::{
-    LlvmModulePass, ModuleAnalysisManager, PassBuilder, PipelineParsing, PreservedAnalyses,
-};
+use llvm_plugin::{LlvmModulePass, ModuleAnalysisManager, PassBuilder, PipelineParsing, PreservedAnalyses};
 
 /// Set once a pipeline names `programl-graph`: the extension-point instance
 /// then stands down, so a module never gets two graphs.

@@ -13,8 +13,8 @@
 //! **Architecture invariant:** analyses never see LLVM; they read only the
 //! graph, so labels can be computed from stored graphs too.
 
-mod dataflow;
 mod datadep;
+mod dataflow;
 mod dominance;
 mod liveness;
 mod reachability;

@@ -21,12 +21,23 @@ use super::FlowGraph;
 const STEPS: u32 = 2;
 
 const BINARY: &[&str] = &[
-    "add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor", "fadd", "fsub", "fmul",
-    "fdiv", "frem", "fneg",
+    "add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem",
+    "fneg",
 ];
 const COMMUTATIVE: &[&str] = &["add", "fadd", "mul", "fmul", "and", "or", "xor"];
 const CASTS: &[&str] = &[
-    "trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint", "inttoptr", "bitcast",
+    "trunc",
+    "zext",
+    "sext",
+    "fptrunc",
+    "fpext",
+    "fptoui",
+    "fptosi",
+    "uitofp",
+    "sitofp",
+    "ptrtoint",
+    "inttoptr",
+    "bitcast",
     "addrspacecast",
 ];
 const OTHERS: &[&str] =
@@ -69,8 +80,8 @@ pub(super) fn shape(opcode: &str, full_text: &str) -> String {
         "icmp" | "fcmp" => {
             // icmp <pred> <ty> a, b ; fcmp [fast-math flags] <pred> <ty> a, b
             const PREDICATES: &[&str] = &[
-                "eq", "ne", "ugt", "uge", "ult", "ule", "sgt", "sge", "slt", "sle", "false", "oeq", "ogt", "oge", "olt", "ole",
-                "one", "ord", "ueq", "une", "uno", "true",
+                "eq", "ne", "ugt", "uge", "ult", "ule", "sgt", "sge", "slt", "sle", "false", "oeq", "ogt", "oge", "olt", "ole", "one",
+                "ord", "ueq", "une", "uno", "true",
             ];
             rhs.split_whitespace().skip(1).find(|w| PREDICATES.contains(w)).unwrap_or("").to_string()
         }
@@ -161,7 +172,10 @@ mod tests {
         assert_eq!(shape("getelementptr", "%p = getelementptr [4 x i8], ptr @g, i64 0, i64 %i"), "[4 x i8]");
         assert_eq!(shape("extractvalue", "%x = extractvalue { i32, { i8, i8 } } %agg, 1, 0"), " 1, 0");
         assert_eq!(shape("insertvalue", "%y = insertvalue { i32, i32 } %agg, i32 %v, 1"), " 1");
-        assert_eq!(shape("shufflevector", "%s = shufflevector <4 x i32> %a, <4 x i32> %b, <4 x i32> <i32 0, i32 5, i32 2, i32 7>"), "<4 x i32> <i32 0, i32 5, i32 2, i32 7>");
+        assert_eq!(
+            shape("shufflevector", "%s = shufflevector <4 x i32> %a, <4 x i32> %b, <4 x i32> <i32 0, i32 5, i32 2, i32 7>"),
+            "<4 x i32> <i32 0, i32 5, i32 2, i32 7>"
+        );
         assert_eq!(shape("add", "%s = add nsw i32 %a, %b, !dbg !12"), "");
     }
 }

@@ -15,7 +15,8 @@
 //! - `[external]` is linked to every function, declarations included;
 //! - constants are created last, with the final block count as their block;
 //! - a shufflevector's mask is its operand 2, as before LLVM 11;
-//! - instruction texts read as LLVM 10 printed them ([`llvm10_text`]);
+//! - instruction texts and intrinsic names read as LLVM 10 printed them
+//!   ([`llvm10_text`]);
 //! - variable and constant texts spell a (pointer to) struct as `struct*`.
 
 use std::collections::VecDeque;
@@ -47,7 +48,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
 
     for f in llvm::functions(module) {
         let fid = g.functions.len() as u32;
-        g.functions.push(Function { name: llvm::name(f), module: 0 });
+        g.functions.push(Function { name: llvm10_intrinsic_name(&llvm::name(f)).to_string(), module: 0 });
         if llvm::is_declaration(f) {
             let node = super::declaration_node(&mut g, fid);
             body_of.insert(f, bodies.len());
@@ -196,9 +197,12 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
 /// `elementtype(T)` LLVM 14+ adds to inline-asm memory operands, and the
 /// alignment LLVM 11+ prints on `atomicrmw` and `cmpxchg`. Quoted text
 /// (inline asm, names) is left alone.
-pub(crate) fn llvm10_text(opcode: &str, text: String) -> String {
+pub(crate) fn llvm10_text(opcode: &str, mut text: String) -> String {
+    if text.contains("@llvm.powi.") {
+        text = rename_powi(&text);
+    }
     let atomic = matches!(opcode, "atomicrmw" | "cmpxchg");
-    if !atomic && !(text.contains("sret(") || text.contains("elementtype(") || text.contains("inalloca(") || text.contains("preallocated(")) {
+    if !(atomic || ["sret(", "elementtype(", "inalloca(", "preallocated("].iter().any(|k| text.contains(k))) {
         return text;
     }
     let bytes = text.as_bytes();
@@ -242,6 +246,29 @@ pub(crate) fn llvm10_text(opcode: &str, text: String) -> String {
     out
 }
 
+/// LLVM 13+ overloads `llvm.powi` on its exponent type too
+/// (`llvm.powi.f64.i32`); LLVM 10 read that as, and printed, `llvm.powi.f64`.
+fn llvm10_intrinsic_name(name: &str) -> &str {
+    match name.strip_prefix("llvm.powi.").and_then(|rest| rest.strip_suffix(".i32")) {
+        Some(_) => &name[..name.len() - ".i32".len()],
+        None => name,
+    }
+}
+
+fn rename_powi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("@llvm.powi.") {
+        out.push_str(&rest[..at + 1]);
+        rest = &rest[at + 1..];
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_')).unwrap_or(rest.len());
+        out.push_str(llvm10_intrinsic_name(&rest[..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The length of a balanced `( ... )` group at the start of `s` (0 if `s`
 /// does not start with one).
 fn skip_parenthesized(s: &str) -> usize {
@@ -269,7 +296,10 @@ mod tests {
     #[test]
     fn llvm10_spelling() {
         let t = |op: &str, s: &str| llvm10_text(op, s.to_string());
-        assert_eq!(t("atomicrmw", "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst, align 4"), "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst");
+        assert_eq!(
+            t("atomicrmw", "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst, align 4"),
+            "%10 = atomicrmw add i32* @hits, i32 %9 seq_cst"
+        );
         assert_eq!(
             t("cmpxchg", "%3 = cmpxchg i32* @hits, i32 0, i32 5 seq_cst seq_cst, align 4, !tbaa !3"),
             "%3 = cmpxchg i32* @hits, i32 0, i32 5 seq_cst seq_cst, !tbaa !3"
@@ -282,6 +312,14 @@ mod tests {
         assert_eq!(
             t("call", "call void asm \"sret(x)\", \"=*m\"(i32* elementtype(i32) %3, i32* elementtype(i32) %3), !srcloc !6"),
             "call void asm \"sret(x)\", \"=*m\"(i32* %3, i32* %3), !srcloc !6"
+        );
+        assert_eq!(
+            t("call", "%1 = call double @llvm.powi.f64.i32(double %x, i32 %n)"),
+            "%1 = call double @llvm.powi.f64(double %x, i32 %n)"
+        );
+        assert_eq!(
+            t("call", "%1 = call <2 x float> @llvm.powi.v2f32.i32(<2 x float> %x, i32 3)"),
+            "%1 = call <2 x float> @llvm.powi.v2f32(<2 x float> %x, i32 3)"
         );
         // Left alone: other opcodes' alignment, names containing the words.
         assert_eq!(t("load", "%1 = load i32, i32* %p, align 4"), "%1 = load i32, i32* %p, align 4");

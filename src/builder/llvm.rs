@@ -116,8 +116,12 @@ pub fn classify(v: LLVMValueRef) -> Operand {
         LLVMInstructionValueKind => Operand::Instruction,
         LLVMArgumentValueKind => Operand::Argument,
         LLVMFunctionValueKind => Operand::Function,
-        LLVMBasicBlockValueKind | LLVMMetadataAsValueValueKind | LLVMInlineAsmValueKind | LLVMMemoryUseValueKind
-        | LLVMMemoryDefValueKind | LLVMMemoryPhiValueKind => Operand::Skipped,
+        LLVMBasicBlockValueKind
+        | LLVMMetadataAsValueValueKind
+        | LLVMInlineAsmValueKind
+        | LLVMMemoryUseValueKind
+        | LLVMMemoryDefValueKind
+        | LLVMMemoryPhiValueKind => Operand::Skipped,
         _ => Operand::Constant,
     }
 }
@@ -170,11 +174,7 @@ pub fn operands(v: LLVMValueRef) -> impl Iterator<Item = LLVMValueRef> {
 
 /// Successor blocks of a terminator, in successor order.
 pub fn successors(term: LLVMValueRef) -> impl Iterator<Item = LLVMBasicBlockRef> {
-    let n = if term.is_null() || unsafe { LLVMIsATerminatorInst(term) }.is_null() {
-        0
-    } else {
-        unsafe { LLVMGetNumSuccessors(term) }
-    };
+    let n = if term.is_null() || unsafe { LLVMIsATerminatorInst(term) }.is_null() { 0 } else { unsafe { LLVMGetNumSuccessors(term) } };
     (0..n).map(move |i| unsafe { LLVMGetSuccessor(term, i) })
 }
 

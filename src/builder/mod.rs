@@ -13,8 +13,8 @@
 //! **Architecture invariant:** the builder never fails on a module that LLVM
 //! accepted, and never panics; it only reads the module.
 
-mod llvm;
 mod compat;
+mod llvm;
 mod paper;
 
 use inkwell::llvm_sys::prelude::LLVMModuleRef;
@@ -86,7 +86,12 @@ fn declaration_node(g: &mut ProgramGraph, function: graph::FunctionId) -> petgra
 }
 
 /// Links a call site to its callee: site → entry, each exit → site.
-fn link_call(g: &mut ProgramGraph, site: petgraph::graph::NodeIndex<u32>, entry: petgraph::graph::NodeIndex<u32>, exits: &[petgraph::graph::NodeIndex<u32>]) {
+fn link_call(
+    g: &mut ProgramGraph,
+    site: petgraph::graph::NodeIndex<u32>,
+    entry: petgraph::graph::NodeIndex<u32>,
+    exits: &[petgraph::graph::NodeIndex<u32>],
+) {
     g.add_edge(graph::Flow::Call, 0, site, entry);
     for &exit in exits {
         g.add_edge(graph::Flow::Call, 0, exit, site);

@@ -178,10 +178,6 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
 fn constant_node(g: &mut ProgramGraph, p: &mut Printer, c: LLVMValueRef, block: u32) -> Id {
     let ty = llvm::type_of(c);
     // Printing a function prints its whole body: name it as an operand.
-    let full_text = if llvm::classify(c) == Operand::Function {
-        format!("{} {}", p.llvm_type(ty), p.operand(c))
-    } else {
-        p.value(c)
-    };
+    let full_text = if llvm::classify(c) == Operand::Function { format!("{} {}", p.llvm_type(ty), p.operand(c)) } else { p.value(c) };
     g.add_node(Node { kind: NodeKind::Constant, text: p.type_text(ty), full_text: Some(full_text), function: None, block })
 }

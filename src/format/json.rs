@@ -190,17 +190,16 @@ pub(super) fn read(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
         };
         raw.nodes.push(RawNode { kind: n.kind, text: n.text, full_text, function: n.function, block: n.block });
     }
-    raw.edges = doc
-        .links
-        .into_iter()
-        .map(|l| RawEdge { flow: l.flow, position: l.position, source: l.source, target: l.target })
-        .collect();
+    raw.edges = doc.links.into_iter().map(|l| RawEdge { flow: l.flow, position: l.position, source: l.source, target: l.target }).collect();
     raw.functions = doc.graph.function.into_iter().map(|f| (f.name, f.module)).collect();
     for (i, m) in doc.graph.module.into_iter().enumerate() {
         let mut features = BTreeMap::new();
         for (key, values) in m.features {
-            let value = single_string(values)
-                .map_err(|problem| FormatError::BadFeature { owner: format!("module {i}"), key: key.clone(), problem })?;
+            let value = single_string(values).map_err(|problem| FormatError::BadFeature {
+                owner: format!("module {i}"),
+                key: key.clone(),
+                problem,
+            })?;
             features.insert(key, value);
         }
         raw.modules.push(Module { name: m.name, features });

@@ -38,10 +38,7 @@ const MODULE_FEATURES: u32 = 2;
 
 fn int32(what: &str, index: usize, value: impl TryInto<i32> + Copy + std::fmt::Display) -> io::Result<i32> {
     value.try_into().map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{what} {index}: {value} does not fit the protocol buffer's int32"),
-        )
+        io::Error::new(io::ErrorKind::InvalidData, format!("{what} {index}: {value} does not fit the protocol buffer's int32"))
     })
 }
 
@@ -234,12 +231,7 @@ fn raw_graph(m: pb::ProgramGraph) -> Result<RawGraph, FormatError> {
     raw.edges = m
         .edge
         .into_iter()
-        .map(|e| RawEdge {
-            flow: e.flow.value().into(),
-            position: e.position.into(),
-            source: e.source.into(),
-            target: e.target.into(),
-        })
+        .map(|e| RawEdge { flow: e.flow.value().into(), position: e.position.into(), source: e.source.into(), target: e.target.into() })
         .collect();
     raw.functions = m.function.into_iter().map(|f| (f.name, f.module.into())).collect();
     for (i, module) in m.module.into_iter().enumerate() {
@@ -268,7 +260,6 @@ pub(super) fn read_pb(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
 /// Reads the text protocol buffer.
 pub(super) fn read_pbtxt(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
     let text = std::str::from_utf8(bytes).map_err(|e| FormatError::PbTxt(format!("not UTF-8: {e}")))?;
-    let m = protobuf::text_format::parse_from_str::<pb::ProgramGraph>(text)
-        .map_err(|e| FormatError::PbTxt(e.to_string()))?;
+    let m = protobuf::text_format::parse_from_str::<pb::ProgramGraph>(text).map_err(|e| FormatError::PbTxt(e.to_string()))?;
     raw_graph(m)?.into_graph()
 }

@@ -39,8 +39,7 @@ impl RawGraph {
     /// Checks every reference and builds the graph. Node 0 and constants get
     /// no function (the formats store 0 for them).
     pub fn into_graph(self) -> Result<ProgramGraph, FormatError> {
-        let (nodes, edges, functions, modules) =
-            (self.nodes.len(), self.edges.len(), self.functions.len(), self.modules.len());
+        let (nodes, edges, functions, modules) = (self.nodes.len(), self.edges.len(), self.functions.len(), self.modules.len());
         let mut g = ProgramGraph::default();
         g.graph.reserve_exact_nodes(nodes);
         g.graph.reserve_exact_edges(edges);

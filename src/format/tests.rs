@@ -15,13 +15,7 @@ fn sample() -> ProgramGraph {
     m.features.insert("a_first".into(), "".into());
     g.modules.push(m);
     g.functions.push(Function { name: "f".into(), module: 0 });
-    let node = |kind, text: &str, full: &str, function| Node {
-        kind,
-        text: text.into(),
-        full_text: Some(full.into()),
-        function,
-        block: 1,
-    };
+    let node = |kind, text: &str, full: &str, function| Node { kind, text: text.into(), full_text: Some(full.into()), function, block: 1 };
     let ret = g.add_node(node(NodeKind::Instruction, "ret", "ret i32 %x", Some(0)));
     let x = g.add_node(node(NodeKind::Variable, "i32", "i32 %x", Some(0)));
     let c = g.add_node(node(NodeKind::Constant, "[3 x i8]", "[3 x i8] c\"\\22\\0A\\00\"\n\t\u{7f}é\"", None));
@@ -40,9 +34,8 @@ fn write(g: &ProgramGraph, format: Format) -> Vec<u8> {
 
 fn assert_same(a: &ProgramGraph, b: &ProgramGraph) {
     let nodes = |g: &ProgramGraph| g.graph.node_weights().cloned().collect::<Vec<_>>();
-    let edges = |g: &ProgramGraph| {
-        g.graph.raw_edges().iter().map(|e| (e.source().index(), e.target().index(), e.weight)).collect::<Vec<_>>()
-    };
+    let edges =
+        |g: &ProgramGraph| g.graph.raw_edges().iter().map(|e| (e.source().index(), e.target().index(), e.weight)).collect::<Vec<_>>();
     assert_eq!(nodes(a), nodes(b));
     assert_eq!(edges(a), edges(b));
     assert_eq!(a.functions, b.functions);
@@ -82,10 +75,7 @@ fn format_output_is_deterministic() {
     let keys: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("key: ")).collect();
     assert_eq!(
         keys,
-        ["\"full_text\""; 3]
-            .into_iter()
-            .chain(["\"a_first\"", "\"llvm_data_layout\"", "\"llvm_target_triple\""])
-            .collect::<Vec<_>>()
+        ["\"full_text\""; 3].into_iter().chain(["\"a_first\"", "\"llvm_data_layout\"", "\"llvm_target_triple\""]).collect::<Vec<_>>()
     );
 }
 
@@ -96,13 +86,8 @@ fn format_pbtxt_layout_matches_upstream() {
     m.features.insert("llvm_target_triple".into(), "x86_64".into());
     g.modules.push(m);
     g.functions.push(Function { name: "main".into(), module: 0 });
-    let v = g.add_node(Node {
-        kind: NodeKind::Variable,
-        text: "i32".into(),
-        full_text: Some("i32 %2".into()),
-        function: Some(0),
-        block: 1,
-    });
+    let v =
+        g.add_node(Node { kind: NodeKind::Variable, text: "i32".into(), full_text: Some("i32 %2".into()), function: Some(0), block: 1 });
     g.add_edge(Flow::Data, 1, v, ProgramGraph::external());
     let text = String::from_utf8(write(&g, Format::PbTxt)).unwrap();
     let expected = r#"node {
@@ -200,10 +185,7 @@ fn format_rejects_bad_references_and_values() {
     assert_eq!(json(&|d| d["nodes"][2]["type"] = 9.into()), "node 2 has unknown type 9");
     assert_eq!(json(&|d| d["links"][0]["flow"] = 5.into()), "edge 0 has unknown flow 5");
     assert_eq!(json(&|d| d["nodes"][2]["block"] = (-2).into()), "node 2 block is -2, out of range");
-    assert_eq!(
-        json(&|d| d["nodes"][2]["id"] = 7.into()),
-        "node at position 2 has id 7; node ids must be 0, 1, 2, ... in order"
-    );
+    assert_eq!(json(&|d| d["nodes"][2]["id"] = 7.into()), "node at position 2 has id 7; node ids must be 0, 1, 2, ... in order");
     assert_eq!(
         json(&|d| d["nodes"][1]["features"]["full_text"] = serde_json::json!(["a", "b"])),
         "node 1: feature \"full_text\" holds 2 values, not 1"
@@ -217,10 +199,7 @@ fn format_rejects_bad_references_and_values() {
 
     let mut m = pb::ProgramGraph::parse_from_bytes(&write(&sample(), Format::Pb)).unwrap();
     m.node[1].features.as_mut().unwrap().feature.get_mut("full_text").unwrap().mut_int64_list().value.push(1);
-    assert_eq!(
-        read_err(&m.write_to_bytes().unwrap(), Format::Pb),
-        "node 1: feature \"full_text\" is an int64_list, not a bytes_list"
-    );
+    assert_eq!(read_err(&m.write_to_bytes().unwrap(), Format::Pb), "node 1: feature \"full_text\" is an int64_list, not a bytes_list");
 }
 
 #[test]

@@ -26,9 +26,8 @@ pub struct AnalyzeArgs {
 }
 
 fn parse_task(s: &str) -> Result<Task, String> {
-    Task::parse(s).ok_or_else(|| {
-        format!("unknown task '{s}' (expected {})", Task::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "))
-    })
+    Task::parse(s)
+        .ok_or_else(|| format!("unknown task '{s}' (expected {})", Task::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")))
 }
 
 #[derive(Serialize)]

@@ -206,7 +206,8 @@ fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Opti
 
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.unwrap_or(0)).build().context("starting worker threads")?;
     let bar = ProgressBar::new(inputs.len() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let failed = AtomicUsize::new(0);
     pool.install(|| {

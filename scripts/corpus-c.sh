@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# Builds the real-code LLVM IR corpus used by tests/conformance.rs and
+# benches/construction.rs.
+#
+#   bash scripts/corpus-c.sh [OUT]        # OUT defaults to $PROGRAML_CACHE/corpus
+#
+# Sources: Debian bookworm source packages (`apt-get source`, after adding a
+# deb-src entry for the mirror already configured) of small-to-medium C
+# projects, plus a fixed sample of POJ-104 programs from
+# shared/datasets/poj104. Every C translation unit is compiled with
+#   clang-16 -Xclang -no-opaque-pointers -S -emit-llvm (no -g) at -O0 and -O2
+# into OUT/<project>/O0/*.ll and OUT/<project>/O2/*.ll (typed pointers, as
+# LLVM 16 prints them: tests rewrite them for LLVM 10 with
+# programl::oracle::rewrite_for_llvm10).
+#
+# Projects that compile translation unit by translation unit are given -I/-D
+# flags (zlib, bzip2, lua5.4, lz4, zstd, mbedtls, libwebp, brotli, libdeflate,
+# pcre2, libyaml, giflib, libuv1); those that need configuring (gzip,
+# xz-utils, bc: ./configure; expat: cmake) are built with `make -k
+# CC=<wrapper>`, the wrapper emitting the IR of each compiled file beside the
+# real compile. POJ-104 programs are compiled as C++98 with forced includes
+# (and `using namespace std;`), falling back to C89 with C headers.
+#
+# Bounded and idempotent: a project with OUT/<project>/.done is skipped; each
+# project compiles at most $CORPUS_MAX_TUS (200) units; POJ-104 takes
+# $POJ104_PER_CLASS (3) programs of each of its 104 classes. Per project,
+# failures are listed in OUT/<project>/failures.txt; OUT/SUMMARY.tsv has the
+# counts. Runtime on 2 cores with nothing cached: ~10-15 minutes.
+set -euo pipefail
+
+export PROGRAML_CACHE="${PROGRAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/programl-rs}"
+OUT="$(mkdir -p "${1:-$PROGRAML_CACHE/corpus}" && cd "${1:-$PROGRAML_CACHE/corpus}" && pwd)"
+SRC="$PROGRAML_CACHE/corpus-src"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+POJ_TAR="${POJ104_TAR:-$ROOT/../shared/datasets/poj104/poj104.tar.xz}"
+JOBS="${JOBS:-$(nproc)}"
+MAX_TUS="${CORPUS_MAX_TUS:-200}"
+POJ_PER_CLASS="${POJ104_PER_CLASS:-3}"
+export CLANG="${CLANG:-clang-16}"
+mkdir -p "$SRC"
+
+say() { printf '[corpus] %s\n' "$*" >&2; }
+
+# --- tools ---------------------------------------------------------------
+need=()
+command -v "$CLANG" >/dev/null || need+=(clang-16)
+command -v dpkg-source >/dev/null || need+=(dpkg-dev)
+command -v make >/dev/null || need+=(make)
+if ((${#need[@]})); then
+    say "apt-get install ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
+fi
+
+# --- deb-src entry, same mirror as the configured Debian source -------------
+DEBSRC=/etc/apt/sources.list.d/programl-deb-src.sources
+srcs_ready=0
+ensure_deb_src() {
+    [ "$srcs_ready" = 1 ] && return 0
+    if [ ! -f "$DEBSRC" ]; then
+        local uri
+        uri="$(grep -h -m1 -E '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | awk '{print $2}' || true)"
+        uri="${uri:-http://deb.debian.org/debian}"
+        say "adding deb-src entry ($uri bookworm) to $DEBSRC"
+        cat >"$DEBSRC" <<EOF
+# Added by programl-rs scripts/corpus-c.sh: Debian sources for the IR corpus.
+Types: deb-src
+URIs: $uri
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+        apt-get update -qq </dev/null
+    elif ! apt-cache showsrc zlib 2>/dev/null | grep -q '^Package:'; then
+        apt-get update -qq </dev/null
+    fi
+    srcs_ready=1
+}
+
+# fetch PKG -> prints the unpacked source dir ($SRC/PKG/PKG-VERSION)
+fetch() {
+    local pkg="$1" dir
+    dir="$(find "$SRC/$pkg" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | head -n1)"
+    if [ -z "$dir" ]; then
+        ensure_deb_src
+        mkdir -p "$SRC/$pkg"
+        (cd "$SRC/$pkg" && apt-get source -qq "$pkg" </dev/null >/dev/null 2>"$SRC/$pkg.log") ||
+            { say "apt-get source $pkg failed (see $SRC/$pkg.log)"; return 1; }
+        dir="$(find "$SRC/$pkg" -mindepth 1 -maxdepth 1 -type d | head -n1)"
+    fi
+    printf '%s\n' "$dir"
+}
+
+# --- compiling one unit ----------------------------------------------------
+# compile_one PROJECT_OUT SRCDIR RELPATH LANGFLAGS... : writes O0 and O2 IR,
+# appends "RELPATH: first error line" to failures.txt on failure.
+compile_one() {
+    local out="$1" srcdir="$2" rel="$3"
+    shift 3
+    local name="${rel//\//__}"
+    name="${name%.*}.ll"
+    [ -s "$out/O0/$name" ] && [ -s "$out/O2/$name" ] && return 0
+    local err
+    for opt in O0 O2; do
+        if ! err="$(cd "$srcdir" && "$CLANG" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w "$@" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
+            rm -f "$out/$opt/$name.tmp"
+            printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 'error' || printf '%s' "$err" | head -n1)" >>"$out/failures.txt"
+            return 0
+        fi
+        mv "$out/$opt/$name.tmp" "$out/$opt/$name"
+    done
+}
+export -f compile_one
+
+# run_units PROJECT SRCDIR FLAGS -- FILES... : compiles the first $MAX_TUS
+# files (sorted) with FLAGS, in parallel.
+run_units() {
+    local project="$1" srcdir="$2"
+    shift 2
+    local flags=()
+    while [ "$1" != -- ]; do flags+=("$1"); shift; done
+    shift
+    local out="$OUT/$project"
+    mkdir -p "$out/O0" "$out/O2"
+    : >"$out/failures.txt"
+    printf '%s\n' "$@" | sort | awk -v n="$MAX_TUS" 'NR <= n' >"$out/units.txt"
+    local n
+    n="$(wc -l <"$out/units.txt")"
+    say "$project: compiling $n units (-O0, -O2)"
+    tr '\n' '\0' <"$out/units.txt" |
+        xargs -0 -P "$JOBS" -I{} bash -c 'compile_one "$@"' _ "$out" "$srcdir" {} "${flags[@]}"
+    finish "$project"
+}
+
+finish() {
+    local project="$1" out="$OUT/$1"
+    local units o0 o2 failed
+    units="$(wc -l <"$out/units.txt")"
+    o0="$(find "$out/O0" -name '*.ll' | wc -l)"
+    o2="$(find "$out/O2" -name '*.ll' | wc -l)"
+    failed="$(cut -d' ' -f1 "$out/failures.txt" | sort -u | wc -l)"
+    printf 'units=%s o0=%s o2=%s failed=%s\n' "$units" "$o0" "$o2" "$failed" >"$out/.done"
+    say "$project: $units units, $o0 O0 + $o2 O2 IR files, $failed failed"
+}
+
+done_already() { [ -f "$OUT/$1/.done" ] && say "$1: cached ($(cat "$OUT/$1/.done"))"; }
+
+# --- projects compiled unit by unit --------------------------------------------
+# tu_project NAME PKG SETUP GLOBS EXCLUDE FLAGS... : GLOBS is a space-separated
+# list of bash globs (globstar on) relative to the source dir, EXCLUDE an
+# extended regex of paths to leave out ('' for none), SETUP a command run in
+# the source dir first.
+tu_project() {
+    local name="$1" pkg="$2" setup="$3" globs="$4" exclude="$5"
+    shift 5
+    done_already "$name" && return 0
+    local dir
+    dir="$(fetch "$pkg")" || return 0
+    (cd "$dir" && eval "$setup")
+    local files=()
+    mapfile -t files < <(cd "$dir" && shopt -s globstar nullglob && for g in $globs; do printf '%s\n' $g; done |
+        grep -E '\.c$' | grep -v -E "${exclude:-^$}" | sort -u)
+    run_units "$name" "$dir" "$@" -- "${files[@]}"
+}
+
+tu_project zlib zlib : '*.c test/*.c' '' -I. -D_LARGEFILE64_SOURCE=1 -DHAVE_UNISTD_H -DHAVE_STDARG_H
+tu_project bzip2 bzip2 : '*.c' '' -I. -D_FILE_OFFSET_BITS=64
+tu_project lua lua5.4 '[ -f src/lua5.4-deb-multiarch.h ] || echo "#define DEB_HOST_MULTIARCH \"x86_64-linux-gnu\"" >src/lua5.4-deb-multiarch.h' 'src/*.c' '' -Isrc -DLUA_COMPAT_5_3 -DLUA_USE_LINUX
+tu_project lz4 lz4 : 'lib/*.c programs/*.c tests/*.c' '' -Ilib -Iprograms
+tu_project zstd libzstd : 'lib/**/*.c programs/*.c' '' \
+    -Ilib -Ilib/common -Iprograms -DZSTD_MULTITHREAD -DZSTD_LEGACY_SUPPORT=0 -DZSTD_DISABLE_ASM
+tu_project mbedtls mbedtls : 'library/*.c programs/**/*.c' '/fuzz/|psa_constant_names_generated|ssl_test_common_source' \
+    -Iinclude -Ilibrary -Itests/include
+tu_project libwebp libwebp : 'src/**/*.c sharpyuv/*.c' '' -I. -Isrc -Isharpyuv
+tu_project brotli brotli : 'c/**/*.c' '' -Ic/include
+tu_project libdeflate libdeflate : 'lib/**/*.c programs/*.c' '' -I. -D_GNU_SOURCE
+tu_project pcre2 pcre2 'for f in config.h pcre2.h; do [ -f src/$f ] || cp src/$f.generic src/$f; done; [ -f src/pcre2_chartables.c ] || cp src/pcre2_chartables.c.dist src/pcre2_chartables.c' \
+    'src/*.c' 'pcre2_(jit_match|jit_misc|jit_test|ucptables|fuzzsupport|printint)\.c' \
+    -Isrc -DHAVE_CONFIG_H -DPCRE2_CODE_UNIT_WIDTH=8 -DSUPPORT_UNICODE -DSUPPORT_PCRE2_8
+tu_project libyaml libyaml : 'src/*.c tests/*.c' '' \
+    -Iinclude -DYAML_VERSION_MAJOR=0 -DYAML_VERSION_MINOR=2 -DYAML_VERSION_PATCH=5 '-DYAML_VERSION_STRING="0.2.5"'
+tu_project giflib giflib : '*.c' '' -I. -D_GNU_SOURCE
+tu_project libuv libuv1 : 'src/*.c src/unix/*.c test/*.c' \
+    'test/runner-win|src/unix/(aix|bsd|cygwin|darwin|freebsd|fsevents|haiku|hurd|ibmi|kqueue|netbsd|no-|openbsd|os390|posix-poll|pthread-fixes|qnx|random-getentropy|sunos|sysinfo-memory|sysinfo-loadavg|random-sysctl)' \
+    -Iinclude -Isrc -Itest -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
+
+# --- projects built with configure + make, IR emitted by a CC wrapper ------------
+WRAP="$SRC/ircc"
+cat >"$WRAP.tmp" <<'EOF'
+#!/usr/bin/env bash
+# CC wrapper: the real compile, then the same unit as LLVM IR at -O0 and -O2.
+"$CLANG" "$@"
+rc=$?
+compile=0 src="" args=()
+while (($#)); do
+    case "$1" in
+        -c) compile=1 ;;
+        -o|-MF|-MT|-MQ) shift ;;
+        -M|-MM|-MD|-MMD|-MP|-g*|-O*|-Werror*|-pipe) ;;
+        *.c) src="$1"; args+=("$1") ;;
+        *) args+=("$1") ;;
+    esac
+    shift
+done
+if [ -n "${IRCC_OUT:-}" ] && [ "$compile" = 1 ] && [ -n "$src" ] && [ "$rc" = 0 ]; then
+    abs="$(realpath "$src")"
+    rel="${abs#"$IRCC_ROOT"/}"
+    name="${rel//\//__}"; name="${name%.c}.ll"
+    for opt in O0 O2; do
+        if ! err="$("$CLANG" "${args[@]}" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w -o "$IRCC_OUT/$opt/$name" 2>&1)"; then
+            printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 error)" >>"$IRCC_OUT/failures.txt"
+            rm -f "$IRCC_OUT/$opt/$name"
+            break
+        fi
+    done
+    echo "$rel" >>"$IRCC_OUT/units.txt"
+fi
+exit $rc
+EOF
+chmod +x "$WRAP.tmp" && mv "$WRAP.tmp" "$WRAP"
+
+make_project() { # NAME PKG CONFIGURE-ARGS...
+    local name="$1" pkg="$2"
+    shift 2
+    done_already "$name" && return 0
+    local dir out="$OUT/$name"
+    dir="$(fetch "$pkg")" || return 0
+    mkdir -p "$out/O0" "$out/O2"
+    : >"$out/failures.txt"
+    : >"$out/units.txt"
+    say "$name: configure"
+    # Configure afresh (an interrupted earlier run may have left objects,
+    # which make would not rebuild, so no IR would be emitted for them).
+    (cd "$dir" && [ ! -f Makefile ] || make -k distclean </dev/null >/dev/null 2>&1) || true
+    {
+        # Debian's patches leave autotools inputs newer than their outputs,
+        # and make would then want automake: order the timestamps instead.
+        local now
+        now="$(date +%s)"
+        (cd "$dir" && find . -type f -exec touch -d "@$((now - 100))" {} + &&
+            find . -name aclocal.m4 -exec touch -d "@$((now - 50))" {} + &&
+            find . \( -name configure -o -name Makefile.in -o -name config.h.in -o -name '*.hin' \) -exec touch -d "@$((now - 10))" {} +)
+        if ! (cd "$dir" && CC="$CLANG" ./configure -q "$@" </dev/null >"$out/configure.log" 2>&1); then
+            say "$name: configure failed (see $out/configure.log)"
+        fi
+    }
+    say "$name: make -k (IR via wrapper)"
+    (cd "$dir" && IRCC_ROOT="$dir" IRCC_OUT="$out" make -k -j"$JOBS" CC="$WRAP" MAKEINFO=true </dev/null >"$out/make.log" 2>&1) || true
+    sort -u -o "$out/units.txt" "$out/units.txt"
+    finish "$name"
+}
+
+make_project gzip gzip --disable-dependency-tracking
+make_project xz xz-utils --disable-dependency-tracking --disable-doc --disable-nls
+make_project bc bc
+
+# cmake_project NAME PKG SUBDIR CMAKE-ARGS... : configured by cmake (in
+# SUBDIR of the source), built with make -k through the wrapper.
+cmake_project() {
+    local name="$1" pkg="$2" sub="$3"
+    shift 3
+    done_already "$name" && return 0
+    command -v cmake >/dev/null || { say "$name: cmake not installed (scripts/bootstrap.sh installs it), skipped"; return 0; }
+    local dir out="$OUT/$name"
+    dir="$(fetch "$pkg")" || return 0
+    mkdir -p "$out/O0" "$out/O2"
+    : >"$out/failures.txt"
+    : >"$out/units.txt"
+    say "$name: cmake"
+    rm -rf "$dir/programl-build"
+    if ! cmake -S "$dir/$sub" -B "$dir/programl-build" -DCMAKE_C_COMPILER="$WRAP" -DCMAKE_BUILD_TYPE=None "$@" \
+        </dev/null >"$out/configure.log" 2>&1; then
+        say "$name: cmake failed (see $out/configure.log)"
+    fi
+    say "$name: make -k (IR via wrapper)"
+    (IRCC_ROOT="$dir" IRCC_OUT="$out" make -k -j"$JOBS" -C "$dir/programl-build" </dev/null >"$out/make.log" 2>&1) || true
+    sort -u -o "$out/units.txt" "$out/units.txt"
+    finish "$name"
+}
+
+cmake_project expat expat expat -DEXPAT_BUILD_DOCS=OFF -DEXPAT_BUILD_FUZZERS=OFF
+
+# --- POJ-104 sample (C++, forced includes; C fallback) --------------------------
+poj_one() {
+    local out="$1" srcdir="$2" rel="$3"
+    local name="${rel//\//__}"
+    name="${name%.*}.ll"
+    [ -s "$out/O0/$name" ] && [ -s "$out/O2/$name" ] && return 0
+    local cxx=(-x c++ -std=gnu++98 -include cstdio -include cstdlib -include cstring -include cmath
+        -include cctype -include climits -include iostream -include iomanip -include algorithm
+        -include string -include vector)
+    local c=(-x c -std=gnu89 -include stdio.h -include stdlib.h -include string.h -include math.h
+        -include ctype.h -include limits.h)
+    local err lang flags ok opt
+    for lang in cxx-std cxx c; do
+        case "$lang" in
+            cxx-std) flags=("${cxx[@]}" -include "$PROGRAML_CACHE/poj104/using-std.h") ;;
+            cxx) flags=("${cxx[@]}") ;;
+            c) flags=("${c[@]}") ;;
+        esac
+        ok=1
+        for opt in O0 O2; do
+            if ! err="$(cd "$srcdir" && "$CLANG" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w "${flags[@]}" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
+                ok=0
+                break
+            fi
+        done
+        if [ "$ok" = 1 ]; then
+            mv "$out/O0/$name.tmp" "$out/O0/$name"
+            mv "$out/O2/$name.tmp" "$out/O2/$name"
+            [ "$lang" = c ] && echo "$rel" >>"$out/as-c.txt"
+            [ "$lang" = cxx ] && echo "$rel" >>"$out/without-using-std.txt"
+            return 0
+        fi
+        rm -f "$out/O0/$name.tmp" "$out/O2/$name.tmp"
+    done
+    printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 'error' || printf '%s' "$err" | head -n1)" >>"$out/failures.txt"
+}
+export -f poj_one
+
+if ! done_already poj104; then
+    if [ ! -f "$POJ_TAR" ]; then
+        say "poj104: $POJ_TAR not found, skipped"
+    else
+        if [ ! -d "$PROGRAML_CACHE/poj104/poj104" ]; then
+            say "poj104: unpacking $POJ_TAR"
+            mkdir -p "$PROGRAML_CACHE/poj104"
+            tar -xJf "$POJ_TAR" -C "$PROGRAML_CACHE/poj104"
+        fi
+        pdir="$PROGRAML_CACHE/poj104/poj104"
+        # Many programs use cin/cout without `using namespace std`.
+        printf 'using namespace std;\n' >"$PROGRAML_CACHE/poj104/using-std.h"
+        out="$OUT/poj104"
+        mkdir -p "$out/O0" "$out/O2"
+        : >"$out/failures.txt"
+        : >"$out/as-c.txt"
+        (cd "$pdir" && for c in $(ls | sort -n); do ls "$c" | sort -n | awk -v n="$POJ_PER_CLASS" -v c="$c" 'NR <= n { print c "/" $0 }'; done) >"$out/units.txt"
+        say "poj104: compiling $(wc -l <"$out/units.txt") programs (-O0, -O2)"
+        tr '\n' '\0' <"$out/units.txt" | xargs -0 -P "$JOBS" -I{} bash -c 'poj_one "$@"' _ "$out" "$pdir" {}
+        finish poj104
+        say "poj104: $(wc -l <"$out/as-c.txt") compiled as C after the C++ attempt failed"
+    fi
+fi
+
+# --- summary ---------------------------------------------------------------------
+{
+    printf 'project\tunits\tO0\tO2\tfailed\n'
+    for d in "$OUT"/*/; do
+        p="$(basename "$d")"
+        [ -f "$d/.done" ] || continue
+        # shellcheck disable=SC1090
+        eval "$(sed 's/ /;/g' "$d/.done")"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$p" "$units" "$o0" "$o2" "$failed"
+    done
+} >"$OUT/SUMMARY.tsv"
+column -t "$OUT/SUMMARY.tsv"
+total="$(find "$OUT" -name '*.ll' | wc -l)"
+say "total: $total IR files in $OUT"

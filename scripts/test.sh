@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The project's test command (README and CI):
+#
+#   bash scripts/test.sh
+#
+# 1. scripts/bootstrap.sh: packages, venv, reference binaries, release build;
+# 2. scripts/corpus-c.sh: the real-code IR corpus (cached; ~10 min the first
+#    time) for the conformance test;
+# 3. cargo test --workspace --release --no-fail-fast (unit, integration,
+#    conformance);
+# 4. llvm-tests/run.sh --release: the plugin's lit suite;
+# then one closing line `summary: N passed, N failed` over all suites.
+# Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+# shellcheck source=scripts/bootstrap.sh
+source "$root/scripts/bootstrap.sh" </dev/null || { echo "summary: 0 passed, 1 failed"; exit 1; }
+
+logs="$PROGRAML_CACHE/test-logs"
+mkdir -p "$logs"
+start=$SECONDS
+status=0
+passed=0
+failed=0
+step() { printf '\n[test] %s\n' "$*"; }
+
+step "corpus (scripts/corpus-c.sh)"
+if ! bash "$root/scripts/corpus-c.sh" </dev/null 2>&1 | tail -n 3; then
+    echo "[test] corpus build failed: the conformance test will say what is missing"
+fi
+
+step "cargo test --workspace --release --no-fail-fast"
+export PROGRAML_CONFORMANCE_REPORT="$logs/conformance.txt"
+rm -f "$PROGRAML_CONFORMANCE_REPORT"
+cargo test --workspace --release --no-fail-fast </dev/null 2>&1 | tee "$logs/cargo-test.log"
+cargo_rc=${PIPESTATUS[0]}
+read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+    END { print p + 0, f + 0 }' "$logs/cargo-test.log")
+if [ "$cargo_rc" != 0 ] && [ "$f" = 0 ]; then
+    f=1 # a build error or a crashed test binary: no "test result" line counted it
+fi
+passed=$((passed + p))
+failed=$((failed + f))
+[ "$cargo_rc" = 0 ] || status=1
+echo "[test] cargo: $p passed, $f failed (exit $cargo_rc)"
+if [ -f "$PROGRAML_CONFORMANCE_REPORT" ]; then
+    echo "[test] conformance with ProGraML 0.3.2 (details: $PROGRAML_CONFORMANCE_REPORT):"
+    grep -E 'files match llvm2graph-10|FIXME|not explained' "$PROGRAML_CONFORMANCE_REPORT" | sed 's/^/[test]   /'
+fi
+
+step "lit (llvm-tests/run.sh --release)"
+bash "$root/llvm-tests/run.sh" --release </dev/null 2>&1 | tee "$logs/lit.log"
+lit_rc=${PIPESTATUS[0]}
+read -r p f < <(awk '
+    /^ *(Passed|Expectedly Failed|Unsupported) *:/ { split($0, a, ":"); n = a[2] + 0; p += n }
+    /^ *(Failed|Unexpectedly Passed|Unresolved|Timed Out) *:/ { split($0, a, ":"); n = a[2] + 0; f += n }
+    END { print p + 0, f + 0 }' "$logs/lit.log")
+if [ "$lit_rc" != 0 ] && [ "$f" = 0 ]; then
+    f=1
+fi
+passed=$((passed + p))
+failed=$((failed + f))
+[ "$lit_rc" = 0 ] || status=1
+echo "[test] lit: $p passed, $f failed (exit $lit_rc)"
+
+echo "[test] finished in $((SECONDS - start)) s"
+echo "summary: $passed passed, $failed failed"
+exit "$status"
