@@ -6,7 +6,7 @@
 //! PROGRAML_BENCH_FILES=300 cargo bench --bench construction   # fixed sample
 //! ```
 //!
-//! Needs the corpus (`bash scripts/corpus-c.sh`) and the reference binaries
+//! Needs the corpus (`bash scripts/corpus.sh`) and the reference binaries
 //! (`bash scripts/bootstrap.sh`). Every corpus file is rewritten for LLVM 10
 //! (`oracle::rewrite_for_llvm10`) into a temporary directory, which
 //! `llvm2graph-10` reads; our tools read the same rewrite with the typed
@@ -80,7 +80,7 @@ fn main() {
     let corpus = std::env::var_os("PROGRAML_CORPUS").map(PathBuf::from).unwrap_or_else(|| oracle::cache_dir().join("corpus"));
     let mut files = corpus_files(&corpus);
     if files.is_empty() {
-        eprintln!("no IR corpus in {}: run `bash scripts/corpus-c.sh` first", corpus.display());
+        eprintln!("no IR corpus in {}: run `bash scripts/corpus.sh` first", corpus.display());
         std::process::exit(2);
     }
     if let Some(n) = std::env::var("PROGRAML_BENCH_FILES").ok().and_then(|v| v.parse::<usize>().ok()) {
@@ -294,7 +294,7 @@ fn main() {
     }
     println!("paper's figure: 10.72 ms per file (mean construction time)");
     println!(
-        "reproduce: bash scripts/bootstrap.sh && bash scripts/corpus-c.sh && {}cargo bench --bench construction",
+        "reproduce: bash scripts/bootstrap.sh && bash scripts/corpus.sh && {}cargo bench --bench construction",
         std::env::var("PROGRAML_BENCH_FILES").map(|v| format!("PROGRAML_BENCH_FILES={v} ")).unwrap_or_default()
     );
 }

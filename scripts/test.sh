@@ -4,7 +4,7 @@
 #   bash scripts/test.sh
 #
 # 1. scripts/bootstrap.sh: packages, venv, reference binaries, release build;
-# 2. scripts/corpus-c.sh: the real-code IR corpus (cached; ~10 min the first
+# 2. scripts/corpus.sh: the real-code IR corpus (cached; ~10 min the first
 #    time) for the conformance test;
 # 3. cargo test --workspace --release --no-fail-fast (unit, integration,
 #    conformance);
@@ -26,8 +26,8 @@ passed=0
 failed=0
 step() { printf '\n[test] %s\n' "$*"; }
 
-step "corpus (scripts/corpus-c.sh)"
-if ! bash "$root/scripts/corpus-c.sh" </dev/null 2>&1 | tail -n 3; then
+step "corpus (scripts/corpus.sh)"
+if ! bash "$root/scripts/corpus.sh" </dev/null 2>&1 | tail -n 3; then
     echo "[test] corpus build failed: the conformance test will say what is missing"
 fi
 

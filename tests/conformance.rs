@@ -7,7 +7,7 @@
 //! clang-16, then `oracle::rewrite_for_llvm10`):
 //! - the C programs bundled in `tests/data/conformance/`, at -O0 and -O2;
 //! - a fixed sample of 150 files of the real-code corpus built by
-//!   `scripts/corpus-c.sh` (under `$PROGRAML_CACHE/corpus`), or all of it
+//!   `scripts/corpus.sh` (under `$PROGRAML_CACHE/corpus`), or all of it
 //!   with `PROGRAML_CONFORMANCE_ALL=1`.
 //!
 //! Both need the reference binaries (`bash scripts/bootstrap.sh` installs
@@ -290,7 +290,7 @@ fn corpus_matches_reference() {
     }
     let dir = corpus_dir();
     let files = corpus_files(&dir);
-    assert!(!files.is_empty(), "no IR corpus in {}: build it with `bash scripts/corpus-c.sh` (scripts/test.sh does)", dir.display());
+    assert!(!files.is_empty(), "no IR corpus in {}: build it with `bash scripts/corpus.sh` (scripts/test.sh does)", dir.display());
     let all = std::env::var("PROGRAML_CONFORMANCE_ALL").is_ok_and(|v| v == "1");
     let chosen = if all { files.clone() } else { fixed_sample(&files, SAMPLE) };
     let title = if all {
@@ -307,7 +307,7 @@ fn rewrite_keeps_strings_and_is_idempotent_on_corpus_sample() {
     // The rewrite must never change quoted strings, and a second pass must
     // change nothing. Checked on a sample of the corpus.
     let files = fixed_sample(&corpus_files(&corpus_dir()), 40);
-    assert!(!files.is_empty(), "no IR corpus in {}: run `bash scripts/corpus-c.sh`", corpus_dir().display());
+    assert!(!files.is_empty(), "no IR corpus in {}: run `bash scripts/corpus.sh`", corpus_dir().display());
     for path in &files {
         let ir = std::fs::read_to_string(path).unwrap();
         let once = oracle::rewrite_for_llvm10(&ir);

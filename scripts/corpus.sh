@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Builds the real-code LLVM IR corpus used by tests/conformance.rs and
-# benches/construction.rs.
+# Builds real-code LLVM IR corpora: the typed-pointer -O0/-O2 one that
+# tests/conformance.rs and benches/construction.rs use (the default), and the
+# opaque-pointer -O0..-O3 one that DeepDataFlow datasets are built from.
 #
-#   bash scripts/corpus-c.sh [OUT]        # OUT defaults to $PROGRAML_CACHE/corpus
+#   bash scripts/corpus.sh [--opaque] [--levels "O0 O1 O2 O3"] [OUT]
+#
+#   default:  typed pointers, -O0 -O2, OUT = $PROGRAML_CACHE/corpus
+#   --opaque: opaque pointers (LLVM 16's default), OUT defaults to
+#             $PROGRAML_CACHE/corpus-opaque-<levels>
 #
 # Sources: Debian bookworm source packages (`apt-get source`, after adding a
 # deb-src entry for the mirror already configured) of small-to-medium C
 # projects, plus a fixed sample of POJ-104 programs from
 # shared/datasets/poj104. Every C translation unit is compiled with
-#   clang-16 -Xclang -no-opaque-pointers -S -emit-llvm (no -g) at -O0 and -O2
-# into OUT/<project>/O0/*.ll and OUT/<project>/O2/*.ll (typed pointers, as
-# LLVM 16 prints them: tests rewrite them for LLVM 10 with
-# programl::oracle::rewrite_for_llvm10).
+#   clang-16 [-Xclang -no-opaque-pointers] -S -emit-llvm (no -g) -O<level>
+# into OUT/<project>/<level>/*.ll (typed pointers as LLVM 16 prints them:
+# tests rewrite them for LLVM 10 with programl::oracle::rewrite_for_llvm10).
 #
 # Projects that compile translation unit by translation unit are given -I/-D
 # flags (zlib, bzip2, lua5.4, lz4, zstd, mbedtls, libwebp, brotli, libdeflate,
@@ -29,7 +33,32 @@
 set -euo pipefail
 
 export PROGRAML_CACHE="${PROGRAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/programl-rs}"
-OUT="$(mkdir -p "${1:-$PROGRAML_CACHE/corpus}" && cd "${1:-$PROGRAML_CACHE/corpus}" && pwd)"
+pointers=typed
+export CORPUS_LEVELS="O0 O2"
+out_arg=""
+while (($#)); do
+    case "$1" in
+        --opaque) pointers=opaque ;;
+        --typed) pointers=typed ;;
+        --levels) CORPUS_LEVELS="$2"; shift ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        -*) echo "corpus.sh: unknown option $1" >&2; exit 2 ;;
+        *) out_arg="$1" ;;
+    esac
+    shift
+done
+for l in $CORPUS_LEVELS; do
+    case "$l" in O0|O1|O2|O3|Os|Oz) ;; *) echo "corpus.sh: bad level '$l' (O0 O1 O2 O3 Os Oz)" >&2; exit 2 ;; esac
+done
+if [ "$pointers" = typed ]; then
+    export CORPUS_POINTER_FLAGS="-Xclang -no-opaque-pointers"
+    default_out="$PROGRAML_CACHE/corpus"
+    [ "$CORPUS_LEVELS" = "O0 O2" ] || default_out="$PROGRAML_CACHE/corpus-typed-${CORPUS_LEVELS// /-}"
+else
+    export CORPUS_POINTER_FLAGS=""
+    default_out="$PROGRAML_CACHE/corpus-opaque-${CORPUS_LEVELS// /-}"
+fi
+OUT="$(mkdir -p "${out_arg:-$default_out}" && cd "${out_arg:-$default_out}" && pwd)"
 SRC="$PROGRAML_CACHE/corpus-src"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 POJ_TAR="${POJ104_TAR:-$ROOT/../shared/datasets/poj104/poj104.tar.xz}"
@@ -63,7 +92,7 @@ ensure_deb_src() {
         uri="${uri:-http://deb.debian.org/debian}"
         say "adding deb-src entry ($uri bookworm) to $DEBSRC"
         cat >"$DEBSRC" <<EOF
-# Added by programl-rs scripts/corpus-c.sh: Debian sources for the IR corpus.
+# Added by programl-rs scripts/corpus.sh: Debian sources for the IR corpus.
 Types: deb-src
 URIs: $uri
 Suites: bookworm
@@ -91,18 +120,25 @@ fetch() {
     printf '%s\n' "$dir"
 }
 
+# levels_done OUTDIR NAME: the unit's IR exists at every level.
+levels_done() {
+    local l
+    for l in $CORPUS_LEVELS; do [ -s "$1/$l/$2" ] || return 1; done
+}
+export -f levels_done
+
 # --- compiling one unit ----------------------------------------------------
-# compile_one PROJECT_OUT SRCDIR RELPATH LANGFLAGS... : writes O0 and O2 IR,
+# compile_one PROJECT_OUT SRCDIR RELPATH LANGFLAGS... : writes IR per level,
 # appends "RELPATH: first error line" to failures.txt on failure.
 compile_one() {
     local out="$1" srcdir="$2" rel="$3"
     shift 3
     local name="${rel//\//__}"
     name="${name%.*}.ll"
-    [ -s "$out/O0/$name" ] && [ -s "$out/O2/$name" ] && return 0
+    levels_done "$out" "$name" && return 0
     local err
-    for opt in O0 O2; do
-        if ! err="$(cd "$srcdir" && "$CLANG" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w "$@" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
+    for opt in $CORPUS_LEVELS; do
+        if ! err="$(cd "$srcdir" && "$CLANG" $CORPUS_POINTER_FLAGS -S -emit-llvm "-$opt" -w "$@" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
             rm -f "$out/$opt/$name.tmp"
             printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 'error' || printf '%s' "$err" | head -n1)" >>"$out/failures.txt"
             return 0
@@ -121,12 +157,12 @@ run_units() {
     while [ "$1" != -- ]; do flags+=("$1"); shift; done
     shift
     local out="$OUT/$project"
-    mkdir -p "$out/O0" "$out/O2"
+    for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
     : >"$out/failures.txt"
     printf '%s\n' "$@" | sort | awk -v n="$MAX_TUS" 'NR <= n' >"$out/units.txt"
     local n
     n="$(wc -l <"$out/units.txt")"
-    say "$project: compiling $n units (-O0, -O2)"
+    say "$project: compiling $n units ($CORPUS_LEVELS)"
     tr '\n' '\0' <"$out/units.txt" |
         xargs -0 -P "$JOBS" -I{} bash -c 'compile_one "$@"' _ "$out" "$srcdir" {} "${flags[@]}"
     finish "$project"
@@ -134,13 +170,13 @@ run_units() {
 
 finish() {
     local project="$1" out="$OUT/$1"
-    local units o0 o2 failed
+    local units failed files l per=""
     units="$(wc -l <"$out/units.txt")"
-    o0="$(find "$out/O0" -name '*.ll' | wc -l)"
-    o2="$(find "$out/O2" -name '*.ll' | wc -l)"
+    files="$(find "$out" -name '*.ll' | wc -l)"
+    for l in $CORPUS_LEVELS; do per="$per $l=$(find "$out/$l" -name '*.ll' | wc -l)"; done
     failed="$(cut -d' ' -f1 "$out/failures.txt" | sort -u | wc -l)"
-    printf 'units=%s o0=%s o2=%s failed=%s\n' "$units" "$o0" "$o2" "$failed" >"$out/.done"
-    say "$project: $units units, $o0 O0 + $o2 O2 IR files, $failed failed"
+    printf 'units=%s files=%s failed=%s\n' "$units" "$files" "$failed" >"$out/.done"
+    say "$project: $units units, $files IR files ($per ), $failed failed"
 }
 
 done_already() { [ -f "$OUT/$1/.done" ] && say "$1: cached ($(cat "$OUT/$1/.done"))"; }
@@ -188,7 +224,7 @@ tu_project libuv libuv1 : 'src/*.c src/unix/*.c test/*.c' \
 WRAP="$SRC/ircc"
 cat >"$WRAP.tmp" <<'EOF'
 #!/usr/bin/env bash
-# CC wrapper: the real compile, then the same unit as LLVM IR at -O0 and -O2.
+# CC wrapper: the real compile, then the same unit as LLVM IR at each level.
 "$CLANG" "$@"
 rc=$?
 compile=0 src="" args=()
@@ -206,8 +242,8 @@ if [ -n "${IRCC_OUT:-}" ] && [ "$compile" = 1 ] && [ -n "$src" ] && [ "$rc" = 0 
     abs="$(realpath "$src")"
     rel="${abs#"$IRCC_ROOT"/}"
     name="${rel//\//__}"; name="${name%.c}.ll"
-    for opt in O0 O2; do
-        if ! err="$("$CLANG" "${args[@]}" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w -o "$IRCC_OUT/$opt/$name" 2>&1)"; then
+    for opt in $CORPUS_LEVELS; do
+        if ! err="$("$CLANG" "${args[@]}" $CORPUS_POINTER_FLAGS -S -emit-llvm "-$opt" -w -o "$IRCC_OUT/$opt/$name" 2>&1)"; then
             printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 error)" >>"$IRCC_OUT/failures.txt"
             rm -f "$IRCC_OUT/$opt/$name"
             break
@@ -225,7 +261,7 @@ make_project() { # NAME PKG CONFIGURE-ARGS...
     done_already "$name" && return 0
     local dir out="$OUT/$name"
     dir="$(fetch "$pkg")" || return 0
-    mkdir -p "$out/O0" "$out/O2"
+    for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
     : >"$out/failures.txt"
     : >"$out/units.txt"
     say "$name: configure"
@@ -263,7 +299,7 @@ cmake_project() {
     command -v cmake >/dev/null || { say "$name: cmake not installed (scripts/bootstrap.sh installs it), skipped"; return 0; }
     local dir out="$OUT/$name"
     dir="$(fetch "$pkg")" || return 0
-    mkdir -p "$out/O0" "$out/O2"
+    for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
     : >"$out/failures.txt"
     : >"$out/units.txt"
     say "$name: cmake"
@@ -285,7 +321,7 @@ poj_one() {
     local out="$1" srcdir="$2" rel="$3"
     local name="${rel//\//__}"
     name="${name%.*}.ll"
-    [ -s "$out/O0/$name" ] && [ -s "$out/O2/$name" ] && return 0
+    levels_done "$out" "$name" && return 0
     local cxx=(-x c++ -std=gnu++98 -include cstdio -include cstdlib -include cstring -include cmath
         -include cctype -include climits -include iostream -include iomanip -include algorithm
         -include string -include vector)
@@ -299,20 +335,19 @@ poj_one() {
             c) flags=("${c[@]}") ;;
         esac
         ok=1
-        for opt in O0 O2; do
-            if ! err="$(cd "$srcdir" && "$CLANG" -Xclang -no-opaque-pointers -S -emit-llvm "-$opt" -w "${flags[@]}" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
+        for opt in $CORPUS_LEVELS; do
+            if ! err="$(cd "$srcdir" && "$CLANG" $CORPUS_POINTER_FLAGS -S -emit-llvm "-$opt" -w "${flags[@]}" "$rel" -o "$out/$opt/$name.tmp" 2>&1)"; then
                 ok=0
                 break
             fi
         done
         if [ "$ok" = 1 ]; then
-            mv "$out/O0/$name.tmp" "$out/O0/$name"
-            mv "$out/O2/$name.tmp" "$out/O2/$name"
+            for opt in $CORPUS_LEVELS; do mv "$out/$opt/$name.tmp" "$out/$opt/$name"; done
             [ "$lang" = c ] && echo "$rel" >>"$out/as-c.txt"
             [ "$lang" = cxx ] && echo "$rel" >>"$out/without-using-std.txt"
             return 0
         fi
-        rm -f "$out/O0/$name.tmp" "$out/O2/$name.tmp"
+        for opt in $CORPUS_LEVELS; do rm -f "$out/$opt/$name.tmp"; done
     done
     printf '%s [%s]: %s\n' "$rel" "$opt" "$(printf '%s' "$err" | grep -m1 'error' || printf '%s' "$err" | head -n1)" >>"$out/failures.txt"
 }
@@ -331,11 +366,11 @@ if ! done_already poj104; then
         # Many programs use cin/cout without `using namespace std`.
         printf 'using namespace std;\n' >"$PROGRAML_CACHE/poj104/using-std.h"
         out="$OUT/poj104"
-        mkdir -p "$out/O0" "$out/O2"
+        for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
         : >"$out/failures.txt"
         : >"$out/as-c.txt"
         (cd "$pdir" && for c in $(ls | sort -n); do ls "$c" | sort -n | awk -v n="$POJ_PER_CLASS" -v c="$c" 'NR <= n { print c "/" $0 }'; done) >"$out/units.txt"
-        say "poj104: compiling $(wc -l <"$out/units.txt") programs (-O0, -O2)"
+        say "poj104: compiling $(wc -l <"$out/units.txt") programs ($CORPUS_LEVELS)"
         tr '\n' '\0' <"$out/units.txt" | xargs -0 -P "$JOBS" -I{} bash -c 'poj_one "$@"' _ "$out" "$pdir" {}
         finish poj104
         say "poj104: $(wc -l <"$out/as-c.txt") compiled as C after the C++ attempt failed"
@@ -344,13 +379,15 @@ fi
 
 # --- summary ---------------------------------------------------------------------
 {
-    printf 'project\tunits\tO0\tO2\tfailed\n'
+    printf 'project\tunits\tfiles\tfailed\n'
     for d in "$OUT"/*/; do
         p="$(basename "$d")"
         [ -f "$d/.done" ] || continue
+        units="" files="" failed="" o0=0 o2=0
         # shellcheck disable=SC1090
         eval "$(sed 's/ /;/g' "$d/.done")"
-        printf '%s\t%s\t%s\t%s\t%s\n' "$p" "$units" "$o0" "$o2" "$failed"
+        files="${files:-$((o0 + o2))}" # markers written before per-level counts
+        printf '%s\t%s\t%s\t%s\n' "$p" "$units" "$files" "$failed"
     done
 } >"$OUT/SUMMARY.tsv"
 column -t "$OUT/SUMMARY.tsv"
