@@ -33,21 +33,7 @@ use programl::builder::{build, BuildOptions, Mode};
 use programl::oracle::{self, Oracle, Rewrite};
 
 fn corpus_files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "ll") {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(dir, &mut files);
-    files.sort();
-    files
+    programl::ir::find_ir_files(dir).unwrap_or_default()
 }
 
 fn median(times: &mut [Duration]) -> Duration {

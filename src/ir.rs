@@ -12,6 +12,33 @@ use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 
+/// Whether a path names an IR file by its extension (`.ll` or `.bc`).
+pub fn is_ir_file(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("ll" | "bc"))
+}
+
+/// The `.ll` and `.bc` files under `dir`, recursively, sorted. Symbolic links
+/// to files are followed, to directories not (no cycles). An unreadable
+/// directory is an error naming it.
+pub fn find_ir_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: cannot list directory: {e}", d.display()));
+        for entry in std::fs::read_dir(&d).map_err(named)? {
+            let entry = entry.map_err(named)?;
+            let path = entry.path();
+            if entry.file_type().map_err(named)?.is_dir() {
+                stack.push(path);
+            } else if is_ir_file(&path) && path.is_file() {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// Why a file could not be read as an LLVM module.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

@@ -1072,18 +1072,6 @@ fn corpus_dir() -> PathBuf {
     cache.join("corpus")
 }
 
-fn list_ll(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            list_ll(&p, out);
-        } else if p.extension().is_some_and(|x| x == "ll") {
-            out.push(p);
-        }
-    }
-}
-
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
@@ -1125,8 +1113,7 @@ fn real_files() -> &'static [RealFile] {
             let want = env_usize("PROGRAML_ANALYSIS_CORPUS_FILES", 100);
             let max_bytes = env_usize("PROGRAML_ANALYSIS_CORPUS_MAX_BYTES", 400_000) as u64;
             let root = corpus_dir();
-            let mut corpus = Vec::new();
-            list_ll(&root, &mut corpus);
+            let mut corpus = programl::ir::find_ir_files(&root).unwrap_or_default();
             corpus.retain(|p| std::fs::metadata(p).is_ok_and(|m| m.len() <= max_bytes));
             corpus.sort_by_key(|p| (fnv(&p.to_string_lossy()), p.clone()));
             let (mut taken, mut skipped) = (0, 0);

@@ -214,21 +214,7 @@ fn corpus_dir() -> PathBuf {
 }
 
 fn corpus_files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "ll") {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(dir, &mut files);
-    files.sort();
-    files
+    programl::ir::find_ir_files(dir).unwrap_or_default()
 }
 
 /// `n` files spread evenly over the sorted list: the same sample on every

@@ -185,27 +185,15 @@ fn lock(dir: &Path) -> Result<std::fs::File, DatasetError> {
 /// The `.ll` and `.bc` files under `dir`, sorted by relative path. Symbolic
 /// links to files are followed, to directories not (no cycles).
 fn collect_inputs(dir: &Path) -> Result<Vec<Input>, DatasetError> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).map_err(DatasetError::io(&d))? {
-            let entry = entry.map_err(DatasetError::io(&d))?;
-            let path = entry.path();
-            let ty = entry.file_type().map_err(DatasetError::io(&path))?;
-            if ty.is_dir() {
-                stack.push(path);
-            } else if matches!(path.extension().and_then(|e| e.to_str()), Some("ll" | "bc")) && path.is_file() {
-                let relative = path
-                    .strip_prefix(dir)
-                    .unwrap_or(&path)
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join("/");
-                found.push(Input { path, relative });
-            }
-        }
-    }
+    let files = crate::ir::find_ir_files(dir).map_err(DatasetError::io(dir))?;
+    let mut found: Vec<Input> = files
+        .into_iter()
+        .map(|path| {
+            let relative =
+                path.strip_prefix(dir).unwrap_or(&path).components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
+            Input { path, relative }
+        })
+        .collect();
     found.sort_by(|a, b| a.relative.cmp(&b.relative));
     found.dedup_by(|a, b| a.relative == b.relative);
     Ok(found)

@@ -116,28 +116,11 @@ struct Job {
     relative: PathBuf,
 }
 
-fn is_ir(path: &Path) -> bool {
-    matches!(path.extension().and_then(|e| e.to_str()), Some("ll" | "bc"))
-}
-
 fn collect_inputs(args: &[PathBuf]) -> Result<Vec<Job>> {
     let mut jobs = Vec::new();
     for arg in args {
         if arg.is_dir() {
-            let mut stack = vec![arg.clone()];
-            let mut found = Vec::new();
-            while let Some(dir) = stack.pop() {
-                let entries = std::fs::read_dir(&dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
-                for entry in entries {
-                    let path = entry.with_context(|| format!("{}: cannot list directory", dir.display()))?.path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if is_ir(&path) {
-                        found.push(path);
-                    }
-                }
-            }
-            found.sort();
+            let found = programl::ir::find_ir_files(arg)?;
             for input in found {
                 let relative = input.strip_prefix(arg).unwrap_or(&input).to_path_buf();
                 jobs.push(Job { input, relative });
