@@ -119,28 +119,9 @@ fn assert_same(label: &str, a: &ProgramGraph, b: &ProgramGraph) {
     assert_eq!(a.modules, b.modules, "{label}: modules");
 }
 
-/// The directory of the upstream binaries; panics with the fix if missing.
-fn oracle_bin(tool: &str) -> PathBuf {
-    let dir = match std::env::var_os("PROGRAML_ORACLE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let cache = std::env::var_os("PROGRAML_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-                std::env::var_os("XDG_CACHE_HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".cache"))
-                    .join("programl-rs")
-            });
-            cache.join("oracle/programl-0.3.2.data/purelib/programl/bin")
-        }
-    };
-    let bin = dir.join(tool);
-    assert!(
-        bin.is_file(),
-        "the reference tool {} is missing: run scripts/bootstrap.sh (or set PROGRAML_ORACLE_DIR \
-         to the bin/ directory of the unpacked programl 0.3.2 wheel)",
-        bin.display()
-    );
-    bin
+/// The upstream binaries; fails with the fix if they are missing.
+fn oracle() -> programl::oracle::Oracle {
+    programl::oracle::Oracle::locate().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `tool args < stdin` and returns its stdout.
@@ -178,7 +159,7 @@ fn formats_round_trip() {
 
 #[test]
 fn formats_graph2json_reads_our_pb() {
-    let graph2json = oracle_bin("graph2json");
+    let graph2json = oracle().graph2json();
     let dir = tempfile::tempdir().unwrap();
     for (label, g) in graphs(dir.path()) {
         let upstream = run(&graph2json, &["--stdin_fmt=pb"], &write(&g, Format::Pb));
@@ -208,35 +189,14 @@ fn formats_graph2json_reads_our_pb() {
     }
 }
 
-/// Rewrites clang 16's typed-pointer IR of the programs above so LLVM 10
-/// parses it (enough for these programs, not in general: see
-/// `programl::oracle`).
-fn llvm10_ir(ir: &str) -> String {
-    let mut out = String::new();
-    for line in ir.lines() {
-        if line.starts_with("attributes #") {
-            continue;
-        }
-        let words: Vec<&str> =
-            line.split(' ').filter(|w| !(w.len() > 1 && w.starts_with('#') && w[1..].chars().all(|c| c.is_ascii_digit()))).collect();
-        let mut line = words.join(" ").replace("poison", "undef");
-        for attribute in ["noundef", "mustprogress", "willreturn", "nofree", "nosync"] {
-            line = line.replace(&format!(" {attribute}"), "");
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
-}
-
 /// The upstream graphs of the programs above, as `llvm2graph-10` prints them
 /// by default (text) and with `--stdout_fmt=pb`.
 fn upstream_graphs(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    let llvm2graph = oracle_bin("llvm2graph-10");
+    let llvm2graph = oracle().llvm2graph();
     let mut all = Vec::new();
     for (name, source) in PROGRAMS {
         let typed = compile(dir, name, source, true);
-        let ir = llvm10_ir(&std::fs::read_to_string(&typed).unwrap());
+        let ir = programl::oracle::rewrite_for_llvm10(&std::fs::read_to_string(&typed).unwrap());
         let pbtxt = run(&llvm2graph, &[], ir.as_bytes());
         let pb = run(&llvm2graph, &["--stdout_fmt=pb"], ir.as_bytes());
         all.push((name.to_string(), pbtxt, pb));
@@ -249,7 +209,7 @@ fn upstream_graphs(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
 /// (its map order is unspecified, so compared through `graph2json`).
 #[test]
 fn formats_reproduce_llvm2graph_output() {
-    let graph2json = oracle_bin("graph2json");
+    let graph2json = oracle().graph2json();
     let dir = tempfile::tempdir().unwrap();
     for (name, pbtxt, pb) in upstream_graphs(dir.path()) {
         let from_text = read_graph(&pbtxt, Format::PbTxt).unwrap_or_else(|e| panic!("{name}: reading llvm2graph pbtxt: {e}"));
