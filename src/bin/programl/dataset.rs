@@ -23,7 +23,7 @@ pub enum DatasetCommand {
     /// missing. Failed inputs are recorded and reported, not retried.
     Build(BuildArgs),
     /// Print a dataset's example counts per task, split and subset, label
-    /// balance and histograms; optionally plot them as a PNG.
+    /// balance and histograms, and plot them as a PNG (DATA/stats.png).
     Stats(StatsArgs),
 }
 
@@ -55,9 +55,12 @@ pub struct BuildArgs {
 pub struct StatsArgs {
     /// Dataset directory.
     data: PathBuf,
-    /// Also draw the statistics into this PNG file.
-    #[arg(long)]
+    /// Where to draw the statistics as a PNG (default: DATA/stats.png).
+    #[arg(long, conflicts_with = "no_plot")]
     plot: Option<PathBuf>,
+    /// Print the statistics only.
+    #[arg(long)]
+    no_plot: bool,
     /// TrueType font for the plot's texts (default: $PROGRAML_FONT, then
     /// DejaVu Sans or Liberation Sans); `none` draws no text.
     #[arg(long)]
@@ -196,7 +199,8 @@ fn stats(args: &StatsArgs) -> Result<bool> {
     for f in dataset.failures() {
         writeln!(out, "failed input: {}", f.error.lines().next().unwrap_or(&f.error))?;
     }
-    if let Some(path) = &args.plot {
+    let plot = (!args.no_plot).then(|| args.plot.clone().unwrap_or_else(|| args.data.join("stats.png")));
+    if let Some(path) = &plot {
         let font = match args.font.as_deref() {
             None => PlotFont::Auto,
             Some(f) if f == Path::new("none") => PlotFont::None,
