@@ -22,15 +22,19 @@ plugin="$("$programl" plugin-path)" || exit 1
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-echo "[stress] generating $n llvm-stress-16 modules"
-mkdir -p "$work/stress"
-seq 0 $((n - 1)) | xargs -P "$(nproc)" -I{} sh -c \
-    'llvm-stress-16 -seed {} -size $((20 + ({} * 37) % 980)) -o '"$work"'/stress/s{}.ll'
+inputs=("${corpora[@]}")
+if [ "$n" -gt 0 ]; then
+    echo "[stress] generating $n llvm-stress-16 modules"
+    mkdir -p "$work/stress"
+    seq 0 $((n - 1)) | xargs -P "$(nproc)" -I{} sh -c \
+        'llvm-stress-16 -seed {} -size $((20 + ({} * 37) % 980)) -o '"$work"'/stress/s{}.ll'
+    inputs=("$work/stress" "${corpora[@]}")
+fi
 
 crashes=0
 # CLI: whole directories at once; a panic or signal shows as exit >1 or a
 # "panicked" line.
-for dir in "$work/stress" "${corpora[@]}"; do
+for dir in "${inputs[@]}"; do
     for mode in paper programl-0.3; do
         out="$work/out"
         rm -rf "$out"
@@ -62,7 +66,7 @@ pass_run() { # FILE MODE
 export -f pass_run
 export PLUGIN="$plugin" WORK="$work"
 mkdir -p "$work/pass"
-for dir in "$work/stress" "${corpora[@]}"; do
+for dir in "${inputs[@]}"; do
     for mode in paper programl-0.3; do
         find "$dir" -name '*.ll' | xargs -P "$(nproc)" -I{} bash -c 'pass_run "$@"' _ {} "$mode" >"$work/pass.log"
         ok=$(grep -c '^OK' "$work/pass.log" || true)
