@@ -32,10 +32,9 @@ echo "[demo] graph: ${graph#"$root"/}"
 "$programl" summary "$graph"
 
 if command -v dot >/dev/null; then
-    PROGRAML_GRAPH_DIR="$out" PROGRAML_GRAPH_FORMAT=dot \
-        clang-16 -O1 -fpass-plugin="$plugin" -c "$src" -o "$out/$name.o"
-    dotfile="$(ls -t "$out/$name".*dot | head -n1)"
+    dotfile="$out/$name.dot"
     svg="$out/$name.svg"
+    "$programl" convert --format dot -o "$dotfile" "$graph"
     dot -Tsvg "$dotfile" -o "$svg"
     echo "[demo] rendered ${svg#"$root"/} ($(wc -c <"$svg") bytes) from ${dotfile#"$root"/}"
 else

@@ -150,6 +150,14 @@ fn cli_single_input_goes_to_stdout_and_round_trips() {
     let summary = run(Command::new(env!("CARGO_BIN_EXE_programl")).arg("summary").arg(&pb));
     let text = String::from_utf8_lossy(&summary.stdout);
     assert!(text.contains(&format!("{} nodes", g.node_count())), "{text}");
+    // convert: pb -> json reads back to the same graph; a non-graph input
+    // is one error line and exit 1.
+    let json = run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["convert", "--format", "json"]).arg(&pb));
+    let back = read_graph(&json.stdout, Format::Json).unwrap();
+    assert_eq!((back.node_count(), back.edge_count()), (g.node_count(), g.edge_count()));
+    let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["convert", "--format", "dot"]).arg(&bc).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("list.bc: unknown graph format"));
     // Several inputs without -o is a usage error, not a guess.
     let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph"]).arg(&bc).arg(&pb).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

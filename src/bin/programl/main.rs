@@ -3,6 +3,7 @@
 //! ```text
 //! programl graph [--format pb|pbtxt|json|dot] [--compat programl-0.3] [-o OUT] FILES...
 //! programl summary GRAPH...
+//! programl convert --format FORMAT [-o OUT] GRAPH
 //! programl analyze --task TASK [--root N] FILE
 //! programl dataset build --ir DIR --out DATA | dataset stats DATA
 //! programl vocab build DATA
@@ -54,6 +55,17 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Convert a graph file (.pb, .pbtxt, .json) to another format; to
+    /// stdout unless -o is given.
+    Convert {
+        /// Output format.
+        #[arg(long, value_parser = parse_format)]
+        format: Format,
+        /// Output file.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        file: PathBuf,
+    },
     /// Print node and edge counts by type of graph files (.pb, .pbtxt, .json).
     Summary {
         #[arg(required = true)]
@@ -88,6 +100,7 @@ fn main() -> ExitCode {
             graph(&files, format, &BuildOptions { mode: compat.unwrap_or_default() }, output.as_deref(), jobs)
         }
         Command::Summary { files } => summary(&files),
+        Command::Convert { format, output, file } => convert(&file, format, output.as_deref()),
         Command::Analyze(args) => analyze::run(&args),
         Command::Dataset(command) => dataset::run_dataset(command),
         Command::Vocab(command) => dataset::run_vocab(command),
@@ -228,13 +241,35 @@ fn summary(files: &[PathBuf]) -> Result<bool> {
     Ok(ok)
 }
 
-fn summarize(path: &Path) -> Result<String> {
+/// Reads a graph file, its format named by its extension.
+fn read_graph_file(path: &Path) -> Result<programl::ProgramGraph> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let format = Format::parse(ext)
         .filter(|f| *f != Format::Dot)
         .with_context(|| format!("{}: unknown graph format (expected .pb, .pbtxt or .json)", path.display()))?;
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let g = programl::format::read_graph(&bytes, format).with_context(|| format!("{}: not a program graph", path.display()))?;
+    programl::format::read_graph(&bytes, format).with_context(|| format!("{}: not a program graph", path.display()))
+}
+
+fn convert(path: &Path, format: Format, output: Option<&Path>) -> Result<bool> {
+    let g = match read_graph_file(path) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("programl: {e:#}");
+            return Ok(false);
+        }
+    };
+    let mut bytes = Vec::new();
+    write_graph(&g, format, &mut bytes).with_context(|| format!("{}: writing {format}", path.display()))?;
+    match output {
+        Some(out) => write_atomically(out, &bytes).with_context(|| format!("{}: cannot write", out.display()))?,
+        None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+    }
+    Ok(true)
+}
+
+fn summarize(path: &Path) -> Result<String> {
+    let g = read_graph_file(path)?;
     let nodes = g.node_counts();
     let edges = g.edge_counts();
     let max_position = g.graph.edge_weights().map(|e| e.position).max().unwrap_or(0);
