@@ -158,6 +158,20 @@ fn cli_single_input_goes_to_stdout_and_round_trips() {
     let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["convert", "--format", "dot"]).arg(&bc).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("list.bc: unknown graph format"));
+    // --resume finishes an interrupted directory run: only missing graphs
+    // are built.
+    let inputs = dir.path().join("inputs");
+    std::fs::create_dir_all(&inputs).unwrap();
+    std::fs::copy(&bc, inputs.join("a.bc")).unwrap();
+    std::fs::copy(&bc, inputs.join("b.bc")).unwrap();
+    let graphs = dir.path().join("graphs");
+    run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o"]).arg(&graphs).arg(&inputs));
+    std::fs::remove_file(graphs.join("b.pb")).unwrap();
+    std::fs::write(graphs.join("a.pb"), b"kept").unwrap();
+    let out = run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "--resume", "-o"]).arg(&graphs).arg(&inputs));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 of 2 graphs were already written"));
+    assert_eq!(std::fs::read(graphs.join("a.pb")).unwrap(), b"kept");
+    assert_eq!(std::fs::read(graphs.join("b.pb")).unwrap(), std::fs::read(&pb).unwrap());
     // Several inputs without -o is a usage error, not a guess.
     let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph"]).arg(&bc).arg(&pb).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

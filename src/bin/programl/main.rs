@@ -39,22 +39,7 @@ enum Command {
     /// Build the program graph of each .ll/.bc file (directories are
     /// searched for them). One input without -o writes to stdout; several
     /// inputs need -o DIR, where outputs mirror the inputs' names.
-    Graph {
-        /// Output format.
-        #[arg(long, default_value = "pb", value_parser = parse_format)]
-        format: Format,
-        /// Reproduce another implementation's graphs: `programl-0.3`.
-        #[arg(long, value_parser = parse_mode)]
-        compat: Option<Mode>,
-        /// Output file (one input) or directory.
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Worker threads (default: all cores).
-        #[arg(short = 'j', long)]
-        jobs: Option<usize>,
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
+    Graph(GraphArgs),
     /// Convert a graph file (.pb, .pbtxt, .json) to another format; to
     /// stdout unless -o is given.
     Convert {
@@ -85,6 +70,30 @@ enum Command {
     PluginPath,
 }
 
+/// `programl graph`
+#[derive(clap::Args)]
+struct GraphArgs {
+    /// Output format.
+    #[arg(long, default_value = "pb", value_parser = parse_format)]
+    format: Format,
+    /// Reproduce another implementation's graphs: `programl-0.3`.
+    #[arg(long, value_parser = parse_mode)]
+    compat: Option<Mode>,
+    /// Output file (one input) or directory.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(short = 'j', long)]
+    jobs: Option<usize>,
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// With -o DIR: skip inputs whose graph is already there (outputs are
+    /// written atomically, so a present file is complete), to finish an
+    /// interrupted run.
+    #[arg(long)]
+    resume: bool,
+}
+
 fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).ok_or_else(|| format!("unknown format '{s}' (expected pb, pbtxt, json or dot)"))
 }
@@ -96,9 +105,7 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Graph { format, compat, output, jobs, files } => {
-            graph(&files, format, &BuildOptions { mode: compat.unwrap_or_default() }, output.as_deref(), jobs)
-        }
+        Command::Graph(args) => graph(&args),
         Command::Summary { files } => summary(&files),
         Command::Convert { format, output, file } => convert(&file, format, output.as_deref()),
         Command::Analyze(args) => analyze::run(&args),
@@ -166,7 +173,9 @@ fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8
     Ok(out)
 }
 
-fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Option<&Path>, jobs: Option<usize>) -> Result<bool> {
+fn graph(args: &GraphArgs) -> Result<bool> {
+    let (files, format, output, jobs) = (&args.files, args.format, args.output.as_deref(), args.jobs);
+    let options = &BuildOptions { mode: args.compat.unwrap_or_default() };
     let inputs = collect_inputs(files)?;
     if inputs.is_empty() {
         bail!("no .ll or .bc files in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" "));
@@ -206,10 +215,16 @@ fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Opti
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let failed = AtomicUsize::new(0);
+    let skipped = AtomicUsize::new(0);
     pool.install(|| {
         inputs.par_iter().for_each(|job| {
             let mut target = dir.join(&job.relative);
             target.set_extension(format.extension());
+            if args.resume && target.is_file() {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                bar.inc(1);
+                return;
+            }
             let result = render(&job.input, format, options)
                 .and_then(|bytes| write_atomically(&target, &bytes).with_context(|| format!("{}: cannot write", target.display())));
             if let Err(e) = result {
@@ -220,6 +235,10 @@ fn graph(files: &[PathBuf], format: Format, options: &BuildOptions, output: Opti
         })
     });
     bar.finish_and_clear();
+    let skipped = skipped.into_inner();
+    if skipped > 0 {
+        eprintln!("programl: {skipped} of {} graphs were already written (--resume)", inputs.len());
+    }
     let failed = failed.into_inner();
     if failed > 0 {
         eprintln!("programl: {failed} of {} files failed", inputs.len());
