@@ -393,8 +393,9 @@ impl Oracle {
     }
 }
 
-/// Runs `tool args` with `input` on stdin; returns stdout.
-fn pipe(tool: &Path, args: &[&str], input: &[u8]) -> Result<Vec<u8>, OracleError> {
+/// Runs `tool args` with `input` on stdin; returns stdout, or an error with
+/// the tool's exit status and stderr.
+pub fn pipe(tool: &Path, args: &[&str], input: &[u8]) -> Result<Vec<u8>, OracleError> {
     let name = tool.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut child = Command::new(tool)
         .args(args)

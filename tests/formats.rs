@@ -9,9 +9,8 @@
 //! `scripts/bootstrap.sh`); a missing tool fails the test rather than
 //! skipping it. `dot` (graphviz) is used when on PATH.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use petgraph::visit::EdgeRef;
 use programl::builder::{build, BuildOptions, Mode};
@@ -126,20 +125,7 @@ fn oracle() -> programl::oracle::Oracle {
 
 /// Runs `tool args < stdin` and returns its stdout.
 fn run(tool: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(tool)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e} (see scripts/bootstrap.sh)", tool.display()));
-    let mut input = child.stdin.take().unwrap();
-    let stdin = stdin.to_vec();
-    let feeder = std::thread::spawn(move || input.write_all(&stdin));
-    let out = child.wait_with_output().unwrap();
-    feeder.join().unwrap().unwrap();
-    assert!(out.status.success(), "{} {args:?} failed ({}): {}", tool.display(), out.status, String::from_utf8_lossy(&out.stderr));
-    out.stdout
+    programl::oracle::pipe(tool, args, stdin).unwrap_or_else(|e| panic!("{e} (see scripts/bootstrap.sh)"))
 }
 
 #[test]
