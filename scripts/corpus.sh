@@ -255,15 +255,21 @@ exit $rc
 EOF
 chmod +x "$WRAP.tmp" && mv "$WRAP.tmp" "$WRAP"
 
+# begin_project OUTDIR: level directories, empty failure and unit lists.
+begin_project() {
+    local l
+    for l in $CORPUS_LEVELS; do mkdir -p "$1/$l"; done
+    : >"$1/failures.txt"
+    : >"$1/units.txt"
+}
+
 make_project() { # NAME PKG CONFIGURE-ARGS...
     local name="$1" pkg="$2"
     shift 2
     done_already "$name" && return 0
     local dir out="$OUT/$name"
     dir="$(fetch "$pkg")" || return 0
-    for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
-    : >"$out/failures.txt"
-    : >"$out/units.txt"
+    begin_project "$out"
     say "$name: configure"
     # Configure afresh (an interrupted earlier run may have left objects,
     # which make would not rebuild, so no IR would be emitted for them).
@@ -299,9 +305,7 @@ cmake_project() {
     command -v cmake >/dev/null || { say "$name: cmake not installed (scripts/bootstrap.sh installs it), skipped"; return 0; }
     local dir out="$OUT/$name"
     dir="$(fetch "$pkg")" || return 0
-    for l in $CORPUS_LEVELS; do mkdir -p "$out/$l"; done
-    : >"$out/failures.txt"
-    : >"$out/units.txt"
+    begin_project "$out"
     say "$name: cmake"
     rm -rf "$dir/programl-build"
     if ! cmake -S "$dir/$sub" -B "$dir/programl-build" -DCMAKE_C_COMPILER="$WRAP" -DCMAKE_BUILD_TYPE=None "$@" \

@@ -417,16 +417,7 @@ mod plot {
         let mut chart = builder(area, caption, text).build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..peak * 1.1).map_err(err)?;
         if text {
             let labels: Vec<String> = span.clone().map(|i| h.short_label(i)).collect();
-            mesh(&mut chart)
-                .disable_x_mesh()
-                .x_labels(n)
-                .x_label_formatter(&|x| label_at(&labels, *x))
-                .y_label_formatter(&|y| format!("{y:.0}"))
-                .x_label_style(("sans-serif", if n > 10 { 12 } else { 15 }))
-                .x_desc(unit)
-                .y_desc("graphs")
-                .draw()
-                .map_err(err)?;
+            bucket_axes(&mut chart, &labels, unit, "graphs")?;
         }
         chart
             .draw_series(
@@ -448,6 +439,21 @@ mod plot {
         let mut m = chart.configure_mesh();
         m.label_style(("sans-serif", 15)).axis_desc_style(("sans-serif", 16)).light_line_style(WHITE);
         m
+    }
+
+    /// Axes of a panel whose x positions are histogram buckets.
+    fn bucket_axes(chart: &mut Chart<'_, '_>, labels: &[String], x_desc: &str, y_desc: &str) -> R {
+        let n = labels.len();
+        mesh(chart)
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|x| label_at(labels, *x))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_label_style(("sans-serif", if n > 10 { 12 } else { 15 }))
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)
     }
 
     fn label_at(labels: &[String], x: f64) -> String {
@@ -477,16 +483,7 @@ mod plot {
             .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..100f64)
             .map_err(err)?;
         if text {
-            mesh(&mut chart)
-                .disable_x_mesh()
-                .x_labels(n)
-                .x_label_formatter(&|x| label_at(&labels, *x))
-                .y_label_formatter(&|y| format!("{y:.0}"))
-                .x_label_style(("sans-serif", if n > 10 { 12 } else { 15 }))
-                .x_desc("steps")
-                .y_desc("% of the task's examples")
-                .draw()
-                .map_err(err)?;
+            bucket_axes(&mut chart, &labels, "steps", "% of the task's examples")?;
         }
         for (k, task) in Task::ALL.into_iter().enumerate() {
             let Some(h) = stats.steps.get(&task).filter(|h| h.n > 0) else { continue };
