@@ -15,6 +15,9 @@ use std::process::Command;
 
 const VERSIONS: [u32; 5] = [14, 15, 16, 17, 18];
 
+/// The protobuf schema, generated into `$OUT_DIR/proto` (one module each).
+const PROTOS: [&str; 3] = ["proto/features.proto", "proto/program_graph.proto", "proto/program_graph_features.proto"];
+
 fn main() {
     let major = selected_llvm_major();
     let config = llvm_config(major);
@@ -52,12 +55,10 @@ fn main() {
 
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap()).join("proto");
     std::fs::create_dir_all(&out_dir).unwrap();
-    protobuf_codegen::Codegen::new()
-        .pure()
-        .include("proto")
-        .inputs(["proto/program_graph.proto", "proto/features.proto"])
-        .out_dir(&out_dir)
-        .run_from_script();
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    protobuf_codegen::Codegen::new().pure().include("proto").inputs(PROTOS).out_dir(&out_dir).run_from_script();
 }
 
 fn selected_llvm_major() -> u32 {

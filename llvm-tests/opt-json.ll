@@ -11,7 +11,8 @@
 ; NAME: {{^}}max.{{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}}.{{[0-9]+}}.json{{$}}
 
 ; Raw node-link JSON, as upstream graph2json writes it.
-; JSON: {"directed":true,"multigraph":true,"graph":{"function":[{"name":"max","module":0}],"module":[{"name":"max.c"
+; The default mode records each function's entry instruction (node 3).
+; JSON: {"directed":true,"multigraph":true,"graph":{"function":[{"name":"max","module":0,"features":{"entry_node":[3]}}],"module":[{"name":"max.c"
 ; JSON-SAME: "nodes":[{"id":0,"type":0,"text":"[external]"
 ; JSON-SAME: "text":"icmp"
 ; JSON-SAME: "text":"br","function":0,"block":0,"features":{"full_text":["br i1 %c, label %then, label %else"]}

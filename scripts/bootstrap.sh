@@ -10,7 +10,7 @@
 #   1. Debian packages (apt-get, only the missing ones): LLVM 16 + clang 16,
 #      graphviz, libtinfo5 (for the reference binaries), cmake, hyperfine.
 #   2. The cache dir  PROGRAML_CACHE=${PROGRAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/programl-rs}
-#      with  venv/    python venv with torch==2.13.0 and lit (project .venv links here)
+#      with  venv/    python venv with torch==2.13.0, lit and protobuf (project .venv links here)
 #            oracle/  the unpacked programl==0.3.2 wheel (llvm2graph-10, graph2json)
 #            target/  cargo's target dir, when the checkout has no target/ yet
 #   3. cargo build --release --workspace (CLI `programl` and the pass plugin).
@@ -66,9 +66,9 @@ _programl_bootstrap() (
         say "creating venv $venv"
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import lit' 2>/dev/null; then
-        say "pip install lit"
-        "$venv/bin/pip" install -q lit </dev/null
+    if ! "$venv/bin/python" -c 'import lit, google.protobuf, safetensors, numpy' 2>/dev/null; then
+        say "pip install lit protobuf safetensors numpy"
+        "$venv/bin/pip" install -q lit protobuf safetensors==0.8.0 numpy </dev/null
     fi
     if [ "${PROGRAML_SKIP_TORCH:-0}" != 1 ] &&
         ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("torch") != "2.13.0")' 2>/dev/null; then

@@ -15,7 +15,7 @@
 # shared/datasets/poj104. Every C translation unit is compiled with
 #   clang-16 [-Xclang -no-opaque-pointers] -S -emit-llvm (no -g) -O<level>
 # into OUT/<project>/<level>/*.ll (typed pointers as LLVM 16 prints them:
-# tests rewrite them for LLVM 10 with programl::oracle::rewrite_for_llvm10).
+# tests rewrite them for LLVM 10 with programl_testkit::rewrite_for_llvm10).
 #
 # Projects that compile translation unit by translation unit are given -I/-D
 # flags (zlib, bzip2, lua5.4, lz4, zstd, mbedtls, libwebp, brotli, libdeflate,

@@ -8,13 +8,27 @@
 //! the `[external]` instruction. Serialization lives in `crate::format`; this
 //! module derives no serde.
 //!
-//! **Invariants** (checked by [`ProgramGraph::validate`]):
-//! - node 0 is the instruction `[external]`, without `full_text`;
+//! **Entry instructions.** A function's entry is the first instruction of
+//! its entry block. The default builder records it ([`Function::entry`]);
+//! compat mode, which must stay node-for-node equal to upstream, and graphs
+//! read from upstream's files carry no record, and there the entry is
+//! derived from the graph's structure ([`ProgramGraph::derived_entry`]).
+//! [`ProgramGraph::entry`] gives the record, else the derivation; the
+//! analyses use nothing else.
+//!
+//! **Invariants** (checked by [`ProgramGraph::validate`], one check per
+//! clause, every violation reported with the item it concerns):
+//! - node 0 is the instruction `[external]`, without `full_text`, and no
+//!   other node has no `full_text`;
+//! - every edge's endpoints are nodes of the graph;
 //! - control edges join instructions of the same function;
 //! - data edges join a variable or constant and an instruction;
 //! - call edges join instructions;
 //! - every `function` index is in range of [`ProgramGraph::functions`], and
-//!   every function's `module` is in range of [`ProgramGraph::modules`].
+//!   every function's `module` is in range of [`ProgramGraph::modules`];
+//! - every function with instructions has exactly one entry: a recorded
+//!   entry is an instruction of that function without a control predecessor
+//!   inside it; without a record, the derivation finds one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -90,6 +104,8 @@ impl fmt::Display for Flow {
 
 /// Index into [`ProgramGraph::functions`].
 pub type FunctionId = u32;
+/// A node handle (node `i` is `NodeId::new(i)`).
+pub type NodeId = NodeIndex<u32>;
 /// Index into [`ProgramGraph::modules`].
 pub type ModuleId = u32;
 
@@ -120,10 +136,14 @@ pub struct Edge {
     pub position: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Function {
     pub name: String,
     pub module: ModuleId,
+    /// The node id of the function's entry instruction (the first of its
+    /// entry block), as the builder saw it; `None` where no builder recorded
+    /// it (compat mode, upstream's files) or the function has no body.
+    pub entry: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -197,8 +217,63 @@ impl ProgramGraph {
         counts
     }
 
+    /// Whether `node` may be a DeepDataFlow root or positive at all: an
+    /// instruction of a function, other than `[external]` and the
+    /// `; undefined function` placeholder of a declaration.
+    pub fn is_body_instruction(&self, node: u32) -> bool {
+        let Some(n) = self.graph.node_weight(NodeIndex::new(node as usize)) else { return false };
+        node != 0 && n.kind == NodeKind::Instruction && n.function.is_some() && n.text != UNDEFINED_FUNCTION_TEXT
+    }
+
+    /// The entry instruction of `function`: the builder's record if there is
+    /// one, else [`ProgramGraph::derived_entry`].
+    pub fn entry(&self, function: FunctionId) -> Option<u32> {
+        match self.functions.get(function as usize)?.entry {
+            Some(e) => Some(e),
+            None => self.derived_entry(function),
+        }
+    }
+
+    /// The entry instruction of every function (see [`ProgramGraph::entry`]),
+    /// derived ones computed in one pass over the graph.
+    pub fn entries(&self) -> Vec<Option<u32>> {
+        let derived = if self.functions.iter().all(|f| f.entry.is_some()) { Vec::new() } else { self.derived_entries() };
+        self.functions.iter().enumerate().map(|(i, f)| f.entry.or_else(|| derived.get(i).copied().flatten())).collect()
+    }
+
+    /// The entry of `function` derived from the graph alone, ignoring any
+    /// record: among the function's instructions with no control
+    /// predecessor inside the function, `[external]` and placeholders
+    /// excluded, the one with the lowest node id. (Builders emit the entry
+    /// block first; unreachable blocks are the other candidates.)
+    pub fn derived_entry(&self, function: FunctionId) -> Option<u32> {
+        self.derived_entries().get(function as usize).copied().flatten()
+    }
+
+    /// [`ProgramGraph::derived_entry`] of every function, in one pass.
+    pub fn derived_entries(&self) -> Vec<Option<u32>> {
+        let mut has_pred = vec![false; self.node_count()];
+        for e in self.graph.edge_references() {
+            if e.weight().flow == Flow::Control && self.graph[e.source()].function == self.graph[e.target()].function {
+                has_pred[e.target().index()] = true;
+            }
+        }
+        let mut entries = vec![None; self.functions.len()];
+        // Ascending node ids: the first candidate of a function is its entry.
+        for id in self.graph.node_indices() {
+            let i = id.index() as u32;
+            if has_pred[id.index()] || !self.is_body_instruction(i) {
+                continue;
+            }
+            if let Some(slot) = self.graph[id].function.and_then(|f| entries.get_mut(f as usize)) {
+                slot.get_or_insert(i);
+            }
+        }
+        entries
+    }
+
     /// Checks the invariants listed in the module docs; returns every
-    /// violation found, each naming the node or edge.
+    /// violation found, each naming the node, edge or function.
     pub fn validate(&self) -> Result<(), Vec<String>> {
         let mut errors = Vec::new();
         match self.graph.node_weights().next() {
@@ -221,9 +296,14 @@ impl ProgramGraph {
                 errors.push(format!("node {} ({}) has no full_text", id.index(), n.text));
             }
         }
+        let nodes = self.node_count();
         for e in self.graph.edge_references() {
-            let (s, t) = (&self.graph[e.source()], &self.graph[e.target()]);
             let (si, ti) = (e.source().index(), e.target().index());
+            if si >= nodes || ti >= nodes {
+                errors.push(format!("{} edge {} joins {si} -> {ti}, not both nodes of {nodes}", e.weight().flow, e.id().index()));
+                continue;
+            }
+            let (s, t) = (&self.graph[e.source()], &self.graph[e.target()]);
             let ok = match e.weight().flow {
                 Flow::Control => s.kind == NodeKind::Instruction && t.kind == NodeKind::Instruction && s.function == t.function,
                 Flow::Data => matches!(
@@ -244,10 +324,46 @@ impl ProgramGraph {
                 ));
             }
         }
+        self.validate_entries(&mut errors);
         if errors.is_empty() {
             Ok(())
         } else {
             Err(errors)
+        }
+    }
+
+    fn validate_entries(&self, errors: &mut Vec<String>) {
+        let mut has_instructions = vec![false; self.functions.len()];
+        let mut has_pred = vec![false; self.node_count()];
+        for id in self.graph.node_indices() {
+            if self.is_body_instruction(id.index() as u32) {
+                if let Some(slot) = self.graph[id].function.and_then(|f| has_instructions.get_mut(f as usize)) {
+                    *slot = true;
+                }
+            }
+        }
+        for e in self.graph.edge_references() {
+            if e.weight().flow == Flow::Control && self.graph[e.source()].function == self.graph[e.target()].function {
+                has_pred[e.target().index()] = true;
+            }
+        }
+        let derived = self.derived_entries();
+        for (i, f) in self.functions.iter().enumerate() {
+            match f.entry {
+                Some(e) => {
+                    let ok = self.is_body_instruction(e) && self.graph[NodeIndex::new(e as usize)].function == Some(i as FunctionId);
+                    if !ok {
+                        errors.push(format!("function {i} ({}) records entry {e}, not an instruction of its body", f.name));
+                    } else if has_pred[e as usize] {
+                        errors
+                            .push(format!("function {i} ({}) records entry {e}, which has a control predecessor in the function", f.name));
+                    }
+                }
+                None if has_instructions[i] && derived[i].is_none() => {
+                    errors.push(format!("function {i} ({}) has instructions but no entry: each has a control predecessor", f.name));
+                }
+                None => {}
+            }
         }
     }
 }

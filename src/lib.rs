@@ -11,7 +11,11 @@
 //! - [`ir`] reads `.ll`/`.bc` files into LLVM modules (typed or opaque
 //!   pointers, detected);
 //! - [`builder`] turns a module into a [`graph::ProgramGraph`];
-//! - [`format`] writes graphs as ProGraML protobuf, networkx JSON or DOT.
+//! - [`format`] writes graphs as ProGraML protobuf, networkx JSON or DOT;
+//! - [`analysis`] labels graphs with the five DeepDataFlow analyses;
+//! - [`vocab`] maps node texts to ids, as the model's embedding sees them;
+//! - [`batch`] turns graphs (and roots, and labels) into the model's input
+//!   arrays and packs them into batches, for training and inference alike.
 //!
 //! ```no_run
 //! use programl::{builder::{build, BuildOptions}, format::{write_graph, Format}, ir};
@@ -21,17 +25,20 @@
 //! write_graph(&graph, Format::Json, &mut std::io::stdout()).unwrap();
 //! ```
 //!
-//! The library never links libtorch: the graph path stays fast enough to run
-//! inside the compiler.
+//! This is the torch-free core: the plugin links it and nothing else of the
+//! workspace. It never links libtorch, zstd or plotters (the dataset store,
+//! the CLI and the model are crates of their own), so the graph path stays
+//! fast enough to run inside the compiler.
 
 pub mod analysis;
+pub mod batch;
 pub mod builder;
-#[cfg(feature = "dataset")]
-pub mod dataset;
 pub mod format;
+pub mod fsutil;
 pub mod graph;
+pub mod hash;
 pub mod ir;
-pub mod oracle;
+pub mod vocab;
 
 pub use graph::ProgramGraph;
 

@@ -4,7 +4,7 @@
 //! of nodes (type, text, full_text) and edges (flow, position, end nodes).
 //!
 //! Inputs, each compiled/rewritten as the oracle needs (typed-pointer IR from
-//! clang-16, then `oracle::rewrite_for_llvm10`):
+//! clang-16, then `programl_testkit::rewrite_for_llvm10`):
 //! - the C programs bundled in `tests/data/conformance/`, at -O0 and -O2;
 //! - a fixed sample of 150 files of the real-code corpus built by
 //!   `scripts/corpus.sh` (under `$PROGRAML_CACHE/corpus`), or all of it
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use programl::builder::{build, BuildOptions, Mode};
-use programl::oracle::{self, compare, GraphDiff, Oracle};
+use programl_testkit::{compare, GraphDiff, Oracle};
 use rayon::prelude::*;
 
 /// Exact-match share required of every input set.
@@ -61,14 +61,14 @@ enum Outcome {
 /// Rewrites `ir` (LLVM 16 typed-pointer text) for LLVM 10 and compares our
 /// compat graph of the rewritten text with the reference graph. Our side
 /// reads the same rewrite except that it keeps `elementtype(T)`, which
-/// LLVM 16 requires on inline-asm memory operands (see `oracle::Rewrite`).
+/// LLVM 16 requires on inline-asm memory operands (see `programl_testkit::Rewrite`).
 fn check_ir(oracle: &Oracle, name: &str, ir: &str) -> Outcome {
-    let rewritten = oracle::rewrite_for_llvm10(ir);
+    let rewritten = programl_testkit::rewrite_for_llvm10(ir);
     let reference = match oracle.graph(rewritten.as_bytes()) {
         Ok(g) => g,
         Err(e) => return Outcome::OracleFailed(e.to_string()),
     };
-    let ours_text = oracle::Rewrite::FOR_LLVM16.apply(ir);
+    let ours_text = programl_testkit::Rewrite::FOR_LLVM16.apply(ir);
     let context = inkwell::context::Context::create();
     let module = match programl::ir::parse_module(&context, ours_text.as_bytes(), name) {
         Ok(m) => m,
@@ -210,7 +210,7 @@ fn check_files(oracle: &Oracle, root: &Path, files: &[PathBuf]) -> Tally {
 }
 
 fn corpus_dir() -> PathBuf {
-    std::env::var_os("PROGRAML_CORPUS").map(PathBuf::from).unwrap_or_else(|| oracle::cache_dir().join("corpus"))
+    std::env::var_os("PROGRAML_CORPUS").map(PathBuf::from).unwrap_or_else(|| programl_testkit::cache_dir().join("corpus"))
 }
 
 fn corpus_files(dir: &Path) -> Vec<PathBuf> {
@@ -296,8 +296,8 @@ fn rewrite_keeps_strings_and_is_idempotent_on_corpus_sample() {
     assert!(!files.is_empty(), "no IR corpus in {}: run `bash scripts/corpus.sh`", corpus_dir().display());
     for path in &files {
         let ir = std::fs::read_to_string(path).unwrap();
-        let once = oracle::rewrite_for_llvm10(&ir);
-        assert_eq!(oracle::rewrite_for_llvm10(&once), once, "{} not idempotent", path.display());
+        let once = programl_testkit::rewrite_for_llvm10(&ir);
+        assert_eq!(programl_testkit::rewrite_for_llvm10(&once), once, "{} not idempotent", path.display());
         let strings = |s: &str| -> Vec<String> {
             s.lines()
                 .filter(|l| !l.trim_start().starts_with("attributes #"))

@@ -119,13 +119,13 @@ fn assert_same(label: &str, a: &ProgramGraph, b: &ProgramGraph) {
 }
 
 /// The upstream binaries; fails with the fix if they are missing.
-fn oracle() -> programl::oracle::Oracle {
-    programl::oracle::Oracle::locate().unwrap_or_else(|e| panic!("{e}"))
+fn oracle() -> programl_testkit::Oracle {
+    programl_testkit::Oracle::locate().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `tool args < stdin` and returns its stdout.
 fn run(tool: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    programl::oracle::pipe(tool, args, stdin).unwrap_or_else(|e| panic!("{e} (see scripts/bootstrap.sh)"))
+    programl_testkit::pipe(tool, args, stdin).unwrap_or_else(|e| panic!("{e} (see scripts/bootstrap.sh)"))
 }
 
 #[test]
@@ -182,7 +182,7 @@ fn upstream_graphs(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
     let mut all = Vec::new();
     for (name, source) in PROGRAMS {
         let typed = compile(dir, name, source, true);
-        let ir = programl::oracle::rewrite_for_llvm10(&std::fs::read_to_string(&typed).unwrap());
+        let ir = programl_testkit::rewrite_for_llvm10(&std::fs::read_to_string(&typed).unwrap());
         let pbtxt = run(&llvm2graph, &[], ir.as_bytes());
         let pb = run(&llvm2graph, &["--stdout_fmt=pb"], ir.as_bytes());
         all.push((name.to_string(), pbtxt, pb));

@@ -9,13 +9,14 @@
 //! renamed, so a reader never sees half a graph.
 
 use std::fmt;
-use std::fs;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use llvm_plugin::inkwell::module::Module;
 use programl::builder::{build, BuildOptions};
 use programl::format::{write_graph, Format};
+use programl::fsutil::{write_atomically, Durability};
+use programl::hash::Fnv1a;
 
 use crate::config::{self, ConfigError, Output, Params};
 
@@ -23,14 +24,19 @@ use crate::config::{self, ConfigError, Output, Params};
 #[derive(Debug)]
 pub enum GraphError {
     Config(ConfigError),
-    Io { path: PathBuf, action: &'static str, source: io::Error },
+    /// Writing to standard output failed.
+    Stdout(io::Error),
+    /// Writing the graph file failed; the error (from
+    /// [`programl::fsutil`]) names the file or directory and what failed.
+    File(io::Error),
 }
 
 impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GraphError::Config(e) => e.fmt(f),
-            GraphError::Io { path, action, source } => write!(f, "{action} {}: {source}", path.display()),
+            GraphError::Stdout(e) => write!(f, "writing <stdout>: {e}"),
+            GraphError::File(e) => e.fmt(f),
         }
     }
 }
@@ -54,17 +60,13 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
         Output::Stdout => {
             let stdout = io::stdout();
             let mut lock = stdout.lock();
-            write(&mut lock).and_then(|()| lock.flush()).map_err(|source| GraphError::Io {
-                path: "<stdout>".into(),
-                action: "writing",
-                source,
-            })
+            write(&mut lock).and_then(|()| lock.flush()).map_err(GraphError::Stdout)
         }
         Output::Dir(dir) => {
             let identifier = module.get_name().to_string_lossy();
             let source = module.get_source_file_name().to_string_lossy();
             let path = dir.join(file_name(&source, &identifier, std::process::id(), settings.format));
-            write_atomically(&path, write)
+            write_atomically(&path, Durability::Atomic, write).map_err(GraphError::File)
         }
     }
 }
@@ -86,46 +88,8 @@ pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) 
     hash.write(absolute.to_string_lossy().as_bytes());
     hash.write(&[0]);
     hash.write(identifier.as_bytes());
-    format!("{stem}.{:08x}.{pid}.{}", hash.0 as u32 ^ (hash.0 >> 32) as u32, format.extension())
-}
-
-/// Writes through a temporary file in `path`'s directory, then renames.
-fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), GraphError> {
-    fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> GraphError + 'a {
-        move |source| GraphError::Io { path: path.to_path_buf(), action, source }
-    }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io("creating directory", dir))?;
-    let mut temporary = path.as_os_str().to_os_string();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let result = (|| {
-        let mut out = BufWriter::new(fs::File::create(&temporary).map_err(io("creating", &temporary))?);
-        write(&mut out).and_then(|()| out.flush()).map_err(io("writing", path))?;
-        drop(out);
-        fs::rename(&temporary, path).map_err(io("renaming to", path))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temporary);
-    }
-    result
-}
-
-/// 64-bit FNV-1a: tiny, stable across Rust releases (unlike `DefaultHasher`).
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    let hash = hash.finish();
+    format!("{stem}.{:08x}.{pid}.{}", hash as u32 ^ (hash >> 32) as u32, format.extension())
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! Compact adjacency of a program graph, built once and shared by every
 //! analysis and every root (compressed sparse rows, by flow and direction).
 
+use std::collections::VecDeque;
+
 use petgraph::visit::EdgeRef;
+use rustc_hash::FxHashMap;
 
 use crate::graph::{Flow, NodeKind, ProgramGraph};
 
@@ -43,10 +46,12 @@ pub struct FlowGraph<'g> {
     pub(super) control_pred: Csr,
     pub(super) data_succ: Csr,
     pub(super) data_pred: Csr,
-    /// Instruction nodes of each function, ascending; the first is the
-    /// function's entry (builders create the entry block's first
-    /// instruction before any other).
+    /// Body instructions of each function, ascending (no `[external]`, no
+    /// `; undefined function` placeholder).
     pub(super) function_instructions: Vec<Vec<u32>>,
+    /// Each function's entry instruction ([`ProgramGraph::entries`]: the
+    /// builder's record, else derived from the graph's structure).
+    pub(super) entries: Vec<Option<u32>>,
 }
 
 impl<'g> FlowGraph<'g> {
@@ -69,9 +74,8 @@ impl<'g> FlowGraph<'g> {
         }
         let mut function_instructions = vec![Vec::new(); graph.functions.len()];
         for id in graph.graph.node_indices() {
-            let node = &graph.graph[id];
-            if node.kind == NodeKind::Instruction {
-                if let Some(f) = node.function.filter(|&f| (f as usize) < function_instructions.len()) {
+            if graph.is_body_instruction(id.index() as u32) {
+                if let Some(f) = graph.graph[id].function.filter(|&f| (f as usize) < function_instructions.len()) {
                     function_instructions[f as usize].push(id.index() as u32);
                 }
             }
@@ -83,6 +87,7 @@ impl<'g> FlowGraph<'g> {
             data_succ: Csr::build(n, ds),
             data_pred: Csr::build(n, dp),
             function_instructions,
+            entries: graph.entries(),
         }
     }
 
@@ -102,9 +107,10 @@ impl<'g> FlowGraph<'g> {
         &self.graph.graph[petgraph::graph::NodeIndex::new(node as usize)]
     }
 
-    /// Instruction nodes other than `[external]`, ascending.
+    /// Body instructions (never `[external]` nor a `; undefined function`
+    /// placeholder), ascending: the nodes that may be roots or positives.
     pub fn instructions(&self) -> impl Iterator<Item = u32> + '_ {
-        (1..self.node_count() as u32).filter(|&n| self.kind(n) == NodeKind::Instruction)
+        (1..self.node_count() as u32).filter(|&n| self.graph.is_body_instruction(n))
     }
 
     /// Variable nodes, ascending.
@@ -112,8 +118,14 @@ impl<'g> FlowGraph<'g> {
         (1..self.node_count() as u32).filter(|&n| self.kind(n) == NodeKind::Variable)
     }
 
+    /// Whether `node` is a body instruction (see [`FlowGraph::instructions`]).
     pub fn is_instruction(&self, node: u32) -> bool {
-        node != 0 && self.kind(node) == NodeKind::Instruction
+        self.graph.is_body_instruction(node)
+    }
+
+    /// The entry instruction of a function.
+    pub fn entry(&self, function: u32) -> Option<u32> {
+        self.entries.get(function as usize).copied().flatten()
     }
 
     pub fn is_variable(&self, node: u32) -> bool {
@@ -135,27 +147,32 @@ impl<'g> FlowGraph<'g> {
         self.control_pred.nodes(node)
     }
 
-    /// Orders the instructions reachable from `entry` over control edges in
-    /// post-order of a depth-first search (successors in position order).
-    pub fn post_order(&self, entry: u32) -> Vec<u32> {
-        let mut order = Vec::new();
-        let mut seen = vec![false; self.node_count()];
-        // (node, index of the next successor to visit)
-        let mut stack = vec![(entry, 0usize)];
-        seen[entry as usize] = true;
-        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            let succ = self.control_succ.of(node);
-            if let Some(&(s, _)) = succ.get(*next) {
-                *next += 1;
-                if !seen[s as usize] {
-                    seen[s as usize] = true;
-                    stack.push((s, 0));
+    /// Breadth-first search over control edges from `start`, never entering
+    /// `avoid`: calls `visit(node, depth)` once per node reached, in BFS
+    /// order, `start` at depth 1. Returns the largest depth, i.e. the
+    /// number of nodes on the longest shortest path (synchronous rounds + 1);
+    /// 0 if `start` is `avoid`.
+    pub(super) fn control_bfs(&self, start: u32, avoid: Option<u32>, mut visit: impl FnMut(u32, u32)) -> u32 {
+        if Some(start) == avoid {
+            return 0;
+        }
+        let mut depth: FxHashMap<u32, u32> = FxHashMap::default();
+        depth.insert(start, 1);
+        let mut queue = VecDeque::from([start]);
+        let mut deepest = 0;
+        while let Some(n) = queue.pop_front() {
+            let d = depth[&n];
+            deepest = deepest.max(d);
+            visit(n, d);
+            for s in self.successors(n) {
+                if Some(s) != avoid {
+                    if let std::collections::hash_map::Entry::Vacant(e) = depth.entry(s) {
+                        e.insert(d + 1);
+                        queue.push_back(s);
+                    }
                 }
-            } else {
-                order.push(node);
-                stack.pop();
             }
         }
-        order
+        deepest
     }
 }

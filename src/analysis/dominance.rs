@@ -1,111 +1,69 @@
-//! Dominance: the instructions of the root's function, reachable from its
-//! entry, that every control path from the entry passes the root to reach
-//! (the root itself included when reachable). Unreachable instructions are
-//! negative.
+//! Dominance (SPEC.md §2): with e the entry instruction of the root's
+//! function, R the instructions reachable from e over control edges and A
+//! those still reachable when the root is removed, the positives are R \ A:
+//! every instruction that each control path from e passes the root to reach,
+//! the root included. Roots must lie in R.
 //!
-//! Dominator trees come from the iterative algorithm of Cooper, Harvey and
-//! Kennedy ("A Simple, Fast Dominance Algorithm") over the instruction-level
-//! control-flow graph in reverse post-order, once per function. Steps: the
-//! passes it made until one changed nothing, that pass included.
+//! Steps: the larger of the two BFS depths from e (over R, and over A), e at
+//! depth 1: the synchronous rounds a message-passing network needs to see
+//! both reachability sets settle, + 1. R and its depth are computed once per
+//! function; A costs one BFS per root.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::FlowGraph;
 
-const UNDEFINED: u32 = u32::MAX;
-
-/// The dominator tree of one function, over reverse post-order indices.
-pub(super) struct Dominators {
-    pub(super) passes: u32,
-    /// Reverse post-order of the reachable instructions; index 0 is the entry.
-    pub(super) rpo: Vec<u32>,
-    /// Node id → reverse post-order index.
-    index: FxHashMap<u32, u32>,
-    /// Immediate dominator of each reverse post-order index (the entry's is
-    /// itself).
-    pub(super) idom: Vec<u32>,
+/// What every root of one function shares.
+pub(super) struct Reach {
+    entry: u32,
+    /// R: instructions reachable from the entry, ascending.
+    reachable: Vec<u32>,
+    /// BFS depth of R from the entry, the entry at 1.
+    depth: u32,
 }
 
-impl Dominators {
-    pub(super) fn compute(flow: &FlowGraph<'_>, entry: u32) -> Dominators {
-        let mut rpo = flow.post_order(entry);
-        rpo.reverse();
-        let index: FxHashMap<u32, u32> = rpo.iter().enumerate().map(|(i, &n)| (n, i as u32)).collect();
-        let mut idom = vec![UNDEFINED; rpo.len()];
-        idom[0] = 0;
-        let mut passes = 0;
-        loop {
-            passes += 1;
-            let mut changed = false;
-            for i in 1..rpo.len() {
-                let mut new = UNDEFINED;
-                for p in flow.predecessors(rpo[i]) {
-                    let Some(&p) = index.get(&p) else { continue };
-                    if idom[p as usize] == UNDEFINED {
-                        continue;
-                    }
-                    new = if new == UNDEFINED { p } else { intersect(&idom, p, new) };
-                }
-                if idom[i] != new {
-                    idom[i] = new;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
-        Dominators { passes, rpo, index, idom }
+impl Reach {
+    fn compute(flow: &FlowGraph<'_>, entry: u32) -> Reach {
+        let mut reachable = Vec::new();
+        let depth = flow.control_bfs(entry, None, |n, _| reachable.push(n));
+        reachable.sort_unstable();
+        Reach { entry, reachable, depth }
     }
 
-    /// Every node the given node dominates, itself included, ascending.
-    fn dominated_by(&self, root: u32) -> Vec<u32> {
-        let Some(&r) = self.index.get(&root) else { return Vec::new() };
-        // In reverse post-order a dominator precedes what it dominates, so
-        // one forward sweep marks the dominator subtree of r.
-        let mut inside = vec![false; self.rpo.len()];
-        inside[r as usize] = true;
-        let mut out = vec![root];
-        for i in (r as usize + 1)..self.rpo.len() {
-            if inside[self.idom[i] as usize] {
-                inside[i] = true;
-                out.push(self.rpo[i]);
-            }
-        }
-        out.sort_unstable();
-        out
+    pub(super) fn contains(&self, inst: u32) -> bool {
+        self.reachable.binary_search(&inst).is_ok()
     }
 }
 
-fn intersect(idom: &[u32], mut a: u32, mut b: u32) -> u32 {
-    while a != b {
-        while a > b {
-            a = idom[a as usize];
-        }
-        while b > a {
-            b = idom[b as usize];
-        }
-    }
-    a
-}
-
-/// Dominator trees per function, computed on first use.
+/// [`Reach`] per function, computed on first use.
 #[derive(Default)]
 pub(super) struct Cache {
-    functions: FxHashMap<u32, Dominators>,
+    functions: FxHashMap<u32, Option<Reach>>,
 }
 
 impl Cache {
-    pub(super) fn get<'a>(&'a mut self, flow: &FlowGraph<'_>, function: u32) -> Option<&'a Dominators> {
-        let entry = *flow.function_instructions.get(function as usize)?.first()?;
-        Some(self.functions.entry(function).or_insert_with(|| Dominators::compute(flow, entry)))
+    /// R of the root's function, if it has an entry.
+    pub(super) fn reach<'a>(&'a mut self, flow: &FlowGraph<'_>, inst: u32) -> Option<&'a Reach> {
+        let f = flow.function(inst)?;
+        self.functions.entry(f).or_insert_with(|| flow.entry(f).map(|e| Reach::compute(flow, e))).as_ref()
     }
 
-    pub(super) fn analyze(&mut self, flow: &FlowGraph<'_>, root: u32) -> (u32, Vec<u32>) {
-        let Some(f) = flow.function(root) else { return (0, Vec::new()) };
-        match self.get(flow, f) {
-            Some(d) => (d.passes, d.dominated_by(root)),
-            None => (0, Vec::new()),
+    /// Whether `inst` may be a dominance root: reachable from its entry.
+    pub(super) fn is_root(&mut self, flow: &FlowGraph<'_>, inst: u32) -> bool {
+        self.reach(flow, inst).is_some_and(|r| r.contains(inst))
+    }
+
+    /// Steps and positives; `None` if the root is not in R.
+    pub(super) fn analyze(&mut self, flow: &FlowGraph<'_>, root: u32) -> Option<(u32, Vec<u32>)> {
+        let reach = self.reach(flow, root)?;
+        if !reach.contains(root) {
+            return None;
         }
+        let mut avoiding = FxHashSet::default();
+        let depth_without = flow.control_bfs(reach.entry, Some(root), |n, _| {
+            avoiding.insert(n);
+        });
+        let positives = reach.reachable.iter().copied().filter(|n| !avoiding.contains(n)).collect();
+        Some((reach.depth.max(depth_without), positives))
     }
 }

@@ -6,9 +6,19 @@
 //! The analyses run on default-mode (`Mode::Paper`) graphs: one node per
 //! value, so data edges are def-use chains.
 //!
+//! Roots and positives are *body* instructions and variables: never
+//! `[external]`, never a `; undefined function` placeholder. Each function's
+//! entry instruction is [`ProgramGraph::entries`]: the builder's record in
+//! default mode, derived from the graph's structure otherwise.
+//!
+//! Step counts (SPEC.md §2, revised) measure *depth*: the synchronous rounds
+//! a message-passing network needs before every label of the example is
+//! final. Reachability and dominance count nodes on a path (rounds + 1),
+//! datadep and liveness count edges (rounds), subexpressions is 2.
+//!
 //! [`FlowGraph`] builds compact adjacency lists once per graph; an
-//! [`Analyzer`] caches the per-function results (dominator trees, liveness)
-//! that every root of a function shares.
+//! [`Analyzer`] caches the per-function results (reachability from the
+//! entry, liveness sweeps) that every root of a function shares.
 //!
 //! **Architecture invariant:** analyses never see LLVM; they read only the
 //! graph, so labels can be computed from stored graphs too.
@@ -66,7 +76,7 @@ impl fmt::Display for Task {
 pub struct Labels {
     pub task: Task,
     pub root: u32,
-    /// Iterations (or BFS depth) of the classical algorithm; see SPEC.md §2.
+    /// Depth of the example in the task's unit (SPEC.md §2; module docs).
     pub steps: u32,
     /// Positive node ids, ascending.
     pub positives: Vec<u32>,
@@ -102,11 +112,17 @@ impl<'g> Analyzer<'g> {
         &self.flow
     }
 
-    /// The nodes that may be roots of `task`, ascending (SPEC.md §2: e.g.
-    /// liveness roots have a non-empty live-out set).
+    /// The nodes that may be roots of `task`, ascending (SPEC.md §2:
+    /// dominance roots are reachable from their function's entry, liveness
+    /// roots have a non-empty live-out set, subexpression roots share their
+    /// expression with another instruction).
     pub fn eligible_roots(&mut self, task: Task) -> Vec<u32> {
         match task {
-            Task::Reachability | Task::Dominance => self.flow.instructions().collect(),
+            Task::Reachability => self.flow.instructions().collect(),
+            Task::Dominance => {
+                let flow = &self.flow;
+                flow.instructions().filter(|&n| self.dominance.is_root(flow, n)).collect()
+            }
             Task::DataDep => self.flow.variables().collect(),
             Task::Liveness => {
                 let flow = &self.flow;
@@ -126,18 +142,28 @@ impl<'g> Analyzer<'g> {
     pub fn sampled_roots(&mut self, task: Task, seed: u64) -> Vec<u32> {
         let eligible = self.eligible_roots(task);
         let seed = mix(seed ^ mix(task as u64 + 1) ^ self.fingerprint());
-        sample_roots(&eligible, self.flow.node_count(), seed)
+        let roots = sample_roots(&eligible, self.flow.node_count(), seed);
+        self.prepare(task, &roots);
+        roots
+    }
+
+    /// Announces the roots of `task` about to be analysed. Optional: it lets
+    /// liveness answer all of a function's roots with one sweep instead of
+    /// one sweep per root. [`Analyzer::sampled_roots`] calls it.
+    pub fn prepare(&mut self, task: Task, roots: &[u32]) {
+        if task == Task::Liveness {
+            self.liveness.expect(roots);
+        }
     }
 
     /// A hash of the graph's node kinds and texts, in node order.
     fn fingerprint(&self) -> u64 {
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut h = crate::hash::Fnv1a::default();
         for n in self.flow.graph().graph.node_weights() {
-            for b in n.text.bytes().chain([n.kind as u8, 0xff]) {
-                h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-            }
+            h.write(n.text.as_bytes());
+            h.write(&[n.kind as u8, 0xff]);
         }
-        h
+        h.finish()
     }
 
     /// Runs `task` from `root`.
@@ -157,7 +183,11 @@ impl<'g> Analyzer<'g> {
             }
             Task::Dominance => {
                 require_instruction(flow, task, root)?;
-                self.dominance.analyze(flow, root)
+                self.dominance.analyze(flow, root).ok_or(AnalysisError::NotARoot {
+                    task,
+                    root,
+                    why: "it is not reachable from its function's entry",
+                })?
             }
             Task::DataDep => {
                 if !flow.is_variable(root) {
@@ -182,7 +212,7 @@ fn require_instruction(flow: &FlowGraph<'_>, task: Task, root: u32) -> Result<()
     if flow.is_instruction(root) {
         Ok(())
     } else {
-        Err(AnalysisError::NotARoot { task, root, why: "this task's roots are instructions" })
+        Err(AnalysisError::NotARoot { task, root, why: "this task's roots are instructions of a function body" })
     }
 }
 
@@ -204,10 +234,4 @@ pub fn sample_roots(eligible: &[u32], nodes: usize, seed: u64) -> Vec<u32> {
     roots
 }
 
-/// SplitMix64's finalizer: a fixed, well-mixed 64-bit hash.
-pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use crate::hash::mix;

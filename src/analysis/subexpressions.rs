@@ -4,7 +4,8 @@
 //! Only pure instructions form expressions: binary operators, casts,
 //! getelementptr, icmp, fcmp, select, extractvalue, insertvalue,
 //! extractelement, insertelement and shufflevector (SPEC.md §2). An
-//! expression's key is its opcode, its *shape* and its operand node ids in
+//! expression's key is its function (expressions are compared within one
+//! function only), its opcode, its *shape* and its operand node ids in
 //! position order (sorted for the commutative add, fadd, mul, fmul, and, or,
 //! xor). The shape holds what the operands do not determine, read off the
 //! instruction's text: the compare predicate, a cast's result type, a
@@ -49,6 +50,8 @@ pub(super) fn is_pure(opcode: &str) -> bool {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct Key {
+    /// Expressions are compared within one function only.
+    function: Option<u32>,
     opcode: String,
     shape: String,
     operands: Vec<u32>,
@@ -68,7 +71,7 @@ pub(super) fn key(flow: &FlowGraph<'_>, inst: u32) -> Option<Key> {
         operands.sort_unstable();
     }
     let text = node.full_text.as_deref().unwrap_or("");
-    Some(Key { opcode: opcode.to_string(), shape: shape(opcode, text), operands })
+    Some(Key { function: node.function, opcode: opcode.to_string(), shape: shape(opcode, text), operands })
 }
 
 /// What distinguishes two instructions of the same opcode and operands.

@@ -48,7 +48,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
 
     for f in llvm::functions(module) {
         let fid = g.functions.len() as u32;
-        g.functions.push(Function { name: llvm10_intrinsic_name(&llvm::name(f)).to_string(), module: 0 });
+        g.functions.push(Function { name: llvm10_intrinsic_name(&llvm::name(f)).to_string(), module: 0, entry: None });
         if llvm::is_declaration(f) {
             let node = super::declaration_node(&mut g, fid);
             body_of.insert(f, bodies.len());

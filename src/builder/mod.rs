@@ -55,6 +55,14 @@ pub fn build(module: &Module<'_>, options: &BuildOptions) -> ProgramGraph {
     unsafe { build_raw(module.as_mut_ptr(), options) }
 }
 
+/// Reads an IR file (`.ll` or `.bc`, verified) into a fresh LLVM context and
+/// builds its program graph. Errors name the file.
+pub fn build_file(path: &std::path::Path, options: &BuildOptions) -> Result<ProgramGraph, crate::ir::LoadError> {
+    let context = inkwell::context::Context::create();
+    let module = crate::ir::load_module(&context, path)?;
+    Ok(build(&module, options))
+}
+
 /// Builds the program graph of a raw module handle.
 ///
 /// # Safety

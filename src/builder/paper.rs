@@ -38,7 +38,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
 
     for f in llvm::functions(module) {
         let fid = g.functions.len() as u32;
-        g.functions.push(Function { name: llvm::name(f), module: 0 });
+        g.functions.push(Function { name: llvm::name(f), module: 0, entry: None });
         if llvm::is_declaration(f) {
             let node = super::declaration_node(&mut g, fid);
             bodies.insert(f, (node, vec![node]));
@@ -146,6 +146,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
         }
         let entry = block_ends.get(&llvm::entry_block(f)).map(|e| e.0);
         if let Some(entry) = entry {
+            g.functions[fid as usize].entry = Some(entry.index() as u32);
             bodies.insert(f, (entry, exits));
         }
     }

@@ -1,8 +1,9 @@
 //! GraphViz DOT, for people: instructions are boxes, variables ellipses,
 //! constants diamonds; edges are coloured by flow (control blue, data red,
 //! call green) and labelled with their position when it is not 0. A node's
-//! label is its `text`, its tooltip its `full_text`. Nodes and edges appear in
-//! graph order, so the output is deterministic.
+//! label is its `text`, its tooltip its `full_text`; a function's recorded
+//! entry instruction has a double border. Nodes and edges appear in graph
+//! order, so the output is deterministic.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -58,9 +59,14 @@ pub(super) fn write(g: &ProgramGraph, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "digraph programl {{")?;
     writeln!(out, "  node [fontname=\"monospace\", margin=0.05];")?;
     writeln!(out, "  edge [fontname=\"monospace\"];")?;
+    let mut entries: Vec<u32> = g.functions.iter().filter_map(|f| f.entry).collect();
+    entries.sort_unstable();
     for id in g.graph.node_indices() {
         let n = &g.graph[id];
         write!(out, "  {} [{}, label={}", id.index(), node_style(n.kind), quote(&n.text))?;
+        if entries.binary_search(&(id.index() as u32)).is_ok() {
+            write!(out, ", peripheries=2")?;
+        }
         if let Some(full_text) = &n.full_text {
             write!(out, ", tooltip={}", quote(full_text))?;
         }
@@ -111,6 +117,14 @@ mod tests {
             function: None,
             block: 0,
         });
+        let i = g.add_node(Node {
+            kind: NodeKind::Instruction,
+            text: "ret".into(),
+            full_text: Some("ret void".into()),
+            function: Some(0),
+            block: 0,
+        });
+        g.functions.push(crate::graph::Function { name: "f".into(), module: 0, entry: Some(i.index() as u32) });
         g.add_edge(Flow::Data, 0, c, ProgramGraph::external());
         g.add_edge(Flow::Data, 2, v, ProgramGraph::external());
         g.add_edge(Flow::Call, 0, ProgramGraph::external(), ProgramGraph::external());
@@ -122,6 +136,8 @@ mod tests {
         assert!(text.contains(r#"label="[external]"];"#), "{text}");
         assert!(text.contains(r#"  1 [shape=ellipse,"#), "{text}");
         assert!(text.contains(r#"  2 [shape=diamond,"#), "{text}");
+        assert!(text.contains(r#"label="ret", peripheries=2, tooltip="ret void"];"#), "{text}");
+        assert_eq!(text.matches("peripheries").count(), 1, "{text}");
         assert!(text.contains(r#"tooltip="[4 x i8] c\"a\\22\\0A\\00\"""#), "{text}");
         assert!(text.contains("  2 -> 0 [color=\"#990000\", fontcolor=\"#990000\"];\n"), "{text}");
         assert!(text.contains("  1 -> 0 [color=\"#990000\", fontcolor=\"#990000\", label=\"2\"];\n"), "{text}");

@@ -11,6 +11,8 @@ pub enum FormatError {
     WriteOnly { format: Format },
     #[error("not a binary ProgramGraph protocol buffer ({len} bytes): {source}")]
     Pb { len: usize, source: protobuf::Error },
+    #[error("not a binary ProgramGraphFeaturesList protocol buffer ({len} bytes): {source}")]
+    FeaturesPb { len: usize, source: protobuf::Error },
     #[error("not a text ProgramGraph protocol buffer: {0}")]
     PbTxt(String),
     #[error("not node-link JSON of a program graph: {0}")]
@@ -25,6 +27,8 @@ pub enum FormatError {
     DanglingEdge { edge: usize, node: i64, nodes: usize },
     #[error("node {node} names function {function} of {functions}")]
     DanglingFunction { node: usize, function: i64, functions: usize },
+    #[error("function {function} records entry node {node} of {nodes}")]
+    DanglingEntry { function: usize, node: i64, nodes: usize },
     #[error("function {function} names module {module} of {modules}")]
     DanglingModule { function: usize, module: i64, modules: usize },
     /// A field holds a value the graph cannot (negative, too large).

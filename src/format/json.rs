@@ -15,7 +15,7 @@ use petgraph::visit::EdgeRef;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use super::raw::{RawEdge, RawGraph, RawNode};
+use super::raw::{RawEdge, RawFunction, RawGraph, RawNode};
 use super::FormatError;
 use crate::graph::{Module, ProgramGraph};
 
@@ -38,6 +38,14 @@ struct GraphAttrs<'a> {
 struct JsonFunction<'a> {
     name: &'a str,
     module: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    features: Option<FunctionFeatures>,
+}
+
+#[derive(Serialize)]
+struct FunctionFeatures {
+    /// [`super::ENTRY_NODE`]
+    entry_node: [u32; 1],
 }
 
 #[derive(Serialize)]
@@ -104,7 +112,11 @@ pub(super) fn write(g: &ProgramGraph, out: &mut dyn Write) -> io::Result<()> {
         directed: true,
         multigraph: true,
         graph: GraphAttrs {
-            function: g.functions.iter().map(|f| JsonFunction { name: &f.name, module: f.module }).collect(),
+            function: g
+                .functions
+                .iter()
+                .map(|f| JsonFunction { name: &f.name, module: f.module, features: f.entry.map(|e| FunctionFeatures { entry_node: [e] }) })
+                .collect(),
             module: g
                 .modules
                 .iter()
@@ -135,6 +147,8 @@ struct InGraphAttrs {
 struct InFunction {
     name: String,
     module: i64,
+    #[serde(default)]
+    features: BTreeMap<String, Vec<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -191,7 +205,22 @@ pub(super) fn read(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
         raw.nodes.push(RawNode { kind: n.kind, text: n.text, full_text, function: n.function, block: n.block });
     }
     raw.edges = doc.links.into_iter().map(|l| RawEdge { flow: l.flow, position: l.position, source: l.source, target: l.target }).collect();
-    raw.functions = doc.graph.function.into_iter().map(|f| (f.name, f.module)).collect();
+    for (i, mut f) in doc.graph.function.into_iter().enumerate() {
+        let entry = match f.features.remove(super::ENTRY_NODE) {
+            None => None,
+            Some(values) => match values.as_slice() {
+                [v] if v.as_i64().is_some() => v.as_i64(),
+                _ => {
+                    return Err(FormatError::BadFeature {
+                        owner: format!("function {i}"),
+                        key: super::ENTRY_NODE.to_string(),
+                        problem: "is not a list of one node id".to_string(),
+                    })
+                }
+            },
+        };
+        raw.functions.push(RawFunction { name: f.name, module: f.module, entry });
+    }
     for (i, m) in doc.graph.module.into_iter().enumerate() {
         let mut features = BTreeMap::new();
         for (key, values) in m.features {

@@ -4,7 +4,14 @@
 //!   buffer, binary and text, readable by the upstream `programl` tools;
 //! - [`Format::Json`]: networkx node-link JSON, as upstream `graph2json`
 //!   prints it;
-//! - [`Format::Dot`]: GraphViz, for people (write-only).
+//! - [`Format::Dot`]: GraphViz, for people (write-only);
+//! - upstream's `ProgramGraphFeaturesList` of per-example labels
+//!   ([`write_features_list`], [`read_features_list`], [`GraphFeatures`]),
+//!   the label files of its DeepDataFlow dataset.
+//!
+//! A function's recorded entry instruction ([`crate::graph::Function::entry`])
+//! is the function feature [`ENTRY_NODE`] (an `int64_list` of one node id)
+//! in protobuf and JSON, and absent where there is no record (compat mode).
 //!
 //! [`write_graph`] writes any of them; [`read_graph`] reads all but DOT and
 //! checks that every edge, node and function refers to something that
@@ -12,6 +19,7 @@
 
 mod dot;
 mod error;
+mod features;
 mod json;
 mod proto;
 mod raw;
@@ -26,6 +34,13 @@ use std::io::{self, Write};
 use crate::graph::ProgramGraph;
 
 pub use error::FormatError;
+pub use features::{
+    features_list_bytes, read_features_list, write_features_list, GraphFeatures, DATA_FLOW_ACTIVE_NODE_COUNT, DATA_FLOW_ROOT_NODE,
+    DATA_FLOW_STEP_COUNT, DATA_FLOW_VALUE,
+};
+
+/// The function feature that records a function's entry instruction.
+pub const ENTRY_NODE: &str = "entry_node";
 
 /// An output (or input) format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -20,9 +20,9 @@ use std::io::{self, Write};
 use petgraph::visit::EdgeRef;
 use protobuf::{CodedOutputStream, EnumOrUnknown, Message, MessageField};
 
-use super::pb::features::{feature, BytesList, Feature, Features};
+use super::pb::features::{feature, BytesList, Feature, Features, Int64List};
 use super::pb::program_graph as pb;
-use super::raw::{RawEdge, RawGraph, RawNode};
+use super::raw::{RawEdge, RawFunction, RawGraph, RawNode};
 use super::FormatError;
 use crate::graph::{self, ProgramGraph};
 
@@ -80,6 +80,13 @@ fn function_message(index: usize, f: &graph::Function) -> io::Result<pb::Functio
     let mut m = pb::Function::new();
     m.name.clone_from(&f.name);
     m.module = int32("function", index, f.module)?;
+    if let Some(entry) = f.entry {
+        let mut feature = Feature::new();
+        feature.kind = Some(feature::Kind::Int64List(Int64List { value: vec![entry.into()], ..Default::default() }));
+        let mut fs = Features::new();
+        fs.feature.insert(super::ENTRY_NODE.to_string(), feature);
+        m.features = MessageField::some(fs);
+    }
     Ok(m)
 }
 
@@ -233,7 +240,22 @@ fn raw_graph(m: pb::ProgramGraph) -> Result<RawGraph, FormatError> {
         .into_iter()
         .map(|e| RawEdge { flow: e.flow.value().into(), position: e.position.into(), source: e.source.into(), target: e.target.into() })
         .collect();
-    raw.functions = m.function.into_iter().map(|f| (f.name, f.module.into())).collect();
+    for (i, f) in m.function.into_iter().enumerate() {
+        let entry = match f.features.as_ref().and_then(|fs| fs.feature.get(super::ENTRY_NODE)) {
+            None => None,
+            Some(feature) => match &feature.kind {
+                Some(feature::Kind::Int64List(list)) if list.value.len() == 1 => Some(list.value[0]),
+                _ => {
+                    return Err(FormatError::BadFeature {
+                        owner: format!("function {i}"),
+                        key: super::ENTRY_NODE.to_string(),
+                        problem: "is not an int64_list of one node id".to_string(),
+                    })
+                }
+            },
+        };
+        raw.functions.push(RawFunction { name: f.name, module: f.module.into(), entry });
+    }
     for (i, module) in m.module.into_iter().enumerate() {
         let mut features = BTreeMap::new();
         if let Some(fs) = module.features.as_ref() {

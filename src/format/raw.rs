@@ -22,12 +22,19 @@ pub(super) struct RawEdge {
     pub target: i64,
 }
 
+pub(super) struct RawFunction {
+    pub name: String,
+    pub module: i64,
+    pub entry: Option<i64>,
+}
+
 #[derive(Default)]
 pub(super) struct RawGraph {
     pub nodes: Vec<RawNode>,
     pub edges: Vec<RawEdge>,
-    /// Name and module of each function.
-    pub functions: Vec<(String, i64)>,
+    /// Each function: name, module, and its recorded entry node (the
+    /// `entry_node` feature), if any.
+    pub functions: Vec<RawFunction>,
     pub modules: Vec<Module>,
 }
 
@@ -43,11 +50,16 @@ impl RawGraph {
         let mut g = ProgramGraph::default();
         g.graph.reserve_exact_nodes(nodes);
         g.graph.reserve_exact_edges(edges);
-        for (i, (name, module)) in self.functions.into_iter().enumerate() {
+        for (i, RawFunction { name, module, entry }) in self.functions.into_iter().enumerate() {
             if module < 0 || module as usize >= modules {
                 return Err(FormatError::DanglingModule { function: i, module, modules });
             }
-            g.functions.push(Function { name, module: module as u32 });
+            let entry = match entry {
+                None => None,
+                Some(e) if e <= 0 || e as usize >= nodes => return Err(FormatError::DanglingEntry { function: i, node: e, nodes }),
+                Some(e) => Some(e as u32),
+            };
+            g.functions.push(Function { name, module: module as u32, entry });
         }
         g.modules = self.modules;
         for (i, n) in self.nodes.into_iter().enumerate() {

@@ -14,7 +14,7 @@ fn sample() -> ProgramGraph {
     m.features.insert("llvm_data_layout".into(), "e-m:e".into());
     m.features.insert("a_first".into(), "".into());
     g.modules.push(m);
-    g.functions.push(Function { name: "f".into(), module: 0 });
+    g.functions.push(Function { name: "f".into(), module: 0, entry: None });
     let node = |kind, text: &str, full: &str, function| Node { kind, text: text.into(), full_text: Some(full.into()), function, block: 1 };
     let ret = g.add_node(node(NodeKind::Instruction, "ret", "ret i32 %x", Some(0)));
     let x = g.add_node(node(NodeKind::Variable, "i32", "i32 %x", Some(0)));
@@ -85,7 +85,7 @@ fn format_pbtxt_layout_matches_upstream() {
     let mut m = Module { name: "a.c".into(), ..Default::default() };
     m.features.insert("llvm_target_triple".into(), "x86_64".into());
     g.modules.push(m);
-    g.functions.push(Function { name: "main".into(), module: 0 });
+    g.functions.push(Function { name: "main".into(), module: 0, entry: None });
     let v =
         g.add_node(Node { kind: NodeKind::Variable, text: "i32".into(), full_text: Some("i32 %2".into()), function: Some(0), block: 1 });
     g.add_edge(Flow::Data, 1, v, ProgramGraph::external());

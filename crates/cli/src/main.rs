@@ -1,0 +1,315 @@
+//! `programl`: ProGraML program graphs from LLVM IR files.
+//!
+//! ```text
+//! programl graph [--format pb|pbtxt|json|dot] [--compat programl-0.3] [-o OUT] FILES...
+//! programl summary GRAPH...
+//! programl convert --format FORMAT [-o OUT] GRAPH
+//! programl analyze --task TASK [--root N] FILE
+//! programl dataset build --ir DIR --out DATA | dataset stats DATA
+//! programl vocab build DATA
+//! programl plugin-path
+//! ```
+
+mod analyze;
+mod dataset;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+
+use programl::builder::{build_file, BuildOptions, Mode};
+use programl::format::{write_graph, Format};
+use programl::graph::{Flow, NodeKind};
+
+#[derive(Parser)]
+#[command(name = "programl", version, about = "ProGraML program graphs from LLVM IR")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the program graph of each .ll/.bc file (directories are
+    /// searched for them). One input without -o writes to stdout; several
+    /// inputs need -o DIR, where outputs mirror the inputs' names.
+    Graph(GraphArgs),
+    /// Convert a graph file (.pb, .pbtxt, .json) to another format; to
+    /// stdout unless -o is given.
+    Convert {
+        /// Output format.
+        #[arg(long, value_parser = parse_format)]
+        format: Format,
+        /// Output file.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        file: PathBuf,
+    },
+    /// Print node and edge counts by type of graph files (.pb, .pbtxt, .json).
+    Summary {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Run a DeepDataFlow analysis on one IR file; prints one JSON object
+    /// per root: {"task","root","steps","positives"}.
+    Analyze(analyze::AnalyzeArgs),
+    /// DeepDataFlow datasets: label IR files for the five tasks (build),
+    /// print their statistics (stats).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
+    /// Node-text vocabulary of a dataset's train split.
+    #[command(subcommand)]
+    Vocab(dataset::VocabCommand),
+    /// Print the absolute path of the LLVM pass plugin.
+    PluginPath,
+}
+
+/// `programl graph`
+#[derive(clap::Args)]
+struct GraphArgs {
+    /// Output format.
+    #[arg(long, default_value = "pb", value_parser = parse_format)]
+    format: Format,
+    /// Reproduce another implementation's graphs: `programl-0.3`.
+    #[arg(long, value_parser = parse_mode)]
+    compat: Option<Mode>,
+    /// Output file (one input) or directory.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(short = 'j', long)]
+    jobs: Option<usize>,
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// With -o DIR: skip inputs whose graph is already there (outputs are
+    /// written atomically, so a present file is complete), to finish an
+    /// interrupted run.
+    #[arg(long)]
+    resume: bool,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| format!("unknown format '{s}' (expected pb, pbtxt, json or dot)"))
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| format!("unknown compat mode '{s}' (expected programl-0.3)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Graph(args) => graph(&args),
+        Command::Summary { files } => summary(&files),
+        Command::Convert { format, output, file } => convert(&file, format, output.as_deref()),
+        Command::Analyze(args) => analyze::run(&args),
+        Command::Dataset(command) => dataset::run_dataset(command),
+        Command::Vocab(command) => dataset::run_vocab(command),
+        Command::PluginPath => plugin_path().map(|p| {
+            println!("{}", p.display());
+            true
+        }),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        // A closed pipe (`programl ... | head`) is the reader's choice.
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("programl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One input file and where its graph goes (relative to the output dir).
+struct Job {
+    input: PathBuf,
+    relative: PathBuf,
+}
+
+fn collect_inputs(args: &[PathBuf]) -> Result<Vec<Job>> {
+    let mut jobs = Vec::new();
+    for arg in args {
+        if arg.is_dir() {
+            let found = programl::ir::find_ir_files(arg)?;
+            for input in found {
+                let relative = input.strip_prefix(arg).unwrap_or(&input).to_path_buf();
+                jobs.push(Job { input, relative });
+            }
+        } else {
+            let name = arg.file_name().map(PathBuf::from).unwrap_or_else(|| arg.clone());
+            jobs.push(Job { input: arg.clone(), relative: name });
+        }
+    }
+    Ok(jobs)
+}
+
+/// Writes `bytes` to `path` atomically, so readers never see a partial graph.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, bytes)
+}
+
+fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8>> {
+    let graph = build_file(input, options)?;
+    let mut out = Vec::new();
+    write_graph(&graph, format, &mut out).with_context(|| format!("{}: writing {format}", input.display()))?;
+    Ok(out)
+}
+
+fn graph(args: &GraphArgs) -> Result<bool> {
+    let (files, format, output, jobs) = (&args.files, args.format, args.output.as_deref(), args.jobs);
+    let options = &BuildOptions { mode: args.compat.unwrap_or_default() };
+    let inputs = collect_inputs(files)?;
+    if inputs.is_empty() {
+        bail!("no .ll or .bc files in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" "));
+    }
+    let single = inputs.len() == 1 && !files[0].is_dir();
+    // One input: stdout, or -o names the file unless it is a directory.
+    if single && output.map_or(true, |o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
+        let input = &inputs[0].input;
+        return match render(input, format, options) {
+            Ok(bytes) => {
+                match output {
+                    Some(path) => write_atomically(path, &bytes).with_context(|| format!("{}: cannot write", path.display()))?,
+                    None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                eprintln!("programl: {e:#}");
+                Ok(false)
+            }
+        };
+    }
+    let Some(dir) = output else {
+        bail!("{} inputs: give an output directory with -o DIR", inputs.len());
+    };
+    let mut seen = std::collections::HashSet::new();
+    for job in &inputs {
+        if !seen.insert(&job.relative) {
+            bail!("two inputs would both write {}: pass their common parent directory instead", job.relative.display());
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
+
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.unwrap_or(0)).build().context("starting worker threads")?;
+    let bar = ProgressBar::new(inputs.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let failed = AtomicUsize::new(0);
+    let skipped = AtomicUsize::new(0);
+    pool.install(|| {
+        inputs.par_iter().for_each(|job| {
+            let mut target = dir.join(&job.relative);
+            target.set_extension(format.extension());
+            if args.resume && target.is_file() {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                bar.inc(1);
+                return;
+            }
+            let result = render(&job.input, format, options)
+                .and_then(|bytes| write_atomically(&target, &bytes).with_context(|| format!("{}: cannot write", target.display())));
+            if let Err(e) = result {
+                failed.fetch_add(1, Ordering::Relaxed);
+                bar.suspend(|| eprintln!("programl: {e:#}"));
+            }
+            bar.inc(1);
+        })
+    });
+    bar.finish_and_clear();
+    let skipped = skipped.into_inner();
+    if skipped > 0 {
+        eprintln!("programl: {skipped} of {} graphs were already written (--resume)", inputs.len());
+    }
+    let failed = failed.into_inner();
+    if failed > 0 {
+        eprintln!("programl: {failed} of {} files failed", inputs.len());
+    }
+    Ok(failed == 0)
+}
+
+fn summary(files: &[PathBuf]) -> Result<bool> {
+    let mut ok = true;
+    for path in files {
+        match summarize(path) {
+            Ok(text) => print!("{text}"),
+            Err(e) => {
+                eprintln!("programl: {e:#}");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+/// Reads a graph file, its format named by its extension.
+fn read_graph_file(path: &Path) -> Result<programl::ProgramGraph> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let format = Format::parse(ext)
+        .filter(|f| *f != Format::Dot)
+        .with_context(|| format!("{}: unknown graph format (expected .pb, .pbtxt or .json)", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    programl::format::read_graph(&bytes, format).with_context(|| format!("{}: not a program graph", path.display()))
+}
+
+fn convert(path: &Path, format: Format, output: Option<&Path>) -> Result<bool> {
+    let g = match read_graph_file(path) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("programl: {e:#}");
+            return Ok(false);
+        }
+    };
+    let mut bytes = Vec::new();
+    write_graph(&g, format, &mut bytes).with_context(|| format!("{}: writing {format}", path.display()))?;
+    match output {
+        Some(out) => write_atomically(out, &bytes).with_context(|| format!("{}: cannot write", out.display()))?,
+        None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+    }
+    Ok(true)
+}
+
+fn summarize(path: &Path) -> Result<String> {
+    let g = read_graph_file(path)?;
+    let nodes = g.node_counts();
+    let edges = g.edge_counts();
+    let max_position = g.graph.edge_weights().map(|e| e.position).max().unwrap_or(0);
+    let mut s = format!(
+        "{}: {} module(s), {} function(s), {} nodes, {} edges\n",
+        path.display(),
+        g.modules.len(),
+        g.functions.len(),
+        g.node_count(),
+        g.edge_count()
+    );
+    let kinds = NodeKind::ALL.iter().filter(|k| nodes[**k as usize] > 0 || **k != NodeKind::Type);
+    s += &format!("  nodes:{}\n", kinds.map(|k| format!("  {} {}", k, nodes[*k as usize])).collect::<String>());
+    let flows = Flow::ALL.iter().filter(|f| edges[**f as usize] > 0 || **f != Flow::Type);
+    s += &format!("  edges:{}\n", flows.map(|f| format!("  {} {}", f, edges[*f as usize])).collect::<String>());
+    s += &format!("  max edge position: {max_position}\n");
+    Ok(s)
+}
+
+/// The plugin sits next to this binary in a cargo target dir, or in
+/// `../lib` of an installed prefix.
+fn plugin_path() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the programl binary")?;
+    let dir = exe.parent().context("locating the programl binary's directory")?;
+    let name = format!("{}programl_passes{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    for candidate in [dir.join(&name), dir.join("../lib").join(&name), dir.join("../release").join(&name)] {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize().unwrap_or(candidate));
+        }
+    }
+    bail!("the plugin {name} is not built next to {}: run `cargo build --release -p programl-passes`", exe.display())
+}

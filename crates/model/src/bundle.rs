@@ -1,0 +1,267 @@
+//! The model bundle: one directory holding a trained model, the format the
+//! trainer writes and `eval`, `predict` and the learned pass read.
+//!
+//! ```text
+//! BUNDLE/
+//!   config.json          format name and version, task, head, hyperparameters, provenance
+//!   weights.safetensors  the parameters (names and shapes: the `ggnn` module docs), f32
+//!   vocabulary.json      the node-text vocabulary (programl::vocab's format)
+//! ```
+//!
+//! [`Bundle::load`] checks the format name and version, that every
+//! parameter is present with its shape and dtype and that nothing else is,
+//! and that the vocabulary has as many ids as the embedding has rows; each
+//! failure is a [`BundleError`] naming the file and what does not match.
+//! (`tch`'s `VarStore::load` checks none of this, and silently converts
+//! dtypes.) [`Bundle::save`] writes a new directory beside the target and
+//! swaps it in, so a reader sees the old bundle or the new one, never a mix.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use programl::vocab::Vocabulary;
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use crate::{Ggnn, Hyper};
+
+/// `config.json`'s `format`.
+pub const FORMAT: &str = "programl-model";
+/// `config.json`'s `version`: bumped by any change to the files' meaning.
+pub const VERSION: u32 = 1;
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const WEIGHTS_FILE: &str = "weights.safetensors";
+pub const VOCABULARY_FILE: &str = "vocabulary.json";
+
+/// `config.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub format: String,
+    pub version: u32,
+    /// The task, lowercase (`reachability`, …, as in `models/<task>`).
+    pub task: String,
+    /// `node` (a prediction per node) or `graph`.
+    pub head: Head,
+    /// Class names, index = logit column (`["negative", "positive"]`).
+    pub classes: Vec<String>,
+    pub hyper: Hyper,
+    pub provenance: Provenance,
+}
+
+/// What the model predicts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Head {
+    Node,
+    Graph,
+}
+
+/// Where the model came from: what the learned pass checks before trusting
+/// it on a module.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// The graph mode of the training graphs: `paper` or `programl-0.3`.
+    pub graph_mode: String,
+    /// The LLVM major version the training graphs were built with.
+    pub llvm_major: u32,
+    /// Whether the training IR used opaque pointers.
+    pub opaque_pointers: bool,
+    /// [`programl::batch::LAYOUT_VERSION`] at training time.
+    pub featurisation_version: u32,
+    /// A hash of the training data (the dataset store's manifest).
+    pub training_data_hash: String,
+    /// Training examples seen.
+    pub examples_seen: u64,
+    /// Training wall time, seconds.
+    pub wall_time_s: f64,
+    /// The matmul precision the model was trained and validated with.
+    pub dtype: String,
+    /// The tool that wrote the bundle, with its version.
+    pub created_by: String,
+}
+
+/// Why a bundle could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: {detail}", path.display())]
+    Invalid { path: PathBuf, detail: String },
+    #[error("{}: not a programl model of a version this build reads: {detail}", path.display())]
+    Version { path: PathBuf, detail: String },
+    /// The vocabulary's own error names its file.
+    #[error("{source}")]
+    Vocabulary { path: PathBuf, source: programl::vocab::VocabError },
+}
+
+fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
+    BundleError::Invalid { path: path.to_path_buf(), detail: detail.into() }
+}
+
+/// A loaded bundle.
+pub struct Bundle {
+    pub config: Config,
+    pub model: Ggnn,
+    pub vocabulary: Vocabulary,
+    /// The directory it was loaded from.
+    pub dir: PathBuf,
+}
+
+impl Bundle {
+    /// Reads and checks the bundle in `dir`, placing the model on `device`.
+    pub fn load(dir: &Path, device: Device) -> Result<Bundle, BundleError> {
+        let config = read_config(dir)?;
+        let vocab_path = dir.join(VOCABULARY_FILE);
+        let vocabulary = Vocabulary::load(&vocab_path).map_err(|source| BundleError::Vocabulary { path: vocab_path.clone(), source })?;
+        if vocabulary.len() != config.hyper.vocab_size {
+            return Err(invalid(
+                &vocab_path,
+                format!(
+                    "the vocabulary has {} ids (with the unknown id) but the model's embedding has {} rows (config.json hyper.vocab_size)",
+                    vocabulary.len(),
+                    config.hyper.vocab_size
+                ),
+            ));
+        }
+        let model = Ggnn::new(&config.hyper, device);
+        load_weights(&model, &dir.join(WEIGHTS_FILE))?;
+        Ok(Bundle { config, model, vocabulary, dir: dir.to_path_buf() })
+    }
+
+    /// Writes `model`, `vocabulary` and `config` as the bundle `dir`,
+    /// replacing any bundle there as a whole.
+    pub fn save(dir: &Path, config: &Config, model: &Ggnn, vocabulary: &Vocabulary) -> Result<(), BundleError> {
+        replace_dir(dir, |staging| {
+            let json = serde_json::to_string_pretty(config).expect("a config serialises") + "\n";
+            let path = staging.join(CONFIG_FILE);
+            std::fs::write(&path, json).map_err(|source| BundleError::Io { path, source })?;
+            save_weights(model, &staging.join(WEIGHTS_FILE))?;
+            let path = staging.join(VOCABULARY_FILE);
+            vocabulary.save(&path).map_err(|source| BundleError::Vocabulary { path, source })
+        })
+    }
+}
+
+/// Replaces the directory `dir` as a whole: `fill` writes the new contents
+/// into a staging directory beside it, which then takes `dir`'s name (the
+/// old directory is moved aside first and removed after). A reader, or a
+/// process killed at any point, sees the old directory or the new one,
+/// never a mix (at worst a leftover `.NAME.*` beside it, removed by the
+/// next call).
+pub fn replace_dir(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), BundleError>) -> Result<(), BundleError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BundleError::Io { path, source }
+    };
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io(parent))?;
+    let name = dir.file_name().ok_or_else(|| invalid(dir, "needs a directory name"))?.to_string_lossy().into_owned();
+    let old = parent.join(format!(".{name}.old"));
+    // A previous call killed between its two renames left only the old one.
+    if !dir.exists() && old.exists() {
+        std::fs::rename(&old, dir).map_err(io(dir))?;
+    }
+    for entry in std::fs::read_dir(parent).map_err(io(parent))?.flatten() {
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&format!(".{name}.stage")) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let staging = tempfile::Builder::new().prefix(&format!(".{name}.stage")).tempdir_in(parent).map_err(io(parent))?;
+    #[cfg(unix)]
+    {
+        // tempfile makes 0700 directories; a bundle is as readable as any
+        // other output.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(staging.path()))?;
+    }
+    fill(staging.path())?;
+    for entry in std::fs::read_dir(staging.path()).map_err(io(staging.path()))?.flatten() {
+        std::fs::File::open(entry.path()).and_then(|f| f.sync_all()).map_err(io(&entry.path()))?;
+    }
+    let _ = std::fs::remove_dir_all(&old);
+    if dir.exists() {
+        std::fs::rename(dir, &old).map_err(io(dir))?;
+    }
+    let staged = staging.keep();
+    std::fs::rename(&staged, dir).map_err(io(dir))?;
+    let _ = std::fs::remove_dir_all(&old);
+    programl::fsutil::sync_dir(parent).map_err(io(parent))?;
+    Ok(())
+}
+
+/// Reads and checks `dir/config.json`.
+pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
+    let path = dir.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| BundleError::Io { path: path.clone(), source })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&path, format!("not JSON: {e}")))?;
+    let format = value.get("format").and_then(|v| v.as_str()).unwrap_or("");
+    let version = value.get("version").and_then(|v| v.as_u64());
+    if format != FORMAT || version != Some(VERSION as u64) {
+        return Err(BundleError::Version {
+            path,
+            detail: format!(
+                "format '{format}' version {}, expected '{FORMAT}' version {VERSION}",
+                version.map_or("none".to_string(), |v| v.to_string())
+            ),
+        });
+    }
+    let config: Config = serde_json::from_value(value).map_err(|e| invalid(&path, e.to_string()))?;
+    if config.hyper.classes as usize != config.classes.len() {
+        return Err(invalid(&path, format!("{} class names for {} classes", config.classes.len(), config.hyper.classes)));
+    }
+    if config.hyper.vocab_size == 0 || config.hyper.positions < 1 || config.hyper.classes < 1 {
+        return Err(invalid(&path, "hyper: vocab_size, positions and classes must be positive"));
+    }
+    Ok(config)
+}
+
+/// Writes the model's parameters as safetensors (f32, on the CPU).
+pub fn save_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
+    let tensors: Vec<(&str, Tensor)> =
+        model.named_parameters().into_iter().map(|(n, t)| (n, t.to_kind(Kind::Float).to_device(Device::Cpu))).collect();
+    let staged = path.with_extension("safetensors.tmp");
+    Tensor::write_safetensors(&tensors, &staged).map_err(|e| invalid(path, format!("cannot write weights: {e}")))?;
+    std::fs::rename(&staged, path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })
+}
+
+/// Reads `path` into `model`, checking every name, shape and dtype.
+pub fn load_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
+    if !path.exists() {
+        return Err(BundleError::Io { path: path.to_path_buf(), source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+    }
+    let read = Tensor::read_safetensors(path).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
+    let mut found: BTreeMap<String, Tensor> = read.into_iter().collect();
+    let mut problems = Vec::new();
+    let mut checked = Vec::new();
+    for (name, shape) in model.hyper().parameter_shapes() {
+        match found.remove(name) {
+            None => problems.push(format!("missing tensor '{name}' (shape {shape:?})")),
+            Some(t) if t.kind() != Kind::Float => problems.push(format!("tensor '{name}' is {:?}, expected Float (f32)", t.kind())),
+            Some(t) if t.size() != shape => problems.push(format!("tensor '{name}' has shape {:?}, expected {shape:?}", t.size())),
+            Some(t) => checked.push((name, t)),
+        }
+    }
+    for name in found.keys() {
+        problems.push(format!("unexpected tensor '{name}'"));
+    }
+    if !problems.is_empty() {
+        return Err(invalid(path, problems.join("; ")));
+    }
+    tch::no_grad(|| {
+        for ((name, target), (checked_name, source)) in model.named_parameters().into_iter().zip(checked) {
+            assert_eq!(name, checked_name, "parameter_shapes and named_parameters list the same names in the same order");
+            target.shallow_clone().copy_(&source);
+        }
+    });
+    for (name, t) in model.named_parameters() {
+        let finite = bool::try_from(t.isfinite().all()).unwrap_or(false);
+        if !finite {
+            return Err(invalid(path, format!("tensor '{name}' holds NaN or infinite values")));
+        }
+    }
+    Ok(())
+}

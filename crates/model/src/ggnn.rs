@@ -1,0 +1,366 @@
+//! The gated graph neural network of SPEC.md §3, node head.
+//!
+//! Parameters (their names are the checkpoint format: the keys of
+//! `weights.safetensors`, all `f32`):
+//!
+//! | name | shape | what |
+//! |---|---|---|
+//! | `embedding.weight` | \[V, 32\] | node-text embedding; row 0 is the unknown token |
+//! | `messages.weight`, `messages.bias` | \[204, 34\], \[204\] | the six edge-type maps fused: rows `34t..34t+34` are edge type `t` ([`EdgeType`] order) |
+//! | `gate.weight`, `gate.bias` | \[34, 34\], \[34\] | the position gate, shared by all edge types |
+//! | `gru.weight_ih`, `gru.weight_hh`, `gru.bias_ih`, `gru.bias_hh` | \[102, 34\] ×2, \[102\] ×2 | one GRU cell (PyTorch's `GRUCell` layout: reset, update, new) |
+//! | `readout.gate.weight`, `readout.gate.bias` | \[C, 68\], \[C\] | `f` of the readout, on `[h_T; h_0]` |
+//! | `readout.transform.weight`, `readout.transform.bias` | \[C, 34\], \[C\] | `g` of the readout, on `h_T` |
+//!
+//! The forward pass, for T steps over a [`Batch`]:
+//!
+//! 1. `h_0 = [embedding[token]; selector]`, the selector row being the
+//!    frozen `[50, 0]` (not the root) or `[0, 50]` (the root);
+//! 2. the position gate table `p(k) = 2σ(W_p s(k) + b_p)` for
+//!    `k < 1024` (positions clamped), `s(k)` the sinusoidal embedding
+//!    `[sin(k·ω); cos(k·ω); 0; 0]` with `ω_i = 10000^(−2i/32)`;
+//! 3. per step, the message along edge `w → v` of type `t` and position `k`
+//!    is `(W_t h_w + b_t) ⊙ p(k)`; `v` receives the mean of its incoming
+//!    messages over all six types (no message: zero), and
+//!    `h ← GRU(mean, h)`; in training, dropout 0.2 on the new `h`;
+//! 4. `logits = σ(f([h_T; h_0])) ⊙ g(h_T)`, C = 2 per node.
+//!
+//! The computation is arranged for speed (see [`Prepared`]): one matmul
+//! gives all six edge-type maps, the per-edge gate rows are gathered once per
+//! forward pass (they do not depend on `h`), and the aggregation is built
+//! once per batch and reused over the T steps.
+
+use programl::batch::{Batch, EdgeType};
+use serde::{Deserialize, Serialize};
+use tch::{nn, Device, Kind, Tensor};
+
+/// Node-text embedding width (SPEC.md §3).
+pub const TEXT_DIM: i64 = 32;
+/// Root-selector width.
+pub const SELECTOR_DIM: i64 = 2;
+/// Hidden state width: text embedding and selector.
+pub const HIDDEN: i64 = TEXT_DIM + SELECTOR_DIM;
+/// Edge types: control, data, call, each forward and backward.
+pub const EDGE_TYPES: i64 = 6;
+
+/// The model's shape and training constants. Saved in a bundle's
+/// `config.json`; the parameter shapes follow from it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hyper {
+    /// Embedding rows: the vocabulary with its unknown id.
+    pub vocab_size: usize,
+    /// Rows of the position gate table; larger positions are clamped.
+    pub positions: i64,
+    /// The selector's non-zero value (upstream: 50).
+    pub selector_value: f64,
+    /// Message-passing steps by default (training uses this T).
+    pub steps: i64,
+    /// Dropout on the GRU state during training.
+    pub state_dropout: f64,
+    /// Classes per node.
+    pub classes: i64,
+}
+
+impl Hyper {
+    /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
+    pub fn spec(vocab_size: usize) -> Hyper {
+        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2 }
+    }
+
+    /// Every parameter's name and shape, in a fixed order.
+    pub fn parameter_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let (h, c) = (HIDDEN, self.classes);
+        vec![
+            ("embedding.weight", vec![self.vocab_size as i64, TEXT_DIM]),
+            ("messages.weight", vec![EDGE_TYPES * h, h]),
+            ("messages.bias", vec![EDGE_TYPES * h]),
+            ("gate.weight", vec![h, h]),
+            ("gate.bias", vec![h]),
+            ("gru.weight_ih", vec![3 * h, h]),
+            ("gru.weight_hh", vec![3 * h, h]),
+            ("gru.bias_ih", vec![3 * h]),
+            ("gru.bias_hh", vec![3 * h]),
+            ("readout.gate.weight", vec![c, 2 * h]),
+            ("readout.gate.bias", vec![c]),
+            ("readout.transform.weight", vec![c, h]),
+            ("readout.transform.bias", vec![c]),
+        ]
+    }
+
+    /// Number of trainable parameters.
+    pub fn parameter_count(&self) -> i64 {
+        self.parameter_shapes().iter().map(|(_, s)| s.iter().product::<i64>()).sum()
+    }
+}
+
+/// The GGNN: its variables live in [`Ggnn::vs`].
+pub struct Ggnn {
+    /// The variables, named as in the module docs.
+    pub vs: nn::VarStore,
+    hyper: Hyper,
+    embedding: Tensor,
+    messages_w: Tensor,
+    messages_b: Tensor,
+    gate_w: Tensor,
+    gate_b: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor,
+    b_hh: Tensor,
+    readout_gate_w: Tensor,
+    readout_gate_b: Tensor,
+    readout_w: Tensor,
+    readout_b: Tensor,
+    /// `s(k)` for every position, \[positions, 34\] (constant).
+    sinusoids: Tensor,
+    /// The frozen selector rows, \[2, 2\].
+    selector_table: Tensor,
+}
+
+/// Xavier (Glorot) uniform bound for a `fan_out × fan_in` weight.
+fn xavier(fan_out: i64, fan_in: i64) -> nn::Init {
+    let a = (6.0 / (fan_in + fan_out) as f64).sqrt();
+    nn::Init::Uniform { lo: -a, up: a }
+}
+
+impl Ggnn {
+    /// A freshly initialised model on `device` (upstream's initialisation:
+    /// embedding N(0, 1), Xavier-uniform linear weights with zero biases,
+    /// PyTorch's GRU cell init). Seed with `tch::manual_seed` first for a
+    /// reproducible start.
+    pub fn new(hyper: &Hyper, device: Device) -> Ggnn {
+        let vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let h = HIDDEN;
+        let c = hyper.classes;
+        let gru = 1.0 / (h as f64).sqrt();
+        let gru_init = nn::Init::Uniform { lo: -gru, up: gru };
+        let embedding =
+            (&root / "embedding").var("weight", &[hyper.vocab_size as i64, TEXT_DIM], nn::Init::Randn { mean: 0.0, stdev: 1.0 });
+        let messages_w = (&root / "messages").var("weight", &[EDGE_TYPES * h, h], xavier(EDGE_TYPES * h, h));
+        let messages_b = (&root / "messages").var("bias", &[EDGE_TYPES * h], nn::Init::Const(0.0));
+        let gate_w = (&root / "gate").var("weight", &[h, h], xavier(h, h));
+        let gate_b = (&root / "gate").var("bias", &[h], nn::Init::Const(0.0));
+        let w_ih = (&root / "gru").var("weight_ih", &[3 * h, h], gru_init);
+        let w_hh = (&root / "gru").var("weight_hh", &[3 * h, h], gru_init);
+        let b_ih = (&root / "gru").var("bias_ih", &[3 * h], gru_init);
+        let b_hh = (&root / "gru").var("bias_hh", &[3 * h], gru_init);
+        let readout_gate_w = (&root / "readout" / "gate").var("weight", &[c, 2 * h], xavier(c, 2 * h));
+        let readout_gate_b = (&root / "readout" / "gate").var("bias", &[c], nn::Init::Const(0.0));
+        let readout_w = (&root / "readout" / "transform").var("weight", &[c, h], xavier(c, h));
+        let readout_b = (&root / "readout" / "transform").var("bias", &[c], nn::Init::Const(0.0));
+        let sinusoids = sinusoids(hyper.positions).to_device(device);
+        let v = hyper.selector_value;
+        let selector_table = Tensor::from_slice(&[v as f32, 0.0, 0.0, v as f32]).view([2, 2]).to_device(device);
+        Ggnn {
+            vs,
+            hyper: hyper.clone(),
+            embedding,
+            messages_w,
+            messages_b,
+            gate_w,
+            gate_b,
+            w_ih,
+            w_hh,
+            b_ih,
+            b_hh,
+            readout_gate_w,
+            readout_gate_b,
+            readout_w,
+            readout_b,
+            sinusoids,
+            selector_table,
+        }
+    }
+
+    pub fn hyper(&self) -> &Hyper {
+        &self.hyper
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// The position gate table `p(k)`, \[positions, 34\].
+    pub fn gate_table(&self) -> Tensor {
+        self.sinusoids.linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0
+    }
+
+    /// Initial node states `h_0`, \[N, 34\].
+    pub fn initial_states(&self, input: &Prepared) -> Tensor {
+        let text = Tensor::embedding(&self.embedding, &input.tokens, -1, false, false);
+        let selector = self.selector_table.index_select(0, &input.selector);
+        Tensor::cat(&[text, selector], 1)
+    }
+
+    /// One message-passing step without the update: the mean incoming
+    /// message of every node, \[N, 34\]. `edge_gates` is
+    /// [`Prepared::edge_gates`] of this forward pass.
+    pub fn messages(&self, input: &Prepared, h: &Tensor, edge_gates: &Tensor) -> Tensor {
+        let n = h.size()[0];
+        // [N, 6·34] → [6N, 34]: row 6w + t is W_t h_w + b_t.
+        let transformed = h.linear(&self.messages_w, Some(&self.messages_b)).view([n * EDGE_TYPES, HIDDEN]);
+        let per_edge = transformed.index_select(0, &input.sources) * edge_gates;
+        input.aggregate(&per_edge, n)
+    }
+
+    /// T steps from `h_0`; dropout on the state when `train`.
+    pub fn propagate(&self, input: &Prepared, h0: &Tensor, steps: i64, train: bool) -> Tensor {
+        let gates = input.edge_gates(&self.gate_table());
+        let mut h = h0.shallow_clone();
+        for _ in 0..steps {
+            let m = self.messages(input, &h, &gates);
+            h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
+            if train && self.hyper.state_dropout > 0.0 {
+                h = h.dropout(self.hyper.state_dropout, true);
+            }
+        }
+        h
+    }
+
+    /// The readout: logits \[N, C\] from `h_T` and `h_0`.
+    pub fn readout(&self, h_t: &Tensor, h0: &Tensor) -> Tensor {
+        let gate = Tensor::cat(&[h_t, h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        gate * h_t.linear(&self.readout_w, Some(&self.readout_b))
+    }
+
+    /// Per-node logits \[N, C\] after `steps` steps.
+    pub fn forward(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
+        let h0 = self.initial_states(input);
+        let h = self.propagate(input, &h0, steps, train);
+        self.readout(&h, &h0)
+    }
+
+    /// Every parameter, in [`Hyper::parameter_shapes`] order.
+    pub fn parameters(&self) -> Vec<&Tensor> {
+        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Every parameter with its name, in [`Hyper::parameter_shapes`] order.
+    pub fn named_parameters(&self) -> Vec<(&'static str, &Tensor)> {
+        vec![
+            ("embedding.weight", &self.embedding),
+            ("messages.weight", &self.messages_w),
+            ("messages.bias", &self.messages_b),
+            ("gate.weight", &self.gate_w),
+            ("gate.bias", &self.gate_b),
+            ("gru.weight_ih", &self.w_ih),
+            ("gru.weight_hh", &self.w_hh),
+            ("gru.bias_ih", &self.b_ih),
+            ("gru.bias_hh", &self.b_hh),
+            ("readout.gate.weight", &self.readout_gate_w),
+            ("readout.gate.bias", &self.readout_gate_b),
+            ("readout.transform.weight", &self.readout_w),
+            ("readout.transform.bias", &self.readout_b),
+        ]
+    }
+}
+
+/// `s(k)` for `k < positions`: 16 sines, 16 cosines, 2 zeros (the
+/// selector's columns), \[positions, 34\].
+pub fn sinusoids(positions: i64) -> Tensor {
+    let half = TEXT_DIM / 2;
+    let mut rows = Vec::with_capacity((positions * HIDDEN) as usize);
+    for k in 0..positions {
+        let mut row = [0f32; HIDDEN as usize];
+        for i in 0..half {
+            let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
+            let a = k as f64 * omega;
+            row[i as usize] = a.sin() as f32;
+            row[(half + i) as usize] = a.cos() as f32;
+        }
+        rows.extend_from_slice(&row);
+    }
+    Tensor::from_slice(&rows).view([positions, HIDDEN])
+}
+
+/// A [`Batch`] as tensors on the model's device, with everything that does
+/// not change over the T steps computed once.
+pub struct Prepared {
+    /// Vocabulary ids, \[N\] (ids beyond the embedding are mapped to the
+    /// unknown id 0).
+    pub tokens: Tensor,
+    /// 0/1 root selector, \[N\].
+    pub selector: Tensor,
+    /// 0/1 labels, \[N\], if the batch is labelled.
+    pub labels: Option<Tensor>,
+    /// For all edges of all six types, sorted by target: the row of the
+    /// fused transform to read, `6 · source + type`, \[E\].
+    pub sources: Tensor,
+    /// Clamped positions, in the same order, \[E\].
+    pub positions: Tensor,
+    /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
+    /// `1 / indegree(v)` on the columns of `v`'s incoming edges.
+    mean: Tensor,
+    /// Nodes, edges.
+    pub nodes: i64,
+    pub edges: i64,
+}
+
+impl Prepared {
+    /// Converts `batch` for a model with `hyper`, on `device`.
+    pub fn new(batch: &Batch, hyper: &Hyper, device: Device) -> Prepared {
+        let n = batch.node_count();
+        let vocab = hyper.vocab_size as i64;
+        let tokens: Vec<i64> = batch.tokens().iter().map(|&t| if (0..vocab).contains(&t) { t } else { 0 }).collect();
+        // (target, 6·source + type, position) for every edge, counting-sorted
+        // by target (stable, so the order within a target is the batch's).
+        let total: usize = EdgeType::ALL.iter().map(|&t| batch.edges(t).len()).sum();
+        let mut indegree = vec![0i64; n + 1];
+        for t in EdgeType::ALL {
+            for &v in batch.edges(t).targets {
+                indegree[v as usize + 1] += 1;
+            }
+        }
+        let mut crow = indegree.clone();
+        for i in 1..=n {
+            crow[i] += crow[i - 1];
+        }
+        let mut next = crow.clone();
+        let mut sources = vec![0i64; total];
+        let mut positions = vec![0i64; total];
+        let max_position = hyper.positions - 1;
+        for t in EdgeType::ALL {
+            let e = batch.edges(t);
+            for k in 0..e.len() {
+                let v = e.targets[k] as usize;
+                let slot = next[v] as usize;
+                next[v] += 1;
+                sources[slot] = e.sources[k] * EDGE_TYPES + t as i64;
+                positions[slot] = e.positions[k].clamp(0, max_position);
+            }
+        }
+        let values: Vec<f32> = (0..n).flat_map(|v| std::iter::repeat_n(1.0 / indegree[v + 1] as f32, indegree[v + 1] as usize)).collect();
+        let columns: Vec<i64> = (0..total as i64).collect();
+        let mean = Tensor::sparse_csr_tensor_crow_col_value_size(
+            &Tensor::from_slice(&crow),
+            &Tensor::from_slice(&columns),
+            &Tensor::from_slice(&values),
+            [n as i64, total as i64],
+            (Kind::Float, Device::Cpu),
+        )
+        .to_device(device);
+        Prepared {
+            tokens: Tensor::from_slice(&tokens).to_device(device),
+            selector: Tensor::from_slice(batch.selector()).to_device(device),
+            labels: batch.labels().map(|l| Tensor::from_slice(l).to_device(device)),
+            sources: Tensor::from_slice(&sources).to_device(device),
+            positions: Tensor::from_slice(&positions).to_device(device),
+            mean,
+            nodes: n as i64,
+            edges: total as i64,
+        }
+    }
+
+    /// The gate row of every edge, \[E, 34\], from the gate table.
+    pub fn edge_gates(&self, table: &Tensor) -> Tensor {
+        table.index_select(0, &self.positions)
+    }
+
+    /// The mean of the per-edge messages \[E, 34\] by target, \[N, 34\].
+    pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
+        debug_assert_eq!(nodes, self.nodes);
+        self.mean.mm(per_edge)
+    }
+}

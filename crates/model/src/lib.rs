@@ -1,0 +1,108 @@
+//! The ProGraML GGNN in libtorch (through `tch`), and its bundle format.
+//!
+//! A model reads the core's model input ([`programl::batch`]): the trainer
+//! and the learned compiler pass both featurise graphs there, and this crate
+//! turns a [`Batch`](programl::batch::Batch) into tensors
+//! ([`Prepared`]) and per-node logits ([`Ggnn::forward`]). A trained model
+//! travels as a [`bundle`]: `config.json`, `weights.safetensors` and
+//! `vocabulary.json` in one directory, checked on load.
+//!
+//! ```no_run
+//! use programl::batch::{Batch, GraphInput, Sample};
+//! use programl_model::{bundle::Bundle, Prepared, select_device, DeviceChoice};
+//!
+//! let device = select_device(DeviceChoice::Auto).unwrap();
+//! let bundle = Bundle::load("models/reachability".as_ref(), device).unwrap();
+//! # let graph = programl::ProgramGraph::new();
+//! let input = GraphInput::new(&graph, &bundle.vocabulary).unwrap();
+//! let batch = Batch::from_samples(&[Sample { graph: &input, root: Some(0), positives: None }]).unwrap();
+//! let prepared = Prepared::new(&batch, bundle.model.hyper(), device);
+//! let logits = tch::no_grad(|| bundle.model.forward(&prepared, bundle.model.hyper().steps, false));
+//! ```
+//!
+//! **Architecture invariant:** this crate never depends on the dataset store
+//! or on plotting; with the trainer and the runtime it is one of the three
+//! crates that name `tch`.
+
+pub mod bundle;
+mod ggnn;
+
+pub use ggnn::{sinusoids, Ggnn, Hyper, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use tch;
+use tch::Device;
+
+/// Where to run: `--device cpu|cuda|auto`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    Cpu,
+    Cuda,
+    /// CUDA if libtorch sees a GPU, else the CPU.
+    #[default]
+    Auto,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" => Ok(DeviceChoice::Cuda),
+            "auto" => Ok(DeviceChoice::Auto),
+            _ => Err(format!("device '{s}' is not one of cpu, cuda, auto")),
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceChoice::Cpu => "cpu",
+            DeviceChoice::Cuda => "cuda",
+            DeviceChoice::Auto => "auto",
+        })
+    }
+}
+
+/// Whether this process's libtorch has its CUDA library loaded (the
+/// binary's build script links `libtorch_cuda` with `--no-as-needed` where
+/// the libtorch has one) and sees a GPU.
+pub fn cuda_available() -> bool {
+    tch::Cuda::is_available()
+}
+
+/// The device for `choice`. `cuda` without a usable GPU is an error that
+/// says why; `auto` falls back to the CPU and says so once on stderr.
+pub fn select_device(choice: DeviceChoice) -> Result<Device, String> {
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Cuda if cuda_available() => Ok(Device::Cuda(0)),
+        DeviceChoice::Cuda => Err(format!(
+            "--device cuda: no CUDA device is available ({}; CUDA devices seen: {})",
+            if cuda_linked() { "libtorch_cuda is loaded" } else { "this libtorch has no CUDA library" },
+            tch::Cuda::device_count()
+        )),
+        DeviceChoice::Auto if cuda_available() => Ok(Device::Cuda(0)),
+        DeviceChoice::Auto => {
+            eprintln!("device: auto -> cpu (no CUDA device available)");
+            Ok(Device::Cpu)
+        }
+    }
+}
+
+/// Whether `libtorch_cuda` is mapped into this process.
+pub fn cuda_linked() -> bool {
+    std::fs::read_to_string("/proc/self/maps").is_ok_and(|m| m.contains("libtorch_cuda.so"))
+}
+
+/// A short name of a device: `cpu`, `cuda:0`.
+pub fn device_name(device: Device) -> String {
+    match device {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(i) => format!("cuda:{i}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}

@@ -1,0 +1,6 @@
+include!("../model/torch-link.rs");
+
+fn main() {
+    // programl-train and the test binaries link libtorch.
+    torch_link();
+}

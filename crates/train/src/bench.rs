@@ -1,0 +1,200 @@
+//! `programl-train bench`: training and inference speed on a seeded
+//! synthetic batch, through the same [`crate::engine`] code as `train` and
+//! `eval`.
+//!
+//! The shape (so other implementations can reproduce it): G =
+//! max(1, ⌊batch_nodes / graph_nodes⌋) graphs of n = graph_nodes nodes;
+//! per graph round(0.55n) control, round(1.15n) data and round(0.15n) call
+//! edges with source and target uniform over the graph's own nodes and
+//! positions uniform in {0, 1, 2, 3} (each also gives its backward edge);
+//! exactly round(0.1n) root-selected nodes per graph; vocabulary ids uniform
+//! over 2,231 rows. One node-step costs about 28 kFLOP (the 34→204 message
+//! map and the GRU cell, 6,936 multiply-adds each).
+
+use std::time::Instant;
+
+use anyhow::Result;
+use programl::batch::{Batch, GraphInput, Sample, SplitMix64};
+use programl::graph::{Edge, Flow};
+use programl::vocab::{Counts, Vocabulary};
+use programl_model::{Ggnn, Hyper, Prepared};
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::engine::{infer, train_step};
+use crate::optim::AdamW;
+
+/// Embedding rows of the benchmark model (SPEC.md §3: 87,070 parameters).
+pub const VOCAB_ROWS: usize = 2231;
+/// FLOPs of one node-step (2 × 13,872 multiply-adds).
+pub const FLOP_PER_NODE_STEP: f64 = 28e3;
+
+pub struct Shape {
+    pub batch_nodes: usize,
+    pub graph_nodes: usize,
+    pub seed: u64,
+}
+
+fn round(x: f64) -> usize {
+    x.round() as usize
+}
+
+/// The synthetic batch, and the forward edge count.
+pub fn synthetic_batch(shape: &Shape) -> (Batch, Vec<i64>, usize) {
+    let vocab = bench_vocabulary();
+    let n = shape.graph_nodes.max(1);
+    let graphs = (shape.batch_nodes / n).max(1);
+    let mut rng = SplitMix64::new(shape.seed);
+    let texts: Vec<String> = (0..VOCAB_ROWS).map(bench_text).collect();
+    let mut inputs = Vec::new();
+    let mut selector = Vec::with_capacity(graphs * n);
+    let mut edges_total = 0;
+    for _ in 0..graphs {
+        let nodes: Vec<&str> = (0..n).map(|_| texts[rng.below(VOCAB_ROWS as u64) as usize].as_str()).collect();
+        let mut edges = Vec::new();
+        for (flow, share) in [(Flow::Control, 0.55), (Flow::Data, 1.15), (Flow::Call, 0.15)] {
+            for _ in 0..round(share * n as f64) {
+                let s = rng.below(n as u64) as u32;
+                let t = rng.below(n as u64) as u32;
+                edges.push((s, t, Edge { flow, position: rng.below(4) as u32 }));
+            }
+        }
+        edges_total += edges.len();
+        inputs.push(GraphInput::from_parts(nodes, edges, &vocab).expect("synthetic edges are in range"));
+        // Exactly round(0.1 n) distinct roots: the first of a shuffle.
+        let roots = round(0.1 * n as f64);
+        let order = programl::batch::permutation(n, rng.next_u64());
+        let mut sel = vec![0i64; n];
+        for &r in &order[..roots.min(n)] {
+            sel[r] = 1;
+        }
+        selector.extend(sel);
+    }
+    let labels: Vec<Vec<u32>> = inputs.iter().map(|g| (0..g.node_count() as u32).filter(|_| rng.below(10) == 0).collect()).collect();
+    let samples: Vec<Sample<'_>> =
+        inputs.iter().zip(&labels).map(|(g, l)| Sample { graph: g, root: Some(0), positives: Some(l) }).collect();
+    (Batch::from_samples(&samples).expect("synthetic samples"), selector, edges_total)
+}
+
+fn bench_text(id: usize) -> String {
+    // Id 0 stands for the unknown row: a text outside the vocabulary.
+    if id == 0 {
+        "unknown text".into()
+    } else {
+        format!("t{id:04}")
+    }
+}
+
+/// 2,230 texts whose ids are 1..=2230 (descending counts fix the order).
+fn bench_vocabulary() -> Vocabulary {
+    let mut counts = Counts::default();
+    for id in 1..VOCAB_ROWS {
+        counts.texts.insert(bench_text(id), (VOCAB_ROWS - id) as u64 + 1);
+    }
+    counts.total = counts.texts.values().sum();
+    Vocabulary::from_counts(&counts, 1, None)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Figures {
+    pub mode: String,
+    pub steps: i64,
+    pub threads: i32,
+    pub dtype: String,
+    pub device: String,
+    pub batch_nodes: usize,
+    pub edges: usize,
+    pub median_s: f64,
+    pub nodes_per_s: f64,
+    pub graphs_per_s: f64,
+    pub gflops: f64,
+    pub matmul_gflops: f64,
+    pub peak_rss_mb: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median rate of the message map's matmul shape (\[N, 34\] × \[34, 204\]).
+pub fn matmul_gflops(nodes: usize, device: Device, kind: Kind) -> f64 {
+    let x = Tensor::randn([nodes as i64, 34], (kind, device));
+    let w = Tensor::randn([34, 204], (kind, device));
+    let reps = 20;
+    let _ = x.matmul(&w);
+    let times: Vec<f64> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                let _ = x.matmul(&w);
+            }
+            if let Device::Cuda(_) = device {
+                tch::Cuda::synchronize(0);
+            }
+            t.elapsed().as_secs_f64() / reps as f64
+        })
+        .collect();
+    2.0 * nodes as f64 * 34.0 * 204.0 / median(times) / 1e9
+}
+
+/// Runs one mode: `train` (one training step per iteration) or `infer`.
+pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usize, device: Device) -> Result<Figures> {
+    let (batch, selector, edges) = synthetic_batch(shape);
+    let hyper = Hyper { steps, ..Hyper::spec(VOCAB_ROWS) };
+    tch::manual_seed(shape.seed as i64);
+    let model = Ggnn::new(&hyper, device);
+    assert_eq!(hyper.parameter_count(), 87_070);
+    let mut prepared = Prepared::new(&batch, &hyper, device);
+    prepared.selector = Tensor::from_slice(&selector).to_device(device);
+    let mut opt = AdamW::new(&model.parameters(), 2.5e-4);
+    let mut times = Vec::new();
+    for i in 0..warmup + iters {
+        let t = Instant::now();
+        match mode {
+            "train" => {
+                let _ = train_step(&model, &mut opt, &prepared, steps);
+            }
+            "infer" => {
+                let _ = infer(&model, &prepared, steps);
+            }
+            _ => anyhow::bail!("mode '{mode}': expected train or infer"),
+        }
+        if let Device::Cuda(_) = device {
+            tch::Cuda::synchronize(0);
+        }
+        if i >= warmup {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let m = median(times);
+    let nodes = batch.node_count();
+    let factor = if mode == "train" { 3.0 } else { 1.0 };
+    Ok(Figures {
+        mode: mode.into(),
+        steps,
+        threads: tch::get_num_threads(),
+        dtype: "f32".into(),
+        device: programl_model::device_name(device),
+        batch_nodes: nodes,
+        edges,
+        median_s: m,
+        nodes_per_s: nodes as f64 / m,
+        graphs_per_s: batch.graph_count() as f64 / m,
+        gflops: FLOP_PER_NODE_STEP * nodes as f64 * steps as f64 * factor / m / 1e9,
+        matmul_gflops: matmul_gflops(nodes, device, Kind::Float),
+        peak_rss_mb: programl_dataset::build::peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
+    })
+}
+
+/// The CPU's model name and whether it has BF16 instructions.
+pub fn cpu_summary() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|s| s.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
+    let bf16: Vec<&str> = ["avx512_bf16", "amx_bf16"].into_iter().filter(|f| flags.contains(&f.trim_start_matches(':'))).collect();
+    format!("{model}; BF16: {}", if bf16.is_empty() { "none".to_string() } else { bf16.join(", ") })
+}

@@ -1,0 +1,168 @@
+//! Examples in memory: graphs encoded once by the core's input pipeline
+//! ([`GraphInput`]), each example a root, its positives and its step count.
+//! From a dataset store, or from a directory of IR files labelled on the fly.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use programl::analysis::{Analyzer, Task};
+use programl::batch::{Batch, GraphInput, Sample};
+use programl::builder::{build, BuildOptions};
+use programl::graph::{NodeKind, UNDEFINED_FUNCTION_TEXT};
+use programl::vocab::{Vocabulary, UNKNOWN_ID};
+use programl_dataset::{labels_kind, Dataset, Split, Subset};
+use rayon::prelude::*;
+
+/// One graph: its model input and the nodes that carry a label for the task.
+pub struct Graph {
+    pub input: GraphInput,
+    /// Labelled node ids, ascending: the task's node kind (variables for
+    /// liveness, instructions otherwise), never `[external]` nor a
+    /// `; undefined function` placeholder.
+    pub labelled: Vec<u32>,
+}
+
+/// One example.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Example {
+    /// Index into [`Examples::graphs`].
+    pub graph: u32,
+    pub root: u32,
+    pub steps: u32,
+    /// Positive node ids, ascending.
+    pub positives: Vec<u32>,
+}
+
+/// Examples of one task, with their graphs.
+#[derive(Default)]
+pub struct Examples {
+    pub graphs: Vec<Graph>,
+    pub examples: Vec<Example>,
+    /// Nodes of the graphs whose text has a vocabulary id, and all nodes.
+    pub known_nodes: u64,
+    pub all_nodes: u64,
+}
+
+/// The labelled nodes of a graph given by kinds and texts.
+pub fn labelled_nodes<'t>(task: Task, kinds: &[NodeKind], texts: impl IntoIterator<Item = &'t str>) -> Vec<u32> {
+    let want = labels_kind(task);
+    kinds
+        .iter()
+        .zip(texts)
+        .enumerate()
+        .filter(|&(i, (&k, text))| k == want && !(k == NodeKind::Instruction && (i == 0 || text == UNDEFINED_FUNCTION_TEXT)))
+        .map(|(i, _)| i as u32)
+        .collect()
+}
+
+impl Examples {
+    /// The examples of `task` in `split` and `subset` of a dataset store.
+    pub fn from_dataset(dataset: &Dataset, task: Task, split: Split, subset: Subset, vocab: &Vocabulary) -> Result<Examples> {
+        let mut out = Examples::default();
+        for record in dataset.records_in(split) {
+            let record = record?;
+            let chosen: Vec<&programl_dataset::Example> = record.examples(task).iter().filter(|e| subset.contains(e.steps)).collect();
+            if chosen.is_empty() {
+                continue;
+            }
+            let g = &record.graph;
+            let input = GraphInput::from_parts(
+                g.texts.iter().map(String::as_str),
+                g.edges.iter().map(|e| (e.source, e.target, programl::graph::Edge { flow: e.flow, position: e.position })),
+                vocab,
+            )
+            .with_context(|| format!("{}: not model input", record.path))?;
+            let graph = out.graphs.len() as u32;
+            for e in chosen {
+                out.examples.push(Example { graph, root: e.root, steps: e.steps, positives: e.positives.clone() });
+            }
+            out.add_graph(Graph { labelled: labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str)), input });
+        }
+        Ok(out)
+    }
+
+    /// Graphs and labels computed on the fly from the `.ll`/`.bc` files under
+    /// `dir` (or one file), roots sampled by the dataset's rule with `seed`;
+    /// only examples in `subset`. Files that fail to load are reported and
+    /// skipped.
+    pub fn from_ir(path: &Path, task: Task, subset: Subset, vocab: &Vocabulary, seed: u64) -> Result<Examples> {
+        let files: Vec<PathBuf> = if path.is_dir() {
+            programl::ir::find_ir_files(path).with_context(|| format!("{}: cannot list IR files", path.display()))?
+        } else {
+            vec![path.to_path_buf()]
+        };
+        if files.is_empty() {
+            bail!("{}: no .ll or .bc files", path.display());
+        }
+        let labelled: Vec<Result<Option<(Graph, Vec<Example>)>, String>> = files
+            .par_iter()
+            .map(|file| {
+                let context = inkwell::context::Context::create();
+                let module = programl::ir::load_module(&context, file).map_err(|e| e.to_string())?;
+                let graph = build(&module, &BuildOptions::default());
+                let mut analyzer = Analyzer::new(&graph);
+                let mut examples = Vec::new();
+                for root in analyzer.sampled_roots(task, seed) {
+                    let labels = analyzer.analyze(task, root).map_err(|e| format!("{}: {e}", file.display()))?;
+                    if subset.contains(labels.steps) {
+                        examples.push(Example { graph: 0, root, steps: labels.steps, positives: labels.positives });
+                    }
+                }
+                if examples.is_empty() {
+                    return Ok(None);
+                }
+                let kinds: Vec<NodeKind> = graph.graph.node_weights().map(|n| n.kind).collect();
+                let g = Graph {
+                    labelled: labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str())),
+                    input: GraphInput::new(&graph, vocab).map_err(|e| format!("{}: {e}", file.display()))?,
+                };
+                Ok(Some((g, examples)))
+            })
+            .collect();
+        let mut out = Examples::default();
+        for r in labelled {
+            match r {
+                Err(e) => eprintln!("warning: {e}; skipped"),
+                Ok(None) => {}
+                Ok(Some((g, examples))) => {
+                    let index = out.graphs.len() as u32;
+                    out.examples.extend(examples.into_iter().map(|e| Example { graph: index, ..e }));
+                    out.add_graph(g);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn add_graph(&mut self, g: Graph) {
+        self.all_nodes += g.input.node_count() as u64;
+        self.known_nodes += g.input.tokens().iter().filter(|&&t| t != i64::from(UNKNOWN_ID)).count() as u64;
+        self.graphs.push(g);
+    }
+
+    /// Nodes of example `i`'s graph.
+    pub fn size(&self, i: usize) -> usize {
+        self.graphs[self.examples[i].graph as usize].input.node_count()
+    }
+
+    /// The batch of examples `ids`, in order, labelled.
+    pub fn batch(&self, ids: &[usize]) -> Batch {
+        let samples: Vec<Sample<'_>> = ids
+            .iter()
+            .map(|&i| {
+                let e = &self.examples[i];
+                Sample { graph: &self.graphs[e.graph as usize].input, root: Some(e.root), positives: Some(&e.positives) }
+            })
+            .collect();
+        Batch::from_samples(&samples).expect("examples index their own graphs")
+    }
+
+    /// The fraction of the graphs' nodes whose text is in the vocabulary.
+    pub fn vocab_coverage(&self) -> f64 {
+        if self.all_nodes == 0 {
+            1.0
+        } else {
+            self.known_nodes as f64 / self.all_nodes as f64
+        }
+    }
+}

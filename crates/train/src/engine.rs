@@ -1,0 +1,80 @@
+//! The one training step and the one inference pass, shared by `train`,
+//! `eval`, `predict` and `bench` (so `bench` measures what users run).
+
+use programl_model::{Ggnn, Prepared};
+use tch::{Kind, Tensor};
+
+use crate::data::Examples;
+use crate::metrics::{bucket_of, Confusion, BUCKETS};
+use crate::optim::AdamW;
+
+/// One training step on a prepared, labelled batch: forward at `steps` in
+/// training mode (dropout on), mean cross-entropy over the batch's nodes,
+/// backward, AdamW update. Returns the loss.
+pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64) -> f64 {
+    let labels = input.labels.as_ref().expect("a training batch is labelled");
+    let params = model.parameters();
+    AdamW::zero_grad(&params);
+    let logits = model.forward(input, steps, true);
+    let loss = logits.cross_entropy_for_logits(labels);
+    loss.backward();
+    opt.step(&params);
+    loss.double_value(&[])
+}
+
+/// Inference: the probability of the positive class per node, \[N\], on the
+/// CPU, with no autograd state kept (memory does not grow with `steps`).
+pub fn infer(model: &Ggnn, input: &Prepared, steps: i64) -> Tensor {
+    tch::no_grad(|| model.forward(input, steps, false).softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu))
+}
+
+/// Pooled results of an evaluation.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    pub examples: u64,
+    pub total: Confusion,
+    /// Per [`BUCKETS`] entry: examples and counts.
+    pub buckets: [(u64, Confusion); 4],
+    /// Mean cross-entropy over the batches' nodes (batch-weighted by nodes).
+    pub loss: f64,
+}
+
+/// Evaluates examples `ids` (in order) at `steps`, in batches of at most
+/// `max_nodes` nodes (a larger graph alone).
+pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_nodes: usize, mut progress: impl FnMut(usize)) -> Evaluation {
+    let mut out = Evaluation::default();
+    let mut loss_sum = 0.0;
+    let mut nodes = 0usize;
+    for range in programl::batch::plan(ids.iter().map(|&i| data.size(i)), max_nodes) {
+        let chunk = &ids[range];
+        let batch = data.batch(chunk);
+        let input = Prepared::new(&batch, model.hyper(), model.device());
+        let (probs, loss) = tch::no_grad(|| {
+            let logits = model.forward(&input, steps, false);
+            let loss = logits.cross_entropy_for_logits(input.labels.as_ref().unwrap()).double_value(&[]);
+            (logits.softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu), loss)
+        });
+        loss_sum += loss * batch.node_count() as f64;
+        nodes += batch.node_count();
+        let probs: Vec<f32> = Vec::try_from(probs).expect("f32 probabilities");
+        let labels = batch.labels().unwrap();
+        for (g, &i) in chunk.iter().enumerate() {
+            let e = &data.examples[i];
+            let offset = batch.offsets()[g] as usize;
+            let mut c = Confusion::default();
+            for &node in &data.graphs[e.graph as usize].labelled {
+                let k = offset + node as usize;
+                c.record(probs[k] > 0.5, labels[k] == 1);
+            }
+            out.total.add(&c);
+            let b = bucket_of(e.steps);
+            out.buckets[b].0 += 1;
+            out.buckets[b].1.add(&c);
+            out.examples += 1;
+        }
+        progress(chunk.len());
+    }
+    out.loss = if nodes > 0 { loss_sum / nodes as f64 } else { 0.0 };
+    let _ = BUCKETS;
+    out
+}

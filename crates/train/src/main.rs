@@ -1,0 +1,388 @@
+//! `programl-train`: trains the ProGraML GGNN on DeepDataFlow tasks,
+//! evaluates and runs model bundles, and measures its speed.
+//!
+//! ```text
+//! programl-train train   --task T --data DATA --out RUN [--budget 45m|2000000]
+//! programl-train eval    --model BUNDLE --data DATA|IR_DIR [--subset ddf-30] [--steps T] [--json]
+//! programl-train predict --model BUNDLE FILE.ll [--roots sample|all|ID,...] [--json]
+//! programl-train bench   [--mode train|infer --steps T] [--json]
+//! ```
+
+mod bench;
+mod data;
+mod engine;
+mod metrics;
+mod optim;
+mod plot;
+mod train;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use programl::analysis::Analyzer;
+use programl::batch::{GraphInput, Sample};
+use programl_dataset::{Dataset, Split, Subset};
+use programl_model::bundle::Bundle;
+use programl_model::{select_device, DeviceChoice, Prepared};
+use serde_json::json;
+
+use crate::data::Examples;
+use crate::metrics::BUCKETS;
+
+#[derive(Parser)]
+#[command(name = "programl-train", version, about = "Train, evaluate, run and benchmark the ProGraML GGNN")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Runtime {
+    /// libtorch intra-op threads (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<i32>,
+    /// cpu, cuda, or auto (CUDA if available, else CPU).
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+}
+
+impl Runtime {
+    fn apply(&self) -> Result<tch::Device> {
+        let threads = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32));
+        if threads < 1 {
+            bail!("--threads must be at least 1");
+        }
+        tch::set_num_threads(threads);
+        select_device(self.device).map_err(anyhow::Error::msg)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model on one task's DDF-30 train split; resumable.
+    Train {
+        /// reachability, dominance, datadep, liveness or subexpressions.
+        #[arg(long)]
+        task: String,
+        /// A dataset store (`programl dataset build`).
+        #[arg(long)]
+        data: PathBuf,
+        /// The run directory (re-running the same command resumes it).
+        #[arg(long)]
+        out: PathBuf,
+        /// Wall time (45m, 2h, 90s) or examples (2000000), cumulative over resumes.
+        #[arg(long)]
+        budget: Option<train::Budget>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 2.5e-4)]
+        lr: f64,
+        /// Message-passing steps T.
+        #[arg(long, default_value_t = 30)]
+        steps: i64,
+        /// Nodes per batch (a larger graph alone).
+        #[arg(long, default_value_t = 10_000)]
+        batch_nodes: usize,
+        /// Training skips (and counts) examples whose graph has more nodes:
+        /// bounds training memory (autograd keeps T steps of state).
+        #[arg(long, default_value_t = 60_000)]
+        max_nodes: usize,
+        /// Validation examples (val split, DDF-30, chosen by seed).
+        #[arg(long, default_value_t = 10_000)]
+        val_examples: usize,
+        /// Validate every this many training examples.
+        #[arg(long, default_value_t = 20_000)]
+        val_every: u64,
+        /// Seconds between checkpoints (also at every validation).
+        #[arg(long, default_value_t = 120.0)]
+        checkpoint_every: f64,
+        #[arg(long)]
+        quiet: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Precision, recall and F1 of a bundle on a dataset split or on IR files.
+    Eval {
+        #[arg(long)]
+        model: PathBuf,
+        /// A dataset store, or a directory of .ll/.bc files (labelled on the fly).
+        #[arg(long)]
+        data: PathBuf,
+        /// ddf-30, ddf-60, ddf-200 or ddf.
+        #[arg(long, default_value = "ddf")]
+        subset: String,
+        /// Message-passing steps (default: the bundle's).
+        #[arg(long)]
+        steps: Option<i64>,
+        /// Dataset split to evaluate.
+        #[arg(long, default_value = "test")]
+        split: String,
+        /// Root-sampling seed for IR files (the dataset's rule).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 10_000)]
+        batch_nodes: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Per-node probabilities for roots of one IR file.
+    Predict {
+        #[arg(long)]
+        model: PathBuf,
+        file: PathBuf,
+        /// sample (the dataset's rule), all (every eligible root), or node ids.
+        #[arg(long, default_value = "sample")]
+        roots: String,
+        #[arg(long)]
+        steps: Option<i64>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Training and inference speed on a seeded synthetic batch.
+    Bench {
+        /// train or infer; without it, all three modes (train T=30, infer
+        /// T=30, infer T=200), each in its own process.
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long, default_value_t = 30)]
+        steps: i64,
+        #[arg(long, default_value_t = 10_000)]
+        batch_nodes: usize,
+        #[arg(long, default_value_t = 1440)]
+        graph_nodes: usize,
+        /// Timed iterations (median reported), after --warmup.
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Matmul precision (f32; bf16 is not implemented yet).
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("programl-train: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn parse_subset(s: &str) -> Result<Subset> {
+    Subset::parse(s).with_context(|| format!("subset '{s}': expected ddf-30, ddf-60, ddf-200 or ddf"))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train {
+            task,
+            data,
+            out,
+            budget,
+            seed,
+            lr,
+            steps,
+            batch_nodes,
+            max_nodes,
+            val_examples,
+            val_every,
+            checkpoint_every,
+            quiet,
+            runtime,
+        } => {
+            let device = runtime.apply()?;
+            let args = train::TrainArgs {
+                task,
+                data,
+                seed,
+                lr,
+                steps,
+                batch_nodes,
+                max_nodes,
+                val_examples,
+                val_every: val_every.max(1),
+                budget,
+                checkpoint_every_s: checkpoint_every,
+                threads: tch::get_num_threads(),
+                quiet,
+            };
+            train::run(&args, &out, device)
+        }
+        Command::Eval { model, data, subset, steps, split, seed, batch_nodes, json, runtime } => {
+            let device = runtime.apply()?;
+            let bundle = Bundle::load(&model, device)?;
+            let task = train::parse_task(&bundle.config.task)?;
+            let subset = parse_subset(&subset)?;
+            let steps = steps.unwrap_or(bundle.model.hyper().steps);
+            let examples = if data.join(programl_dataset::MANIFEST).exists() {
+                let split = Split::parse(&split).with_context(|| format!("split '{split}': expected train, val or test"))?;
+                let dataset = Dataset::open(&data)?;
+                Examples::from_dataset(&dataset, task, split, subset, &bundle.vocabulary)?
+            } else if data.exists() {
+                Examples::from_ir(&data, task, subset, &bundle.vocabulary, seed)?
+            } else {
+                bail!("{}: no such dataset or IR directory", data.display());
+            };
+            let ids: Vec<usize> = (0..examples.examples.len()).collect();
+            let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(ids.len() as u64) };
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec}, ETA {eta})")
+                    .unwrap(),
+            );
+            let e = engine::evaluate(&bundle.model, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
+            bar.finish_and_clear();
+            let t = e.total;
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "task": task.to_string(), "subset": subset.name().to_lowercase(), "steps": steps, "examples": e.examples,
+                        "precision": t.precision(), "recall": t.recall(), "f1": t.f1(),
+                        "tp": t.tp, "fp": t.fp, "fn": t.fn_, "vocab_coverage": examples.vocab_coverage(),
+                    })
+                );
+            } else {
+                println!("{task} {} at T={steps}: {} examples, {} labelled nodes", subset.name(), e.examples, t.labelled());
+                println!(
+                    "  precision {:.4}  recall {:.4}  F1 {:.4}  (tp {} fp {} fn {})",
+                    t.precision(),
+                    t.recall(),
+                    t.f1(),
+                    t.tp,
+                    t.fp,
+                    t.fn_
+                );
+                println!("  by step count:");
+                for (i, (name, _, _)) in BUCKETS.iter().enumerate() {
+                    let (n, c) = e.buckets[i];
+                    if n > 0 {
+                        println!(
+                            "    {name:>7} steps: {n:6} examples  precision {:.4}  recall {:.4}  F1 {:.4}",
+                            c.precision(),
+                            c.recall(),
+                            c.f1()
+                        );
+                    }
+                }
+                println!("  vocabulary coverage: {:.2}% of {} graph nodes", 100.0 * examples.vocab_coverage(), examples.all_nodes);
+            }
+            Ok(())
+        }
+        Command::Predict { model, file, roots, steps, seed, json, runtime } => {
+            let device = runtime.apply()?;
+            let bundle = Bundle::load(&model, device)?;
+            predict(&bundle, &file, &roots, steps, seed, json)
+        }
+        Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, dtype, seed, json, runtime } => {
+            if dtype != "f32" {
+                bail!("--dtype {dtype}: only f32 is implemented");
+            }
+            let device = runtime.apply()?;
+            let shape = bench::Shape { batch_nodes, graph_nodes, seed };
+            let modes: Vec<(String, i64)> = match mode {
+                Some(m) => vec![(m, steps)],
+                None => vec![("train".into(), 30), ("infer".into(), 30), ("infer".into(), 200)],
+            };
+            if !json {
+                println!("cpu: {}", bench::cpu_summary());
+            }
+            if modes.len() == 1 {
+                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device)?;
+                print_figures(&f, json);
+                return Ok(());
+            }
+            // Each mode in its own process, so each peak RSS is its own.
+            let exe = std::env::current_exe()?;
+            for (m, t) in modes {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args(["bench", "--mode", &m, "--steps", &t.to_string(), "--batch-nodes", &batch_nodes.to_string()]);
+                cmd.args(["--graph-nodes", &graph_nodes.to_string(), "--iters", &iters.to_string(), "--warmup", &warmup.to_string()]);
+                cmd.args([
+                    "--seed",
+                    &seed.to_string(),
+                    "--threads",
+                    &tch::get_num_threads().to_string(),
+                    "--device",
+                    &runtime.device.to_string(),
+                ]);
+                if json {
+                    cmd.arg("--json");
+                }
+                let status = cmd.status()?;
+                if !status.success() {
+                    bail!("bench --mode {m} --steps {t} failed ({status})");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_figures(f: &bench::Figures, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(f).unwrap());
+    } else {
+        println!(
+            "{:5} T={:3} {} threads {} {}: {} nodes, {} edges: {:.4} s/iter, {:.0} nodes/s, {:.1} graphs/s, {:.1} GFLOP/s (matmul {:.1} GFLOP/s), peak RSS {:.0} MiB",
+            f.mode, f.steps, f.threads, f.dtype, f.device, f.batch_nodes, f.edges, f.median_s, f.nodes_per_s, f.graphs_per_s, f.gflops, f.matmul_gflops, f.peak_rss_mb
+        );
+    }
+}
+
+fn predict(bundle: &Bundle, file: &Path, roots: &str, steps: Option<i64>, seed: u64, json: bool) -> Result<()> {
+    let task = train::parse_task(&bundle.config.task)?;
+    let steps = steps.unwrap_or(bundle.model.hyper().steps);
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let graph = programl::builder::build(&module, &Default::default());
+    let mut analyzer = Analyzer::new(&graph);
+    let chosen: Vec<u32> = match roots {
+        "sample" => analyzer.sampled_roots(task, seed),
+        "all" => analyzer.eligible_roots(task),
+        list => {
+            let eligible = analyzer.eligible_roots(task);
+            list.split(',')
+                .map(|s| {
+                    let id: u32 = s.trim().parse().with_context(|| format!("--roots: '{s}' is not a node id"))?;
+                    if eligible.binary_search(&id).is_err() {
+                        bail!("{}: node {id} is not an eligible {task} root ({} eligible)", file.display(), eligible.len());
+                    }
+                    Ok(id)
+                })
+                .collect::<Result<_>>()?
+        }
+    };
+    let input = GraphInput::new(&graph, &bundle.vocabulary)?;
+    let kinds: Vec<_> = graph.graph.node_weights().map(|n| n.kind).collect();
+    let labelled = data::labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));
+    for root in chosen {
+        let batch = programl::batch::Batch::from_samples(&[Sample { graph: &input, root: Some(root), positives: None }])?;
+        let prepared = Prepared::new(&batch, bundle.model.hyper(), bundle.model.device());
+        let p: Vec<f32> = Vec::try_from(engine::infer(&bundle.model, &prepared, steps))?;
+        if json {
+            let nodes: Vec<_> = labelled.iter().map(|&n| json!({"node": n, "p": p[n as usize]})).collect();
+            println!(
+                "{}",
+                json!({"file": file.display().to_string(), "task": task.to_string(), "root": root, "steps": steps, "nodes": nodes})
+            );
+        } else {
+            let positive: Vec<u32> = labelled.iter().copied().filter(|&n| p[n as usize] > 0.5).collect();
+            println!("root {root}: {} of {} labelled nodes predicted positive: {positive:?}", positive.len(), labelled.len());
+        }
+    }
+    Ok(())
+}

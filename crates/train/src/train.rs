@@ -1,0 +1,417 @@
+//! `programl-train train`: the training loop, its checkpoints and its log.
+//!
+//! The run directory:
+//!
+//! ```text
+//! RUN/
+//!   vocabulary.json   the vocabulary, built from the train split at the first start
+//!   checkpoint/       state.json, weights.safetensors, optimizer.safetensors (replaced whole)
+//!   model/            the best model so far by validation F1: a bundle
+//!   log.csv           one row per training-loss window and per validation
+//!   curves.png        loss and validation F1 against examples seen
+//! ```
+//!
+//! Determinism: the example order of epoch `e` is
+//! `permutation(n, mix(seed ^ e))`, batches are the core's greedy plan over
+//! it, dropout is reseeded from (seed, batch number) before every batch, and
+//! validations happen at fixed example counts. The checkpoint holds
+//! everything else (weights, AdamW moments, the position in the epoch, the
+//! log), so a run killed at any point and started again with the same
+//! command continues exactly where its last checkpoint left it: with an
+//! example budget and a fixed thread count, the final model is bit for bit
+//! the one an uninterrupted run makes.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use programl::analysis::Task;
+use programl::batch::{permutation, plan};
+use programl::hash::{fnv1a, mix};
+use programl::vocab::Vocabulary;
+use programl_dataset::{Dataset, Split, Subset};
+use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
+use programl_model::{Ggnn, Hyper, Prepared};
+use serde::{Deserialize, Serialize};
+use tch::{Device, Tensor};
+
+use crate::data::Examples;
+use crate::engine::{evaluate, train_step};
+use crate::optim::AdamW;
+
+/// A bound on a run: wall time or examples, cumulative across resumes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Budget {
+    Seconds(f64),
+    Examples(u64),
+}
+
+impl std::str::FromStr for Budget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Budget, String> {
+        let s = s.trim();
+        let (num, mult) = if let Some(n) = s.strip_suffix('h') {
+            (n, 3600.0)
+        } else if let Some(n) = s.strip_suffix('m') {
+            (n, 60.0)
+        } else if let Some(n) = s.strip_suffix('s') {
+            (n, 1.0)
+        } else {
+            return s
+                .replace('_', "")
+                .parse::<u64>()
+                .map(Budget::Examples)
+                .map_err(|_| format!("budget '{s}': expected a duration (45m, 2h, 90s) or an example count"));
+        };
+        num.parse::<f64>().ok().filter(|x| *x > 0.0).map(|x| Budget::Seconds(x * mult)).ok_or_else(|| format!("budget '{s}': bad duration"))
+    }
+}
+
+/// What `train` is asked to do. Everything but `budget`, `threads` and the
+/// checkpoint interval must match on resume.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrainArgs {
+    pub task: String,
+    pub data: PathBuf,
+    pub seed: u64,
+    pub lr: f64,
+    pub steps: i64,
+    pub batch_nodes: usize,
+    pub max_nodes: usize,
+    pub val_examples: usize,
+    pub val_every: u64,
+    #[serde(skip)]
+    pub budget: Option<Budget>,
+    #[serde(skip)]
+    pub checkpoint_every_s: f64,
+    #[serde(skip)]
+    pub threads: i32,
+    #[serde(skip)]
+    pub quiet: bool,
+}
+
+/// One line of `log.csv`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    /// `train` (mean loss over the window) or `val`.
+    pub kind: String,
+    pub examples: u64,
+    pub wall_s: f64,
+    pub loss: f64,
+    /// Validation rows only.
+    pub precision: Option<f64>,
+    pub recall: Option<f64>,
+    pub f1: Option<f64>,
+}
+
+/// `checkpoint/state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct State {
+    version: u32,
+    args: TrainArgs,
+    data_hash: String,
+    epoch: u64,
+    /// Batches of the current epoch already trained.
+    batch_in_epoch: u64,
+    batches_total: u64,
+    examples_seen: u64,
+    wall_s: f64,
+    adam_step: i64,
+    best_f1: f64,
+    best_examples: u64,
+    next_val: u64,
+    /// Training-loss window not yet logged.
+    window_loss: f64,
+    window_batches: u64,
+    history: Vec<Row>,
+}
+
+const STATE_VERSION: u32 = 1;
+const LOSS_WINDOW: u64 = 20;
+
+/// FNV-1a of the dataset's manifest: changes with any shard or input.
+pub fn data_hash(data: &Path) -> Result<String> {
+    let m = data.join(programl_dataset::MANIFEST);
+    let bytes = std::fs::read(&m).with_context(|| format!("{}: cannot read the dataset manifest", m.display()))?;
+    Ok(format!("{:016x}", fnv1a(&bytes)))
+}
+
+pub fn parse_task(name: &str) -> Result<Task> {
+    Task::parse(name).with_context(|| format!("unknown task '{name}' (reachability, dominance, datadep, liveness, subexpressions)"))
+}
+
+pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
+    let started = Instant::now();
+    let task = parse_task(&args.task)?;
+    let dataset = Dataset::open(&args.data).with_context(|| format!("{}: cannot open the dataset", args.data.display()))?;
+    let hash = data_hash(&args.data)?;
+    std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create the run directory", out.display()))?;
+    let say = |s: &str| {
+        if !args.quiet {
+            eprintln!("{s}");
+        }
+    };
+
+    // The vocabulary: fixed at the first start.
+    let vocab_path = out.join(bundle::VOCABULARY_FILE);
+    let vocab = if vocab_path.exists() {
+        Vocabulary::load(&vocab_path)?
+    } else {
+        let (v, _) = programl_dataset::vocab::build(&dataset, 1, None)?;
+        v.save(&vocab_path)?;
+        v
+    };
+
+    let train = Examples::from_dataset(&dataset, task, Split::Train, Subset::Ddf30, &vocab)?;
+    let kept: Vec<usize> = (0..train.examples.len()).filter(|&i| train.size(i) <= args.max_nodes).collect();
+    let skipped = train.examples.len() - kept.len();
+    if kept.is_empty() {
+        bail!("{}: no {} DDF-30 training example has at most {} nodes", args.data.display(), task, args.max_nodes);
+    }
+    let val = Examples::from_dataset(&dataset, task, Split::Val, Subset::Ddf30, &vocab)?;
+    let mut val_ids = permutation(val.examples.len(), mix(args.seed ^ 0x7661_6c00));
+    val_ids.truncate(args.val_examples);
+    val_ids.sort_unstable();
+    say(&format!(
+        "train: {task}, {} DDF-30 examples ({} graphs), {skipped} skipped for more than --max-nodes {} nodes; val: {} examples; vocabulary {} ids",
+        kept.len(),
+        train.graphs.len(),
+        args.max_nodes,
+        val_ids.len(),
+        vocab.len()
+    ));
+
+    let hyper = Hyper { steps: args.steps, ..Hyper::spec(vocab.len()) };
+    tch::manual_seed(mix(args.seed) as i64);
+    let model = Ggnn::new(&hyper, device);
+    let mut opt = AdamW::new(&model.parameters(), args.lr);
+    let names: Vec<&str> = hyper.parameter_shapes().iter().map(|(n, _)| *n).collect();
+    let ckpt = out.join("checkpoint");
+    let mut state = if ckpt.join("state.json").exists() {
+        let s: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?).context("checkpoint/state.json")?;
+        if s.version != STATE_VERSION {
+            bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), s.version);
+        }
+        if serde_json::to_value(&s.args)? != serde_json::to_value(args)? {
+            bail!(
+                "{}: this run was started with other arguments ({}); use another --out or the same arguments",
+                out.display(),
+                serde_json::to_string(&s.args)?
+            );
+        }
+        if s.data_hash != hash {
+            bail!("{}: the dataset changed since this run started (manifest hash {} then, {hash} now)", args.data.display(), s.data_hash);
+        }
+        bundle::load_weights(&model, &ckpt.join(bundle::WEIGHTS_FILE))?;
+        let saved = Tensor::read_safetensors(ckpt.join("optimizer.safetensors"))?;
+        opt.restore(&names, saved, s.adam_step).map_err(anyhow::Error::msg)?;
+        say(&format!("resuming at {} examples ({:.0} s of training so far)", s.examples_seen, s.wall_s));
+        s
+    } else {
+        State {
+            version: STATE_VERSION,
+            args: args.clone(),
+            data_hash: hash.clone(),
+            epoch: 0,
+            batch_in_epoch: 0,
+            batches_total: 0,
+            examples_seen: 0,
+            wall_s: 0.0,
+            adam_step: 0,
+            best_f1: -1.0,
+            best_examples: 0,
+            next_val: args.val_every,
+            window_loss: 0.0,
+            window_batches: 0,
+            history: Vec::new(),
+        }
+    };
+
+    let session = Instant::now();
+    let wall_before = state.wall_s;
+    let wall = |_: &State| wall_before + session.elapsed().as_secs_f64();
+    let exhausted = |s: &State| match args.budget {
+        Some(Budget::Examples(n)) => s.examples_seen >= n,
+        Some(Budget::Seconds(t)) => wall(s) >= t,
+        None => false,
+    };
+    let bar = progress_bar(args, &state);
+    let mut last_checkpoint = Instant::now();
+
+    let checkpoint = |state: &mut State, model: &Ggnn, opt: &AdamW| -> Result<()> {
+        state.wall_s = wall(state);
+        state.adam_step = opt.step;
+        bundle::replace_dir(&ckpt, |dir| {
+            std::fs::write(dir.join("state.json"), serde_json::to_string_pretty(state).unwrap())
+                .map_err(|source| bundle::BundleError::Io { path: dir.join("state.json"), source })?;
+            bundle::save_weights(model, &dir.join(bundle::WEIGHTS_FILE))?;
+            Tensor::write_safetensors(&opt.named_state(&names), dir.join("optimizer.safetensors"))
+                .map_err(|e| bundle::BundleError::Invalid { path: dir.join("optimizer.safetensors"), detail: e.to_string() })
+        })?;
+        write_log(out, &state.history)?;
+        Ok(())
+    };
+
+    let validate = |state: &mut State, model: &Ggnn| -> Result<()> {
+        let e = evaluate(model, &val, &val_ids, args.steps, args.batch_nodes.max(1), |_| {});
+        let t = e.total;
+        state.history.push(Row {
+            kind: "val".into(),
+            examples: state.examples_seen,
+            wall_s: wall(state),
+            loss: e.loss,
+            precision: Some(t.precision()),
+            recall: Some(t.recall()),
+            f1: Some(t.f1()),
+        });
+        let line = format!(
+            "val at {} examples: loss {:.4}, precision {:.4}, recall {:.4}, F1 {:.4} (best {:.4})",
+            state.examples_seen,
+            e.loss,
+            t.precision(),
+            t.recall(),
+            t.f1(),
+            state.best_f1.max(t.f1())
+        );
+        if t.f1() > state.best_f1 {
+            state.best_f1 = t.f1();
+            state.best_examples = state.examples_seen;
+            let config = bundle_config(task, &hyper, &hash, vocab.id("ptr") != 0, state.examples_seen, wall(state));
+            Bundle::save(&out.join("model"), &config, model, &vocab)?;
+        }
+        if let Err(e) = crate::plot::curves(&out.join("curves.png"), &state.history, &format!("{task}")) {
+            eprintln!("warning: {}: plot not drawn: {e}", out.join("curves.png").display());
+        }
+        bar.println(line);
+        Ok(())
+    };
+
+    let n = kept.len();
+    'outer: while !exhausted(&state) {
+        let order: Vec<usize> =
+            permutation(n, mix(args.seed ^ state.epoch.wrapping_mul(0x9E37_79B9))).into_iter().map(|i| kept[i]).collect();
+        let batches = plan(order.iter().map(|&i| train.size(i)), args.batch_nodes);
+        while (state.batch_in_epoch as usize) < batches.len() {
+            if exhausted(&state) {
+                break 'outer;
+            }
+            let ids = &order[batches[state.batch_in_epoch as usize].clone()];
+            let batch = train.batch(ids);
+            let input = Prepared::new(&batch, &hyper, device);
+            tch::manual_seed(mix(args.seed ^ mix(state.batches_total + 1)) as i64);
+            let loss = train_step(&model, &mut opt, &input, args.steps);
+            if !loss.is_finite() {
+                bail!("the training loss is {loss} at {} examples: stopping (checkpoint at the last good state)", state.examples_seen);
+            }
+            state.batch_in_epoch += 1;
+            state.batches_total += 1;
+            state.examples_seen += ids.len() as u64;
+            state.window_loss += loss;
+            state.window_batches += 1;
+            if state.window_batches >= LOSS_WINDOW {
+                state.history.push(Row {
+                    kind: "train".into(),
+                    examples: state.examples_seen,
+                    wall_s: wall(&state),
+                    loss: state.window_loss / state.window_batches as f64,
+                    precision: None,
+                    recall: None,
+                    f1: None,
+                });
+                bar.set_message(format!(
+                    "loss {:.4}, best val F1 {:.4}",
+                    state.window_loss / state.window_batches as f64,
+                    state.best_f1.max(0.0)
+                ));
+                state.window_loss = 0.0;
+                state.window_batches = 0;
+            }
+            match args.budget {
+                Some(Budget::Seconds(_)) => bar.set_position(wall(&state) as u64),
+                _ => bar.set_position(state.examples_seen),
+            }
+            if state.examples_seen >= state.next_val {
+                state.next_val += args.val_every;
+                validate(&mut state, &model)?;
+                checkpoint(&mut state, &model, &opt)?;
+                last_checkpoint = Instant::now();
+            } else if last_checkpoint.elapsed().as_secs_f64() >= args.checkpoint_every_s {
+                checkpoint(&mut state, &model, &opt)?;
+                last_checkpoint = Instant::now();
+            }
+        }
+        state.epoch += 1;
+        state.batch_in_epoch = 0;
+    }
+    // A final validation unless the last batch just had one.
+    if state.history.last().is_none_or(|r| r.kind != "val" || r.examples != state.examples_seen) {
+        validate(&mut state, &model)?;
+    }
+    checkpoint(&mut state, &model, &opt)?;
+    bar.finish_and_clear();
+    say(&format!(
+        "done: {} examples in {:.0} s of training ({:.0} s this session); best val F1 {:.4} at {} examples -> {}",
+        state.examples_seen,
+        state.wall_s,
+        started.elapsed().as_secs_f64(),
+        state.best_f1,
+        state.best_examples,
+        out.join("model").display()
+    ));
+    Ok(())
+}
+
+fn progress_bar(args: &TrainArgs, state: &State) -> indicatif::ProgressBar {
+    let (len, unit) = match args.budget {
+        Some(Budget::Seconds(t)) => (t as u64, "s"),
+        Some(Budget::Examples(n)) => (n, "examples"),
+        None => (0, "examples"),
+    };
+    let bar = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(len) };
+    let template = format!("{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, ETA {{eta}}) {{msg}}");
+    bar.set_style(indicatif::ProgressStyle::with_template(&template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    bar.set_position(match args.budget {
+        Some(Budget::Seconds(_)) => state.wall_s as u64,
+        _ => state.examples_seen,
+    });
+    bar.reset_eta();
+    bar
+}
+
+/// The bundle's config for a model trained on `task`.
+/// `opaque`: whether the training IR had opaque pointers (its vocabulary has `ptr`).
+pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, examples: u64, wall_s: f64) -> Config {
+    Config {
+        format: bundle::FORMAT.into(),
+        version: bundle::VERSION,
+        task: task.to_string(),
+        head: Head::Node,
+        classes: vec!["negative".into(), "positive".into()],
+        hyper: hyper.clone(),
+        provenance: Provenance {
+            graph_mode: programl_dataset::export::GRAPH_MODE.into(),
+            llvm_major: programl::LLVM_MAJOR.parse().unwrap_or(0),
+            opaque_pointers: opaque,
+            featurisation_version: programl::batch::LAYOUT_VERSION,
+            training_data_hash: data_hash.into(),
+            examples_seen: examples,
+            wall_time_s: (wall_s * 10.0).round() / 10.0,
+            dtype: "f32".into(),
+            created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+        },
+    }
+}
+
+fn write_log(out: &Path, rows: &[Row]) -> Result<()> {
+    use std::io::Write;
+    let path = out.join("log.csv");
+    programl::fsutil::write_atomically(&path, programl::fsutil::Durability::Atomic, |w| {
+        writeln!(w, "kind,examples,wall_s,loss,precision,recall,f1")?;
+        for r in rows {
+            let f = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.6}"));
+            writeln!(w, "{},{},{:.1},{:.6},{},{},{}", r.kind, r.examples, r.wall_s, r.loss, f(r.precision), f(r.recall), f(r.f1))?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("{}: cannot write the log", path.display()))
+}

@@ -1,0 +1,270 @@
+//! `programl-train` end to end on a small fixture: generated C programs
+//! compiled by clang, a dataset store built from them, a short training run
+//! that must beat the trivial classifiers, a SIGKILLed run that resumes to
+//! the very same weights, `eval` on IR files, `predict`, and clear errors for
+//! broken bundles.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use programl::analysis::Task;
+use programl_dataset::{Dataset, Split, Subset};
+
+const PROGRAMS: usize = 30;
+const LEVELS: [&str; 2] = ["O0", "O1"];
+
+fn trainer() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_programl-train"));
+    c.stdin(Stdio::null());
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// IR of the fixture programs, and a dataset store of them (built once per
+/// target directory).
+fn fixture() -> &'static (PathBuf, PathBuf) {
+    static FIXTURE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("train-fixture-v1");
+        let (ir, data) = (dir.join("ir"), dir.join("data"));
+        if dir.join("complete").exists() {
+            return (ir, data);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&ir).unwrap();
+        let clang = Path::new(programl::LLVM_BINDIR).join("clang");
+        for i in 0..PROGRAMS {
+            let sub = ir.join(format!("proj{}", i % 3));
+            std::fs::create_dir_all(&sub).unwrap();
+            let c = sub.join(format!("prog{i}.c"));
+            std::fs::write(&c, programl_testkit::c_program(i)).unwrap();
+            for level in LEVELS {
+                let ll = sub.join(format!("prog{i}.{level}.ll"));
+                let out =
+                    Command::new(&clang).args(["-S", "-emit-llvm", "-w", &format!("-{level}"), "-o"]).arg(&ll).arg(&c).output().unwrap();
+                assert!(out.status.success(), "clang: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            std::fs::remove_file(&c).unwrap();
+        }
+        let builder = programl_dataset::Builder::open(programl_dataset::BuildConfig::new(&ir, &data)).unwrap();
+        builder.run(&|_| {}).unwrap();
+        std::fs::write(dir.join("complete"), "").unwrap();
+        (ir, data)
+    })
+}
+
+fn train_args(data: &Path, out: &Path, budget: &str) -> Vec<String> {
+    [
+        "train",
+        "--task",
+        "datadep",
+        "--data",
+        &data.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--budget",
+        budget,
+        "--val-examples",
+        "150",
+        "--val-every",
+        "400",
+        "--batch-nodes",
+        "4000",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--quiet",
+        // A small fixture learns within a minute only at a higher rate and
+        // fewer steps than the shipped models (datadep learns fastest).
+        "--lr",
+        "0.01",
+        "--steps",
+        "15",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Positives and labelled nodes of the test split's DDF-30 examples.
+fn test_split_counts(data: &Path) -> (u64, u64) {
+    let dataset = Dataset::open(data).unwrap();
+    let (mut positives, mut labelled) = (0, 0);
+    for r in dataset.records_in(Split::Test) {
+        let r = r.unwrap();
+        let nodes = programl_dataset::labels_kind(Task::DataDep);
+        let count = r
+            .graph
+            .kinds
+            .iter()
+            .enumerate()
+            .filter(|&(i, &k)| k == nodes && i != 0 && r.graph.texts[i] != programl::graph::UNDEFINED_FUNCTION_TEXT)
+            .count();
+        for e in r.examples(Task::DataDep).iter().filter(|e| Subset::Ddf30.contains(e.steps)) {
+            positives += e.positives.len() as u64;
+            labelled += count as u64;
+        }
+    }
+    (positives, labelled)
+}
+
+#[test]
+fn a_short_run_beats_the_trivial_classifiers() {
+    let (_, data) = fixture();
+    let run_dir = tempfile::tempdir().unwrap();
+    let out = run_dir.path().join("run");
+    run(trainer().args(train_args(data, &out, "1200")));
+    for f in ["model/config.json", "model/weights.safetensors", "model/vocabulary.json", "log.csv", "curves.png", "checkpoint/state.json"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
+    assert!(log.starts_with("kind,examples,wall_s,loss,precision,recall,f1\n") && log.contains("\nval,"), "{log}");
+
+    let eval = run(trainer().args(["eval", "--model"]).arg(out.join("model")).arg("--data").arg(data).args([
+        "--subset",
+        "ddf-30",
+        "--json",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let f1 = v["f1"].as_f64().unwrap();
+    let (positives, labelled) = test_split_counts(data);
+    assert_eq!(v["tp"].as_u64().unwrap() + v["fn"].as_u64().unwrap(), positives, "{v}");
+    // Always negative scores F1 0; always positive 2p/(1+p) at positive share p.
+    let share = positives as f64 / labelled as f64;
+    let always_positive = 2.0 * share / (1.0 + share);
+    assert!(f1 > always_positive && f1 > 0.0, "F1 {f1} vs always-positive {always_positive}: {v}");
+    for key in ["task", "subset", "steps", "examples", "precision", "recall", "tp", "fp", "fn", "vocab_coverage"] {
+        assert!(v.get(key).is_some(), "eval --json lacks {key}: {v}");
+    }
+    assert_eq!(v["task"], "datadep");
+    assert_eq!(v["vocab_coverage"].as_f64().unwrap(), 1.0, "the test split's texts all occur in train: {v}");
+}
+
+#[test]
+fn a_killed_run_resumes_to_the_same_weights() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (whole, killed) = (dir.path().join("whole"), dir.path().join("killed"));
+    let mut args = train_args(data, &whole, "500");
+    args.extend(["--checkpoint-every".into(), "0".into()]);
+    run(trainer().args(&args));
+
+    let mut args_k = train_args(data, &killed, "500");
+    args_k.extend(["--checkpoint-every".into(), "0".into()]);
+    let mut child = trainer().args(&args_k).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Kill once a checkpoint past the start exists.
+    let start = Instant::now();
+    loop {
+        let state = std::fs::read_to_string(killed.join("checkpoint/state.json")).unwrap_or_default();
+        let seen = serde_json::from_str::<serde_json::Value>(&state).ok().and_then(|v| v["examples_seen"].as_u64()).unwrap_or(0);
+        if seen > 0 || start.elapsed() > Duration::from_secs(50) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the run finished before it could be killed");
+    run(trainer().args(&args_k));
+
+    for f in ["checkpoint/weights.safetensors", "checkpoint/optimizer.safetensors", "model/weights.safetensors"] {
+        assert!(std::fs::read(whole.join(f)).unwrap() == std::fs::read(killed.join(f)).unwrap(), "{f} differs after kill -9 and resume");
+    }
+    let state = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("checkpoint/state.json")).unwrap()).unwrap()
+    };
+    assert_eq!(state(&whole)["examples_seen"], state(&killed)["examples_seen"]);
+    assert_eq!(state(&whole)["history"].as_array().unwrap().len(), state(&killed)["history"].as_array().unwrap().len());
+    // Re-running a finished run trains no further.
+    run(trainer().args(&args_k));
+    assert_eq!(state(&killed)["examples_seen"], state(&whole)["examples_seen"]);
+    // Other arguments on the same run directory are refused.
+    let mut other = args_k.clone();
+    let at = other.iter().position(|a| a == "--val-every").unwrap() + 1;
+    other[at] = "500".into();
+    let out = trainer().args(&other).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
+}
+
+#[test]
+fn eval_on_ir_files_predict_and_broken_bundles() {
+    let (ir, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    run(trainer().args(train_args(data, &out, "150")));
+    let model = out.join("model");
+
+    // IR files labelled on the fly.
+    let eval = run(trainer().args(["eval", "--model"]).arg(&model).arg("--data").arg(ir.join("proj1")).args(["--json", "--device", "cpu"]));
+    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert!(v["examples"].as_u64().unwrap() > 0 && v["subset"] == "ddf", "{v}");
+
+    // predict: one object per root, a probability for each labelled node.
+    let file = ir.join("proj1/prog1.O1.ll");
+    let p = run(trainer().args(["predict", "--model"]).arg(&model).arg(&file).args(["--roots", "all", "--json", "--device", "cpu"]));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&p.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let nodes = l["nodes"].as_array().unwrap();
+        assert!(!nodes.is_empty());
+        assert!(nodes.iter().all(|n| (0.0..=1.0).contains(&n["p"].as_f64().unwrap())));
+    }
+    let bad =
+        trainer().args(["predict", "--model"]).arg(&model).arg(&file).args(["--roots", "999999", "--device", "cpu"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("node 999999 is not an eligible datadep root"));
+
+    // A truncated weights file and a vocabulary of the wrong size.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    for f in ["config.json", "weights.safetensors", "vocabulary.json"] {
+        std::fs::copy(model.join(f), broken.join(f)).unwrap();
+    }
+    let w = std::fs::read(broken.join("weights.safetensors")).unwrap();
+    std::fs::write(broken.join("weights.safetensors"), &w[..w.len() - 100]).unwrap();
+    let e = trainer().args(["eval", "--model"]).arg(&broken).arg("--data").arg(data).output().unwrap();
+    let stderr = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && stderr.contains("weights.safetensors") && stderr.contains("not a safetensors file"), "{stderr}");
+    let missing = trainer().args(["eval", "--model"]).arg(dir.path().join("nothing")).arg("--data").arg(data).output().unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("config.json"), "{}", String::from_utf8_lossy(&missing.stderr));
+}
+
+/// The CUDA path, on a machine without a GPU: the binary links
+/// `libtorch_cuda` for real (NEEDED, found through its own RUNPATH), so
+/// where a GPU exists libtorch sees it; `--device cuda` without one is an
+/// error that says so, and `auto` falls back to the CPU with one line.
+#[test]
+fn cuda_is_linked_and_device_choices_behave_without_a_gpu() {
+    let exe = env!("CARGO_BIN_EXE_programl-train");
+    let out = Command::new("readelf").args(["-d", exe]).output().expect("readelf");
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    let lib = env!("PROGRAML_LIBTORCH_LIB");
+    assert!(dynamic.contains(&format!("[{lib}]")) || dynamic.contains(&format!("{lib}:")), "no RUNPATH to {lib}:\n{dynamic}");
+    if Path::new(lib).join("libtorch_cuda.so").exists() {
+        assert!(dynamic.contains("[libtorch_cuda.so]"), "libtorch_cuda.so is not NEEDED (dropped by --as-needed?):\n{dynamic}");
+    }
+    let has_gpu = Path::new("/dev/nvidia0").exists();
+    let args = ["bench", "--mode", "infer", "--steps", "1", "--iters", "1", "--warmup", "0", "--batch-nodes", "200", "--graph-nodes", "100", "--threads", "1"];
+    let cuda = trainer().args(args).args(["--device", "cuda"]).output().unwrap();
+    let auto = trainer().args(args).args(["--device", "auto"]).output().unwrap();
+    assert!(auto.status.success(), "{}", String::from_utf8_lossy(&auto.stderr));
+    if !has_gpu {
+        let e = String::from_utf8_lossy(&cuda.stderr);
+        assert!(!cuda.status.success() && e.contains("--device cuda: no CUDA device is available (libtorch_cuda is loaded"), "{e}");
+        let a = String::from_utf8_lossy(&auto.stderr);
+        assert_eq!(a.matches("device: auto -> cpu").count(), 1, "{a}");
+        assert!(String::from_utf8_lossy(&auto.stdout).contains(" cpu: 200 nodes"), "{}", String::from_utf8_lossy(&auto.stdout));
+    } else {
+        assert!(cuda.status.success() && String::from_utf8_lossy(&cuda.stdout).contains("cuda:0"));
+    }
+}

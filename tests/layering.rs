@@ -1,0 +1,156 @@
+//! The layering the crate map promises (ARCHITECTURE.md), checked on the
+//! workspace as CI builds it (`cargo build --release --workspace`, which
+//! `scripts/bootstrap.sh` runs before the tests):
+//!
+//! - no path in the normal dependency graph from zstd, plotters, tch or
+//!   torch-sys to the plugin (`programl-passes`) or to the core
+//!   (`programl`): features unify across a workspace build, crate
+//!   boundaries don't;
+//! - the plugin depends on no workspace crate but the core;
+//! - neither the plugin nor the `programl` CLI has libtorch or libc10 among
+//!   its NEEDED libraries.
+//!
+//! The linker drops unused code, so symbols alone would hide a compiled-in
+//! dependency: the dependency graph is the check that counts.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Crates the graph path must never compile in.
+const HEAVY: &[&str] = &["zstd", "plotters", "tch", "torch-sys"];
+/// Crates that must never depend on a heavy one.
+const TORCH_FREE: &[&str] = &["programl-passes", "programl"];
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cargo_tree(args: &[&str]) -> (bool, String) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(&cargo)
+        .args(["tree", "-e", "normal", "--charset", "ascii"])
+        .args(args)
+        .current_dir(workspace())
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// The package names on the lines of a `cargo tree` listing.
+fn packages(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.trim_start_matches(|c: char| " |`-\\".contains(c)).split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `cargo tree --workspace -e normal -i spec` for every version of the
+/// package `spec` names (cargo refuses an ambiguous name and lists the
+/// versions instead); `None` if the package is not in the graph at all.
+fn inverse_trees(spec: &str) -> Option<Vec<String>> {
+    let (ok, text) = cargo_tree(&["--workspace", "-i", spec]);
+    if ok {
+        return Some(vec![text]);
+    }
+    if text.contains("did not match any packages") {
+        return None;
+    }
+    assert!(text.contains("is ambiguous"), "cargo tree -i {spec} failed:\n{text}");
+    let versions: Vec<&str> = text.lines().map(str::trim).filter(|l| l.starts_with(&format!("{spec}@"))).collect();
+    assert!(!versions.is_empty(), "no versions listed:\n{text}");
+    Some(versions.into_iter().flat_map(|v| inverse_trees(v).unwrap_or_default()).collect())
+}
+
+#[test]
+fn heavy_crates_never_reach_the_graph_path() {
+    let mut found_any = false;
+    for heavy in HEAVY {
+        let Some(trees) = inverse_trees(heavy) else { continue };
+        let text = trees.join("\n");
+        found_any = true;
+        let dependents = packages(&text);
+        for krate in TORCH_FREE {
+            assert!(
+                !dependents.iter().any(|p| p == krate),
+                "{heavy} reaches {krate} (cargo tree --workspace -e normal -i {heavy}):\n{text}"
+            );
+        }
+    }
+    // The check must be able to see a path: zstd reaches the dataset store
+    // and through it the CLI.
+    assert!(found_any, "none of {HEAVY:?} is in the dependency graph: is the dataset crate gone?");
+    let text = inverse_trees("zstd").unwrap().join("\n");
+    assert!(packages(&text).iter().any(|p| p == "programl-cli"), "zstd should reach programl-cli:\n{text}");
+}
+
+/// Only the model, the trainer and the runtime name `tch` (STYLE.md's
+/// crate map); the CLI and the dataset store never reach it.
+#[test]
+fn only_the_learning_crates_reach_tch() {
+    let text = inverse_trees("tch").expect("the model crate depends on tch").join("\n");
+    let workspace_dependents: Vec<String> = packages(&text).into_iter().filter(|p| p.starts_with("programl")).collect();
+    assert!(workspace_dependents.iter().any(|p| p == "programl-model"), "{text}");
+    for p in &workspace_dependents {
+        assert!(
+            ["programl-model", "programl-train", "programl-runtime", "programl-runtime-cuda"].contains(&p.as_str()),
+            "{p} depends on tch; only the model, the trainer and the runtime may:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn plugin_depends_on_the_core_alone() {
+    let (ok, text) = cargo_tree(&["-p", "programl-passes", "--prefix", "none", "--no-dedupe"]);
+    assert!(ok, "cargo tree -p programl-passes failed:\n{text}");
+    let deps = packages(&text);
+    assert!(deps.iter().any(|p| p == "programl"), "the plugin should depend on the core:\n{text}");
+    for p in &deps {
+        assert!(
+            !p.starts_with("programl-") || p == "programl-passes",
+            "the plugin depends on workspace crate {p}; it may use the core only"
+        );
+        assert!(!HEAVY.contains(&p.as_str()), "the plugin compiles in {p}");
+    }
+}
+
+/// `target/release` (or the profile directory this test was built into).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/layering-<hash>
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>").to_path_buf()
+}
+
+fn needed(binary: &PathBuf) -> Vec<String> {
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace first (cargo build --release --workspace, as scripts/bootstrap.sh does)",
+        binary.display()
+    );
+    let out = Command::new("readelf").arg("-d").arg(binary).output().expect("running readelf (binutils)");
+    assert!(out.status.success(), "readelf -d {} failed", binary.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let libs: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1).and_then(|s| s.split(']').next()))
+        .map(str::to_string)
+        .collect();
+    assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{}: no NEEDED libc? {text}", binary.display());
+    libs
+}
+
+#[test]
+fn plugin_and_cli_never_link_libtorch() {
+    let dir = profile_dir();
+    for binary in [dir.join("libprograml_passes.so"), dir.join("programl")] {
+        for lib in needed(&binary) {
+            assert!(
+                !lib.starts_with("libtorch") && !lib.starts_with("libc10"),
+                "{} links {lib}: the graph path must never load libtorch",
+                binary.display()
+            );
+        }
+    }
+}
