@@ -62,43 +62,11 @@ impl Runtime {
 enum Command {
     /// Train a model on one task's DDF-30 train split; resumable.
     Train {
-        /// reachability, dominance, datadep, liveness or subexpressions.
-        #[arg(long)]
-        task: String,
-        /// A dataset store (`programl dataset build`).
-        #[arg(long)]
-        data: PathBuf,
+        #[command(flatten)]
+        args: train::TrainArgs,
         /// The run directory (re-running the same command resumes it).
         #[arg(long)]
         out: PathBuf,
-        /// Wall time (45m, 2h, 90s) or examples (2000000), cumulative over resumes.
-        #[arg(long)]
-        budget: Option<train::Budget>,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        #[arg(long, default_value_t = 2.5e-4)]
-        lr: f64,
-        /// Message-passing steps T.
-        #[arg(long, default_value_t = 30)]
-        steps: i64,
-        /// Nodes per batch (a larger graph alone).
-        #[arg(long, default_value_t = 10_000)]
-        batch_nodes: usize,
-        /// Training skips (and counts) examples whose graph has more nodes:
-        /// bounds training memory (autograd keeps T steps of state).
-        #[arg(long, default_value_t = 60_000)]
-        max_nodes: usize,
-        /// Validation examples (val split, DDF-30, chosen by seed).
-        #[arg(long, default_value_t = 10_000)]
-        val_examples: usize,
-        /// Validate every this many training examples.
-        #[arg(long, default_value_t = 20_000)]
-        val_every: u64,
-        /// Seconds between checkpoints (also at every validation).
-        #[arg(long, default_value_t = 120.0)]
-        checkpoint_every: f64,
-        #[arg(long)]
-        quiet: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -188,38 +156,10 @@ fn parse_subset(s: &str) -> Result<Subset> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Train {
-            task,
-            data,
-            out,
-            budget,
-            seed,
-            lr,
-            steps,
-            batch_nodes,
-            max_nodes,
-            val_examples,
-            val_every,
-            checkpoint_every,
-            quiet,
-            runtime,
-        } => {
+        Command::Train { mut args, out, runtime } => {
             let device = runtime.apply()?;
-            let args = train::TrainArgs {
-                task,
-                data,
-                seed,
-                lr,
-                steps,
-                batch_nodes,
-                max_nodes,
-                val_examples,
-                val_every: val_every.max(1),
-                budget,
-                checkpoint_every_s: checkpoint_every,
-                threads: tch::get_num_threads(),
-                quiet,
-            };
+            args.val_every = args.val_every.max(1);
+            args.threads = tch::get_num_threads();
             train::run(&args, &out, device)
         }
         Command::Eval { model, data, subset, steps, split, seed, batch_nodes, json, runtime } => {

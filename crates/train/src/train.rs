@@ -69,24 +69,48 @@ impl std::str::FromStr for Budget {
 
 /// What `train` is asked to do. Everything but `budget`, `threads` and the
 /// checkpoint interval must match on resume.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 pub struct TrainArgs {
+    /// reachability, dominance, datadep, liveness or subexpressions.
+    #[arg(long)]
     pub task: String,
+    /// A dataset store (`programl dataset build`).
+    #[arg(long)]
     pub data: PathBuf,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    #[arg(long, default_value_t = 2.5e-4)]
     pub lr: f64,
+    /// Message-passing steps T.
+    #[arg(long, default_value_t = 30)]
     pub steps: i64,
+    /// Nodes per batch (a larger graph alone).
+    #[arg(long, default_value_t = 10_000)]
     pub batch_nodes: usize,
+    /// Training skips (and counts) examples whose graph has more nodes:
+    /// bounds training memory (autograd keeps T steps of state).
+    #[arg(long, default_value_t = 60_000)]
     pub max_nodes: usize,
+    /// Validation examples (val split, DDF-30, chosen by seed).
+    #[arg(long, default_value_t = 10_000)]
     pub val_examples: usize,
+    /// Validate every this many training examples.
+    #[arg(long, default_value_t = 20_000)]
     pub val_every: u64,
+    /// Wall time (45m, 2h, 90s) or examples (2000000), cumulative over resumes.
     #[serde(skip)]
+    #[arg(long)]
     pub budget: Option<Budget>,
+    /// Seconds between checkpoints (also at every validation).
     #[serde(skip)]
+    #[arg(long = "checkpoint-every", default_value_t = 120.0)]
     pub checkpoint_every_s: f64,
+    /// libtorch threads in use (set from --threads, not a flag of its own).
     #[serde(skip)]
+    #[arg(skip)]
     pub threads: i32,
     #[serde(skip)]
+    #[arg(long)]
     pub quiet: bool,
 }
 
@@ -403,7 +427,6 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
 }
 
 fn write_log(out: &Path, rows: &[Row]) -> Result<()> {
-    use std::io::Write;
     let path = out.join("log.csv");
     programl::fsutil::write_atomically(&path, programl::fsutil::Durability::Atomic, |w| {
         writeln!(w, "kind,examples,wall_s,loss,precision,recall,f1")?;

@@ -254,7 +254,23 @@ fn cuda_is_linked_and_device_choices_behave_without_a_gpu() {
         assert!(dynamic.contains("[libtorch_cuda.so]"), "libtorch_cuda.so is not NEEDED (dropped by --as-needed?):\n{dynamic}");
     }
     let has_gpu = Path::new("/dev/nvidia0").exists();
-    let args = ["bench", "--mode", "infer", "--steps", "1", "--iters", "1", "--warmup", "0", "--batch-nodes", "200", "--graph-nodes", "100", "--threads", "1"];
+    let args = [
+        "bench",
+        "--mode",
+        "infer",
+        "--steps",
+        "1",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--batch-nodes",
+        "200",
+        "--graph-nodes",
+        "100",
+        "--threads",
+        "1",
+    ];
     let cuda = trainer().args(args).args(["--device", "cuda"]).output().unwrap();
     let auto = trainer().args(args).args(["--device", "auto"]).output().unwrap();
     assert!(auto.status.success(), "{}", String::from_utf8_lossy(&auto.stderr));
