@@ -410,6 +410,83 @@ impl Batch {
     }
 }
 
+/// Why raw arrays are not a [`Batch`] ([`Batch::from_arrays`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a model input batch: {0}")]
+pub struct LayoutError(pub String);
+
+impl Batch {
+    /// The unlabelled batch whose arrays these are, as [`Batch::tokens`],
+    /// [`Batch::selector`], [`Batch::offsets`] and the forward edge types
+    /// ([`Batch::edges`] of control, data and call) give them.
+    ///
+    /// This is how a batch crosses a boundary that only passes arrays (the
+    /// learned pass hands its batches to the model runtime through a C ABI):
+    /// the receiver gets back exactly the batch that was built with
+    /// [`Batch::push`], and anything else is refused. Checked: matching
+    /// lengths, offsets ascending from 0 to N, non-negative tokens and
+    /// positions, at most one root per graph (selector 0 or 1), every edge
+    /// inside one graph, and each edge type listed graph by graph in batch
+    /// order.
+    pub fn from_arrays(tokens: &[i64], selector: &[i64], offsets: &[i64], edges: [EdgeArrays<'_>; 3]) -> Result<Batch, LayoutError> {
+        let bad = |detail: String| Err(LayoutError(detail));
+        let n = tokens.len();
+        if selector.len() != n {
+            return bad(format!("{} selector entries for {n} nodes", selector.len()));
+        }
+        if offsets.first() != Some(&0) || offsets.last() != Some(&(n as i64)) || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return bad(format!("offsets must ascend from 0 to the node count {n}"));
+        }
+        if let Some(t) = tokens.iter().find(|&&t| t < 0 || t > i64::from(u32::MAX)) {
+            return bad(format!("token {t} is not a vocabulary id"));
+        }
+        let graphs = offsets.len() - 1;
+        let mut graph_index = Vec::with_capacity(n);
+        for g in 0..graphs {
+            let nodes = offsets[g] as usize..offsets[g + 1] as usize;
+            let roots = selector[nodes.clone()].iter().filter(|&&s| s != 0).count();
+            if selector[nodes.clone()].iter().any(|&s| s != 0 && s != 1) || roots > 1 {
+                return bad(format!("graph {g}: the selector must hold at most one 1 and 0 elsewhere"));
+            }
+            graph_index.resize(nodes.end, g as i64);
+        }
+        let mut flows: [FlowEdges; 3] = Default::default();
+        for (flow, (e, out)) in edges.iter().zip(flows.iter_mut()).enumerate() {
+            let name = EdgeType::ALL[flow].name();
+            if e.sources.len() != e.len() || e.targets.len() != e.len() {
+                return bad(format!("{name} edges: sources, targets and positions differ in length"));
+            }
+            let mut last_graph = 0;
+            for k in 0..e.len() {
+                let (s, t, p) = (e.sources[k], e.targets[k], e.positions[k]);
+                if s < 0 || t < 0 || s as usize >= n || t as usize >= n {
+                    return bad(format!("{name} edge {k} ({s} -> {t}) leaves the batch of {n} nodes"));
+                }
+                if p < 0 || p > i64::from(u32::MAX) {
+                    return bad(format!("{name} edge {k} has position {p}"));
+                }
+                let g = graph_index[s as usize];
+                if graph_index[t as usize] != g {
+                    return bad(format!("{name} edge {k} ({s} -> {t}) joins two graphs"));
+                }
+                if g < last_graph {
+                    return bad(format!("{name} edge {k} is out of batch order"));
+                }
+                last_graph = g;
+            }
+            *out = FlowEdges { sources: e.sources.to_vec(), targets: e.targets.to_vec(), positions: e.positions.to_vec() };
+        }
+        Ok(Batch {
+            tokens: tokens.to_vec(),
+            selector: selector.to_vec(),
+            labels: None,
+            graph_index,
+            offsets: offsets.to_vec(),
+            edges: flows,
+        })
+    }
+}
+
 /// Whether a graph of `size` nodes joins a batch of `graphs` graphs and
 /// `nodes` nodes: the one packing rule of [`Batcher`] and [`plan`].
 fn fits(graphs: usize, nodes: usize, size: usize, max_nodes: usize) -> bool {
@@ -552,6 +629,49 @@ mod tests {
         assert_eq!(plan([12, 1], 10), [0..1, 1..2]);
         assert_eq!(plan([], 10), Vec::<Range<usize>>::new());
         assert_eq!(plan([1, 1], 0), [0..1, 1..2]);
+    }
+
+    fn forward(b: &Batch) -> [EdgeArrays<'_>; 3] {
+        [b.edges(EdgeType::Control), b.edges(EdgeType::Data), b.edges(EdgeType::Call)]
+    }
+
+    #[test]
+    fn from_arrays_gives_back_the_batch_and_refuses_the_rest() {
+        let edge = |flow, position| crate::graph::Edge { flow, position };
+        let vocab = Vocabulary::from_counts(&Default::default(), 1, None);
+        let a = GraphInput::from_parts(["x", "y", "z"], [(0, 1, edge(Flow::Control, 0)), (1, 2, edge(Flow::Data, 3))], &vocab).unwrap();
+        let b = GraphInput::from_parts(["u", "v"], [(1, 0, edge(Flow::Call, 0)), (0, 1, edge(Flow::Data, 1))], &vocab).unwrap();
+        let batch = Batch::from_samples(&[
+            Sample { graph: &a, root: Some(2), positives: None },
+            Sample { graph: &b, root: None, positives: None },
+            Sample { graph: &a, root: Some(0), positives: None },
+        ])
+        .unwrap();
+        let again = Batch::from_arrays(batch.tokens(), batch.selector(), batch.offsets(), forward(&batch)).unwrap();
+        assert_eq!(again, batch);
+        assert_eq!(Batch::from_arrays(&[], &[], &[0], forward(&Batch::new())).unwrap(), Batch::new());
+
+        let refused = |tokens: &[i64], selector: &[i64], offsets: &[i64], edges: [EdgeArrays<'_>; 3], why: &str| {
+            let e = Batch::from_arrays(tokens, selector, offsets, edges).unwrap_err();
+            assert!(e.0.contains(why), "{e} should say {why}");
+        };
+        let (t, s, o) = (batch.tokens(), batch.selector(), batch.offsets());
+        refused(t, &s[1..], o, forward(&batch), "selector entries");
+        refused(t, s, &[0, 3, 5], forward(&batch), "offsets");
+        refused(t, s, &[0, 5, 3, 8], forward(&batch), "offsets");
+        refused(&[-1, 0, 0, 0, 0, 0, 0, 0], s, o, forward(&batch), "token -1");
+        refused(t, &[1, 1, 0, 0, 0, 0, 0, 0], o, forward(&batch), "graph 0");
+        let mut edges = forward(&batch);
+        edges[1] = EdgeArrays { sources: &[2], targets: &[3], positions: &[0] };
+        refused(t, s, o, edges, "joins two graphs");
+        edges[1] = EdgeArrays { sources: &[6, 1], targets: &[7, 2], positions: &[0, 0] };
+        refused(t, s, o, edges, "out of batch order");
+        edges[1] = EdgeArrays { sources: &[9], targets: &[0], positions: &[0] };
+        refused(t, s, o, edges, "leaves the batch");
+        edges[1] = EdgeArrays { sources: &[0], targets: &[1], positions: &[-2] };
+        refused(t, s, o, edges, "position -2");
+        edges[1] = EdgeArrays { sources: &[0, 1], targets: &[1], positions: &[0, 0] };
+        refused(t, s, o, edges, "differ in length");
     }
 
     #[test]

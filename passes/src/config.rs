@@ -168,6 +168,13 @@ pub fn resolve_with(params: &Params, env: impl Fn(&str) -> Option<String>) -> Re
     Ok(Settings { out, format, mode })
 }
 
+/// Whether any `PROGRAML_GRAPH_*` variable is set (not empty). With
+/// `PROGRAML_INFER` set and none of these, the extension-point instance
+/// writes no graph: the user asked for predictions, not graphs.
+pub fn any_graph_variable() -> bool {
+    [ENV_DIR, ENV_FORMAT, ENV_COMPAT, ENV_AUTO].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
 /// Whether the extension-point instance runs (`PROGRAML_GRAPH_AUTO`).
 pub fn auto_enabled() -> Result<bool, ConfigError> {
     auto_enabled_with(std::env::var(ENV_AUTO).ok())

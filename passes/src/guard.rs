@@ -1,7 +1,8 @@
 //! The pass boundary: nothing that happens inside may abort the compiler.
 //!
-//! [`run`] catches panics and turns them, like every other failure, into one
-//! warning line `programl-graph: ...` on stderr. While a pass runs, a panic
+//! [`catch`] turns a panic into an error message; [`run`] (the graph pass)
+//! turns that, like every other failure, into one warning line
+//! `programl-graph: ...` on stderr. While a pass runs, a panic
 //! hook (installed on first use, in this plugin's own copy of std) records
 //! the panic message instead of printing Rust's multi-line report; outside a
 //! pass it defers to the previous hook.
@@ -25,20 +26,26 @@ thread_local! {
 
 /// Runs `work`; a failure or panic becomes a warning. Never unwinds.
 pub fn run<E: Display>(work: impl FnOnce() -> Result<(), E>) {
-    install_hook();
-    INSIDE_PASS.with(|c| c.set(true));
-    let outcome = panic::catch_unwind(AssertUnwindSafe(work));
-    INSIDE_PASS.with(|c| c.set(false));
-    match outcome {
+    match catch(work) {
         Ok(Ok(())) => {}
         Ok(Err(error)) => warn(&error),
-        Err(payload) => {
-            let message = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()));
-            // Dropping the payload could itself panic; leak it instead.
-            std::mem::forget(payload);
-            warn(&format_args!("internal error, no graph written: {message}"));
-        }
+        Err(message) => warn(&format_args!("internal error, no graph written: {message}")),
     }
+}
+
+/// Runs `work`, turning a panic into `Err` with the panic's message and
+/// location. Never unwinds. Every pass of the plugin runs its work in here.
+pub fn catch<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    install_hook();
+    let was_inside = INSIDE_PASS.with(|c| c.replace(true));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(work));
+    INSIDE_PASS.with(|c| c.set(was_inside));
+    outcome.map_err(|payload| {
+        let message = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()));
+        // Dropping the payload could itself panic; leak it instead.
+        std::mem::forget(payload);
+        message
+    })
 }
 
 /// Prints `programl-graph: <message>` on stderr.
@@ -49,13 +56,18 @@ pub fn warn(message: &dyn Display) {
 /// Reports a bad pipeline element once: LLVM may offer the same name to the
 /// parsing callback more than once (first to classify it, then to parse it).
 pub fn report_parse_error(name: &str, error: &ConfigError) {
+    report_pipeline_error(PASS_NAME, name, error);
+}
+
+/// [`report_parse_error`] for any pass: `<pass>: in '<name>': <error>`.
+pub fn report_pipeline_error(pass: &str, name: &str, error: &dyn Display) {
     static REPORTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let first = match REPORTED.lock() {
         Ok(mut seen) => seen.get_or_insert_with(HashSet::new).insert(name.to_string()),
         Err(_) => true,
     };
     if first {
-        let _ = writeln!(std::io::stderr().lock(), "{PASS_NAME}: in '{name}': {error}");
+        let _ = writeln!(std::io::stderr().lock(), "{pass}: in '{name}': {error}");
     }
 }
 

@@ -32,6 +32,8 @@
 pub mod config;
 pub mod graph;
 pub mod guard;
+pub mod infer;
+pub mod logger;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,10 +43,25 @@ use llvm_plugin::{LlvmModulePass, ModuleAnalysisManager, PassBuilder, PipelinePa
 /// Set once a pipeline names `programl-graph`: the extension-point instance
 /// then stands down, so a module never gets two graphs.
 static NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
+/// The same for `programl-infer`.
+static INFER_NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
 
 #[llvm_plugin::plugin(name = "programl", version = "0.1.0")]
 fn plugin_registrar(builder: &mut PassBuilder) {
     builder.add_module_pipeline_parsing_callback(|name, manager| {
+        if let Some(parsed) = infer::params::parse_pass_name(name) {
+            return match parsed {
+                Ok(params) => {
+                    INFER_NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
+                    manager.add_pass(InferPass(params));
+                    PipelineParsing::Parsed
+                }
+                Err(error) => {
+                    guard::report_pipeline_error(infer::params::PASS_NAME, name, &error);
+                    PipelineParsing::NotParsed
+                }
+            };
+        }
         match config::parse_pass_name(name) {
             None => PipelineParsing::NotParsed,
             Some(Ok(params)) => {
@@ -61,6 +78,10 @@ fn plugin_registrar(builder: &mut PassBuilder) {
     });
     builder.add_optimizer_last_ep_callback(|manager, _level| {
         manager.add_pass(GraphAtOptimizerLast);
+        manager.add_pass(InferFromEnvironment(infer::Site::OptimizerLast));
+    });
+    builder.add_full_lto_last_ep_callback(|manager, _level| {
+        manager.add_pass(InferFromEnvironment(infer::Site::FullLto));
     });
 }
 
@@ -81,12 +102,50 @@ impl LlvmModulePass for GraphAtOptimizerLast {
     fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
         if !NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
             guard::run(|| {
-                if config::auto_enabled()? {
+                if config::auto_enabled()? && !(infer::params::env_enabled() && !config::any_graph_variable()) {
                     graph::write_module_graph(module, &config::Params::default())?;
                 }
                 Ok::<(), graph::GraphError>(())
             });
         }
         PreservedAnalyses::All
+    }
+}
+
+/// `programl-infer` as named in a pipeline, with its parameters.
+struct InferPass(infer::params::Params);
+
+impl LlvmModulePass for InferPass {
+    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        // SAFETY: the pass manager hands over a valid module for this call.
+        unsafe { infer::run_pass(module.as_mut_ptr(), &self.0, infer::Site::Pipeline) };
+        PreservedAnalyses::None
+    }
+}
+
+/// `programl-infer` configured by `PROGRAML_INFER`, at `OptimizerLast`
+/// (clang at every -O level, opt's default pipelines) and at the full-LTO
+/// extension point (lld's `-flto` link, opt's `lto<...>`). Does nothing
+/// unless the variable is set, or when the pipeline names the pass itself.
+struct InferFromEnvironment(infer::Site);
+
+impl LlvmModulePass for InferFromEnvironment {
+    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        if INFER_NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
+            return PreservedAnalyses::All;
+        }
+        match infer::params::from_env() {
+            None => PreservedAnalyses::All,
+            Some(Ok(params)) => {
+                // SAFETY: as above.
+                unsafe { infer::run_pass(module.as_mut_ptr(), &params, self.0) };
+                PreservedAnalyses::None
+            }
+            Some(Err(error)) => {
+                logger::init();
+                log::warn!(target: infer::params::PASS_NAME, "{}: {error}; no prediction", infer::params::ENV_INFER);
+                PreservedAnalyses::All
+            }
+        }
     }
 }

@@ -7,10 +7,12 @@
 //! programl analyze --task TASK [--root N] FILE
 //! programl dataset build --ir DIR --out DATA | dataset stats DATA
 //! programl vocab build DATA
+//! programl annotations ANNOTATED.ll...
 //! programl plugin-path
 //! ```
 
 mod analyze;
+mod annotations;
 mod dataset;
 
 use std::io::Write;
@@ -66,6 +68,9 @@ enum Command {
     /// Node-text vocabulary of a dataset's train split.
     #[command(subcommand)]
     Vocab(dataset::VocabCommand),
+    /// Read the learned pass's annotations (`programl-infer` metadata) back
+    /// from IR files as JSON, one object per file.
+    Annotations(annotations::AnnotationsArgs),
     /// Print the absolute path of the LLVM pass plugin.
     PluginPath,
 }
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(&args),
         Command::Dataset(command) => dataset::run_dataset(command),
         Command::Vocab(command) => dataset::run_vocab(command),
+        Command::Annotations(args) => annotations::run(&args),
         Command::PluginPath => plugin_path().map(|p| {
             println!("{}", p.display());
             true

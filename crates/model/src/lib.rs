@@ -106,3 +106,16 @@ pub fn device_name(device: Device) -> String {
         other => format!("{other:?}").to_lowercase(),
     }
 }
+
+/// The class probabilities of every node of `batch` after `steps`
+/// message-passing steps, row-major \[N × C\] on the CPU: the softmax of
+/// [`Ggnn::forward`]'s logits in evaluation mode, without autograd state,
+/// as `programl-train predict` computes them. The model runtime (the
+/// learned pass's) calls this on the batches it receives.
+///
+/// Panics where `tch` does (a libtorch error); the runtime catches it.
+pub fn node_probabilities(model: &Ggnn, batch: &programl::batch::Batch, steps: i64) -> Vec<f32> {
+    let input = Prepared::new(batch, model.hyper(), model.device());
+    let probs = tch::no_grad(|| model.forward(&input, steps, false).softmax(1, tch::Kind::Float).to_device(Device::Cpu));
+    Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")
+}

@@ -1,0 +1,317 @@
+//! `libprograml_runtime.so`: the model runtime the learned pass opens.
+//!
+//! The pass plugin (`passes/`) never links libtorch: loading it into opt or
+//! clang must stay cheap. When `programl-infer` first runs in a process it
+//! `dlopen`s this library (`RTLD_LOCAL`, never unloaded), which links
+//! libtorch through `programl-model`, and talks to it through a small C ABI
+//! ([`abi`], `include/programl_runtime.h`):
+//!
+//! ```text
+//! uint32_t        programl_runtime_abi_version(void);
+//! programl_model *programl_runtime_open(const char *bundle_dir, const char *device);
+//! const char     *programl_runtime_info(const programl_model *);
+//! int32_t         programl_runtime_set_threads(int32_t n);
+//! int32_t         programl_runtime_predict(programl_model *, const programl_input *,
+//!                                          int64_t steps, float *out, size_t out_len);
+//! const char     *programl_runtime_last_error(void);
+//! void            programl_runtime_close(programl_model *);
+//! ```
+//!
+//! A `programl_input` is the arrays of one core [`Batch`], built by the
+//! caller with `programl::batch` (the code training uses); the runtime
+//! rebuilds the batch with [`Batch::from_arrays`], which refuses anything a
+//! batch cannot be, and runs [`programl_model::node_probabilities`] on it.
+//!
+//! **Boundary rules.** Every export catches panics (`tch` panics on libtorch
+//! errors) and returns an error code or NULL; the message is kept per
+//! thread for `programl_runtime_last_error`. A panic hook installed on
+//! first use records panic messages instead of printing them, and libtorch's
+//! own warnings (e.g. the one-time "sparse CSR tensor support is in beta
+//! state" that preparing a batch triggers) are silenced by raising c10's log
+//! threshold to `ERROR` unless `TORCH_CPP_LOG_LEVEL` says otherwise: the
+//! runtime lives inside compilers, whose output must carry nothing of it.
+//!
+//! `crates/runtime-cuda` builds the same code into
+//! `libprograml_runtime_cuda.so`, linked with libtorch_cuda.
+//!
+//! **Architecture invariant:** the runtime depends on the model crate (and
+//! through it the core) only: never the dataset store or the trainer.
+
+#[path = "abi.rs"]
+pub mod abi;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Once;
+
+use programl::batch::{Batch, EdgeArrays};
+use programl_model::bundle::{Bundle, Head};
+use programl_model::tch::{self, Device};
+use programl_model::{cuda_available, device_name, select_device, DeviceChoice};
+
+use abi::{RtEdges, RtInput, RtModel, ABI_VERSION};
+
+/// An open bundle behind an `RtModel` pointer.
+struct Model {
+    bundle: Bundle,
+    classes: usize,
+    info: CString,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn set_last_error(message: &str) {
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+}
+
+/// Runs `work` with panics caught: `Err` and panics both become the
+/// thread's last error and `failed` is returned.
+fn guarded<T>(failed: T, work: impl FnOnce() -> Result<T, String>) -> T {
+    setup();
+    match panic::catch_unwind(AssertUnwindSafe(work)) {
+        Ok(Ok(value)) => {
+            set_last_error("");
+            value
+        }
+        Ok(Err(message)) => {
+            set_last_error(&message);
+            failed
+        }
+        Err(payload) => {
+            let message = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()));
+            std::mem::forget(payload);
+            set_last_error(&format!("internal error: {message}"));
+            failed
+        }
+    }
+}
+
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+extern "C" {
+    /// c10's minimum severity for its log (0 info, 1 warning, 2 error,
+    /// 3 fatal): `TORCH_CPP_LOG_LEVEL` sets it at load time; libtorch's
+    /// default warning handler prints through this log.
+    static mut FLAGS_caffe2_log_level: i32;
+}
+
+/// Once per process: the quiet panic hook, and libtorch's warnings off
+/// unless the user asked for a level with `TORCH_CPP_LOG_LEVEL`.
+fn setup() {
+    static SETUP: Once = Once::new();
+    SETUP.call_once(|| {
+        panic::set_hook(Box::new(|info| {
+            let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            let message = format!("{}{location}", payload_text(info.payload()));
+            PANIC_MESSAGE.with(|m| {
+                if let Ok(mut slot) = m.try_borrow_mut() {
+                    *slot = Some(message);
+                }
+            });
+        }));
+        if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
+            // SAFETY: a plain int of libc10, written once before any tensor
+            // work of this runtime.
+            unsafe {
+                let level = std::ptr::addr_of_mut!(FLAGS_caffe2_log_level);
+                if *level < 2 {
+                    *level = 2;
+                }
+            }
+        }
+    });
+}
+
+/// A C string argument, or an error naming it.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn text_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, String> {
+    if p.is_null() {
+        return Err(format!("{what} is NULL"));
+    }
+    CStr::from_ptr(p).to_str().map_err(|_| format!("{what} is not UTF-8"))
+}
+
+/// # Safety
+/// `p` points to `len` values, or `len` is 0.
+unsafe fn slice<'a>(p: *const i64, len: usize, what: &str) -> Result<&'a [i64], String> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(format!("{what} is NULL but holds {len} entries"));
+    }
+    Ok(std::slice::from_raw_parts(p, len))
+}
+
+fn open(dir: &str, device: &str) -> Result<Model, String> {
+    let choice: DeviceChoice = device.parse()?;
+    let device = match choice {
+        // Never select_device(Auto): it reports its choice on stderr.
+        DeviceChoice::Auto => {
+            if cuda_available() {
+                Device::Cuda(0)
+            } else {
+                Device::Cpu
+            }
+        }
+        DeviceChoice::Cuda if !programl_model::cuda_linked() => {
+            return Err("device=cuda: this runtime does not load libtorch_cuda (it is the CPU runtime); \
+                        use libprograml_runtime_cuda.so"
+                .into())
+        }
+        other => select_device(other).map_err(|e| e.replace("--device cuda", "device=cuda"))?,
+    };
+    let bundle = Bundle::load(Path::new(dir), device).map_err(|e| e.to_string())?;
+    if bundle.config.head != Head::Node {
+        return Err(format!(
+            "{dir}: a graph-level bundle (head \"graph\"); this runtime (ABI {ABI_VERSION}) predicts with node-level bundles only"
+        ));
+    }
+    let c = &bundle.config;
+    let info = serde_json::json!({
+        "abi": ABI_VERSION,
+        "runtime": concat!("programl-runtime ", env!("CARGO_PKG_VERSION")),
+        "bundle": dir,
+        "task": c.task,
+        "head": "node",
+        "classes": c.classes,
+        "steps": c.hyper.steps,
+        "vocab_size": c.hyper.vocab_size,
+        "device": device_name(device),
+        "cuda_linked": programl_model::cuda_linked(),
+        "provenance": c.provenance,
+    });
+    let classes = c.classes.len();
+    Ok(Model { bundle, classes, info: CString::new(info.to_string()).map_err(|e| e.to_string())? })
+}
+
+fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
+    // SAFETY: the caller passes arrays of the lengths it states (ABI).
+    let (tokens, selector, offsets, edges) = unsafe {
+        let edge = |e: &RtEdges, name: &str| -> Result<EdgeArrays<'_>, String> {
+            Ok(EdgeArrays {
+                sources: slice(e.sources, e.len, &format!("{name} sources"))?,
+                targets: slice(e.targets, e.len, &format!("{name} targets"))?,
+                positions: slice(e.positions, e.len, &format!("{name} positions"))?,
+            })
+        };
+        (
+            slice(input.tokens, input.nodes, "tokens")?,
+            slice(input.selector, input.nodes, "selector")?,
+            slice(input.offsets, input.graphs + 1, "offsets")?,
+            [edge(&input.edges[0], "control")?, edge(&input.edges[1], "data")?, edge(&input.edges[2], "call")?],
+        )
+    };
+    let batch = Batch::from_arrays(tokens, selector, offsets, edges).map_err(|e| e.to_string())?;
+    let want = batch.node_count() * model.classes;
+    if out_len != want || (want > 0 && out.is_null()) {
+        return Err(format!("the output holds {out_len} floats; {} nodes × {} classes need {want}", batch.node_count(), model.classes));
+    }
+    if batch.node_count() == 0 {
+        return Ok(());
+    }
+    let steps = if steps > 0 { steps } else { model.bundle.model.hyper().steps };
+    let probs = programl_model::node_probabilities(&model.bundle.model, &batch, steps);
+    if probs.len() != want {
+        return Err(format!("the model gave {} probabilities for {want}", probs.len()));
+    }
+    // SAFETY: `out` holds `out_len == want` floats (checked above).
+    unsafe { std::ptr::copy_nonoverlapping(probs.as_ptr(), out, want) };
+    Ok(())
+}
+
+/// See [`abi::FnAbiVersion`].
+#[no_mangle]
+pub extern "C" fn programl_runtime_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+/// See [`abi::FnOpen`].
+///
+/// # Safety
+/// Both arguments are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn programl_runtime_open(bundle_dir: *const c_char, device: *const c_char) -> *mut RtModel {
+    guarded(std::ptr::null_mut(), || {
+        let dir = text_arg(bundle_dir, "the bundle directory")?;
+        let device = text_arg(device, "the device")?;
+        Ok(Box::into_raw(Box::new(open(dir, device)?)).cast::<RtModel>())
+    })
+}
+
+/// See [`abi::FnInfo`].
+///
+/// # Safety
+/// `model` is NULL or a model from `programl_runtime_open`, not closed.
+#[no_mangle]
+pub unsafe extern "C" fn programl_runtime_info(model: *const RtModel) -> *const c_char {
+    guarded(std::ptr::null(), || {
+        let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
+        Ok(model.info.as_ptr())
+    })
+}
+
+/// See [`abi::FnSetThreads`].
+#[no_mangle]
+pub extern "C" fn programl_runtime_set_threads(n: i32) -> i32 {
+    guarded(-1, || {
+        if n < 1 {
+            return Err(format!("threads={n}: at least 1"));
+        }
+        if tch::get_num_threads() != n {
+            tch::set_num_threads(n);
+        }
+        Ok(0)
+    })
+}
+
+/// See [`abi::FnPredict`].
+///
+/// # Safety
+/// `model` comes from `programl_runtime_open`; `input`'s arrays hold the
+/// entries it states; `out` holds `out_len` floats.
+#[no_mangle]
+pub unsafe extern "C" fn programl_runtime_predict(model: *mut RtModel, input: *const RtInput, steps: i64, out: *mut f32, out_len: usize) -> i32 {
+    guarded(-1, || {
+        let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
+        let input = input.as_ref().ok_or("the input is NULL")?;
+        predict(model, input, steps, out, out_len).map(|()| 0)
+    })
+}
+
+/// See [`abi::FnLastError`].
+#[no_mangle]
+pub extern "C" fn programl_runtime_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// See [`abi::FnClose`].
+///
+/// # Safety
+/// `model` is NULL or comes from `programl_runtime_open` and is not used
+/// again.
+#[no_mangle]
+pub unsafe extern "C" fn programl_runtime_close(model: *mut RtModel) {
+    guarded((), || {
+        if !model.is_null() {
+            drop(Box::from_raw(model.cast::<Model>()));
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,277 @@
+//! The metadata schema (version [`SCHEMA`]) and its writer, through LLVM's
+//! C API (inkwell's safe API panics on metadata).
+//!
+//! Module level (named metadata):
+//! - `!programl.schema = !{!N}`, `!N = !{!"1"}`: the schema version;
+//! - `!programl.model = !{!M, ...}`, one entry per task annotated,
+//!   `!M = !{!"TASK", !"programl-model", i64 FORMAT_VERSION, !"HEAD", i64 STEPS, !"GRAPH"}`:
+//!   the bundle's task, format and version, its head, the steps used, and a
+//!   fingerprint of the graph whose node ids the annotations use
+//!   ([`graph_fingerprint`]).
+//!
+//! Instructions:
+//! - `!programl.node !{i64 ID}`: its node id in the module's graph (paper
+//!   mode, `programl graph`'s numbering), on every instruction that is a
+//!   root or carries a prediction (or anchors one, below);
+//! - `!programl.value !{i64 ID}`: the variable node of its result, on those
+//!   of them that have one;
+//! - `!programl.TASK !{i64 ROOT, float P, ...}`: on each instruction
+//!   predicted positive for some root (P > 0.5), the pairs of root node id
+//!   and probability of the positive class, by root id. For liveness, whose
+//!   positives are variables, on the instruction defining the variable.
+//!
+//! Functions:
+//! - `!programl.TASK.roots !{i64 ROOT, ...}`: the roots in this function;
+//! - `!programl.args !{i64 ID, ...}`: the variable node of each argument in
+//!   argument order, `-1` for an argument without uses (it has no node), on
+//!   every function that has arguments and an annotation;
+//! - `!programl.liveness.args !{i64 ROOT, i64 ARG, float P, ...}`: liveness
+//!   predictions for arguments, as (root, argument index, probability)
+//!   triples;
+//! - `!programl.device !{!"gpu", float P}` (or `"cpu"`): graph-level device
+//!   mapping, on each kernel, P the probability of the device named.
+//!
+//! Module-level classification: `!programl.class = !{!{!"CLASS", float P}}`.
+//!
+//! Marking roots (input, `roots=marked`): `!programl.root !{}` on an
+//! instruction (for datadep, whose roots are variables, the instruction
+//! whose result is the root).
+//!
+//! Before writing, [`clear`] removes the task's earlier annotations, or all
+//! of them if the module's graph changed since (the `!programl.root` marks
+//! stay): several tasks accumulate in one module, and a module annotated at
+//! compile time and again by full LTO over the linked program carries the
+//! link's annotations only.
+
+use std::ffi::{c_char, CString};
+
+use llvm_plugin::inkwell::llvm_sys::core::*;
+use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use programl::analysis::Task;
+
+use super::anchor;
+
+/// The schema version, `!programl.schema`.
+pub const SCHEMA: &str = "1";
+
+pub const NODE: &str = "programl.node";
+pub const VALUE: &str = "programl.value";
+pub const ARGS: &str = "programl.args";
+pub const ROOT_MARK: &str = "programl.root";
+pub const DEVICE: &str = "programl.device";
+pub const SCHEMA_NAMED: &str = "programl.schema";
+pub const MODEL_NAMED: &str = "programl.model";
+pub const CLASS_NAMED: &str = "programl.class";
+
+/// `programl.TASK`.
+pub fn task_kind(task: Task) -> String {
+    format!("programl.{}", task.name())
+}
+
+/// `programl.TASK.roots`.
+pub fn roots_kind(task: Task) -> String {
+    format!("programl.{}.roots", task.name())
+}
+
+/// `programl.TASK.args` (liveness only).
+pub fn args_kind(task: Task) -> String {
+    format!("programl.{}.args", task.name())
+}
+
+extern "C" {
+    /// passes/src/shim.cc: `Module::eraseNamedMetadata`, which the C API
+    /// lacks.
+    fn programl_passes_erase_named_metadata(module: LLVMModuleRef, name: *const c_char);
+}
+
+/// Builds metadata in one module's context.
+pub struct Writer {
+    module: LLVMModuleRef,
+    context: LLVMContextRef,
+    i64_type: LLVMTypeRef,
+    f32_type: LLVMTypeRef,
+}
+
+impl Writer {
+    /// # Safety
+    /// `module` is valid and outlives the writer.
+    pub unsafe fn new(module: LLVMModuleRef) -> Writer {
+        let context = LLVMGetModuleContext(module);
+        Writer { module, context, i64_type: LLVMInt64TypeInContext(context), f32_type: LLVMFloatTypeInContext(context) }
+    }
+
+    pub fn kind(&self, name: &str) -> u32 {
+        // SAFETY: a valid context and a (pointer, length) string.
+        unsafe { LLVMGetMDKindIDInContext(self.context, name.as_ptr().cast(), name.len() as u32) }
+    }
+
+    pub fn int(&self, v: i64) -> LLVMMetadataRef {
+        unsafe { LLVMValueAsMetadata(LLVMConstInt(self.i64_type, v as u64, 1)) }
+    }
+
+    pub fn real(&self, p: f32) -> LLVMMetadataRef {
+        unsafe { LLVMValueAsMetadata(LLVMConstReal(self.f32_type, f64::from(p))) }
+    }
+
+    pub fn string(&self, s: &str) -> LLVMMetadataRef {
+        unsafe { LLVMMDStringInContext2(self.context, s.as_ptr().cast(), s.len()) }
+    }
+
+    pub fn node(&self, operands: &[LLVMMetadataRef]) -> LLVMMetadataRef {
+        let mut ops = operands.to_vec();
+        unsafe { LLVMMDNodeInContext2(self.context, ops.as_mut_ptr(), ops.len()) }
+    }
+
+    pub fn ints(&self, values: impl IntoIterator<Item = i64>) -> LLVMMetadataRef {
+        let ops: Vec<_> = values.into_iter().map(|v| self.int(v)).collect();
+        self.node(&ops)
+    }
+
+    /// # Safety
+    /// `inst` is an instruction of the module.
+    pub unsafe fn set_inst(&self, inst: LLVMValueRef, kind: u32, node: LLVMMetadataRef) {
+        LLVMSetMetadata(inst, kind, LLVMMetadataAsValue(self.context, node));
+    }
+
+    /// # Safety
+    /// `f` is a function of the module.
+    pub unsafe fn set_function(&self, f: LLVMValueRef, kind: u32, node: LLVMMetadataRef) {
+        LLVMGlobalSetMetadata(f, kind, node);
+    }
+
+    /// Appends `node` to the named metadata `name`.
+    pub fn add_named(&self, name: &str, node: LLVMMetadataRef) {
+        let c = CString::new(name).expect("no NUL in metadata names");
+        unsafe { LLVMAddNamedMetadataOperand(self.module, c.as_ptr(), LLVMMetadataAsValue(self.context, node)) };
+    }
+
+    /// Whether `inst` carries metadata of `kind`.
+    ///
+    /// # Safety
+    /// `inst` is an instruction.
+    pub unsafe fn has(&self, inst: LLVMValueRef, kind: u32) -> bool {
+        !LLVMGetMetadata(inst, kind).is_null()
+    }
+}
+
+/// A fingerprint of the graph the node ids refer to: node kinds and texts
+/// and edges, hashed (FNV-1a), as 16 hex digits. Annotations of the same
+/// module agree on it; a module whose graph changed (full LTO links
+/// modules together) does not.
+pub fn graph_fingerprint(graph: &programl::ProgramGraph) -> String {
+    use petgraph::visit::EdgeRef;
+    let mut h = programl::hash::Fnv1a::default();
+    h.write(&(graph.graph.node_count() as u64).to_le_bytes());
+    for n in graph.graph.node_weights() {
+        h.write_u8(n.kind as u8);
+        h.write(n.text.as_bytes());
+        h.write_u8(0xff);
+    }
+    for e in graph.graph.edge_references() {
+        h.write_u8(e.weight().flow as u8);
+        for v in [e.weight().position, e.source().index() as u32, e.target().index() as u32] {
+            h.write(&v.to_le_bytes());
+        }
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// The `!programl.model` entries of `module`, as their operands' texts
+/// (strings as themselves, integers in decimal).
+///
+/// # Safety
+/// `module` is valid.
+pub unsafe fn model_entries(module: LLVMModuleRef) -> Vec<Vec<String>> {
+    let c = CString::new(MODEL_NAMED).expect("no NUL");
+    let n = LLVMGetNamedMetadataNumOperands(module, c.as_ptr()) as usize;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    if n > 0 {
+        LLVMGetNamedMetadataOperands(module, c.as_ptr(), nodes.as_mut_ptr());
+    }
+    nodes
+        .into_iter()
+        .map(|node| {
+            let k = LLVMGetMDNodeNumOperands(node) as usize;
+            let mut ops = vec![std::ptr::null_mut(); k];
+            if k > 0 {
+                LLVMGetMDNodeOperands(node, ops.as_mut_ptr());
+            }
+            ops.into_iter()
+                .map(|op| {
+                    if op.is_null() {
+                        String::new()
+                    } else if !LLVMIsAConstantInt(op).is_null() {
+                        LLVMConstIntGetSExtValue(op).to_string()
+                    } else {
+                        let mut len = 0u32;
+                        let p = LLVMGetMDString(op, &mut len);
+                        if p.is_null() {
+                            String::new()
+                        } else {
+                            String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len as usize)).into_owned()
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Index of the graph fingerprint in a `!programl.model` entry.
+pub const MODEL_GRAPH: usize = 5;
+
+/// Makes room for `task`'s annotations of the graph `fingerprint`, and
+/// returns the `!programl.model` entries to keep (other tasks on the same
+/// graph).
+///
+/// If every earlier entry was written for this same graph, only `task`'s
+/// annotations are removed (`!programl.TASK` on instructions,
+/// `!programl.TASK.roots` and `.args` on functions): several tasks'
+/// predictions accumulate in one module, and the node and value anchors,
+/// which depend on the graph alone, stay. Otherwise (the module's graph
+/// changed, e.g. full LTO linked annotated modules together) every
+/// annotation of the schema goes: its node ids mean nothing any more. The
+/// `!programl.root` marks are input and always stay.
+///
+/// # Safety
+/// `module` is valid.
+pub unsafe fn clear(module: LLVMModuleRef, task: Task, fingerprint: &str) -> Vec<Vec<String>> {
+    let entries = model_entries(module);
+    let same_graph = entries.iter().all(|e| e.get(MODEL_GRAPH).map(String::as_str) == Some(fingerprint));
+    let keep: Vec<Vec<String>> =
+        if same_graph { entries.into_iter().filter(|e| e.first().map(String::as_str) != Some(task.name())).collect() } else { Vec::new() };
+    let w = Writer::new(module);
+    let tasks: Vec<Task> = if same_graph { vec![task] } else { Task::ALL.to_vec() };
+    let mut inst_kinds = Vec::new();
+    let mut function_kinds = Vec::new();
+    if !same_graph {
+        inst_kinds.extend([w.kind(NODE), w.kind(VALUE)]);
+        function_kinds.extend([w.kind(ARGS), w.kind(DEVICE)]);
+    }
+    for t in tasks {
+        inst_kinds.push(w.kind(&task_kind(t)));
+        function_kinds.push(w.kind(&roots_kind(t)));
+        function_kinds.push(w.kind(&args_kind(t)));
+    }
+    for f in anchor::functions(module) {
+        for &k in &function_kinds {
+            LLVMGlobalEraseMetadata(f, k);
+        }
+        if LLVMIsDeclaration(f) != 0 {
+            continue;
+        }
+        for inst in anchor::instructions(f) {
+            for &k in &inst_kinds {
+                if !LLVMGetMetadata(inst, k).is_null() {
+                    LLVMSetMetadata(inst, k, std::ptr::null_mut());
+                }
+            }
+        }
+    }
+    let names: &[&str] = if same_graph { &[SCHEMA_NAMED, MODEL_NAMED] } else { &[SCHEMA_NAMED, MODEL_NAMED, CLASS_NAMED] };
+    for name in names {
+        let c = CString::new(*name).expect("no NUL");
+        programl_passes_erase_named_metadata(module, c.as_ptr());
+    }
+    keep
+}

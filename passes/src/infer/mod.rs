@@ -1,0 +1,626 @@
+//! The learned pass, `programl-infer`: a trained GGNN consulted while the
+//! module compiles, its predictions written into the IR as metadata
+//! ([`metadata`] documents the schema).
+//!
+//! One module, in order ([`run`]):
+//!
+//! 1. read the bundle's `config.json` and vocabulary ([`bundle`], cached per
+//!    process) and check its provenance against the module: graph mode,
+//!    LLVM major version, opaque pointers, featurisation version. A
+//!    mismatch stops here, before any libtorch is loaded;
+//! 2. open the model runtime and the bundle in it ([`runtime`]: `dlopen`
+//!    on first use, both cached per process);
+//! 3. build the module's graph with the core's builder (paper mode) and its
+//!    model input with `programl::batch` ([`GraphInput`], [`Batcher`]):
+//!    the code training used, so the model sees what it saw in training;
+//! 4. choose the roots (`roots=sample|all|marked`), predict batch by batch
+//!    (at most [`BATCH_NODES`] nodes, as training evaluates), and threshold
+//!    the positive class at 0.5;
+//! 5. write the annotations ([`metadata`]), and with `verify` the exact
+//!    analysis's figures, with `sidecar=` every decision.
+//!
+//! Any failure is one warning line and the module is left as it was: the
+//! annotations are written only once everything before succeeded.
+
+pub mod anchor;
+pub mod bundle;
+pub mod metadata;
+pub mod params;
+pub mod runtime;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use llvm_plugin::inkwell::llvm_sys::core::*;
+use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use petgraph::graph::NodeIndex;
+use programl::analysis::{Analyzer, Task};
+use programl::batch::{Batch, Batcher, GraphInput, Sample};
+use programl::builder::{build_raw, BuildOptions, Mode};
+use programl::graph::{NodeKind, ProgramGraph};
+use serde::Serialize;
+
+use anchor::{Anchors, Def};
+use params::{Params, Roots, PASS_NAME};
+use runtime::ms;
+
+/// Nodes per batch (a larger module sits alone in its batch), as
+/// `programl-train eval` batches by default.
+pub const BATCH_NODES: usize = 10_000;
+/// The seed of `roots=sample`: the dataset's (`programl dataset build`,
+/// `programl-train eval` on IR files).
+pub const SAMPLE_SEED: u64 = 0;
+
+/// Where in a pipeline an instance runs (for messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// Named in an `opt -passes=` pipeline.
+    Pipeline,
+    /// `PROGRAML_INFER` at `OptimizerLast` (clang, opt's default pipelines).
+    OptimizerLast,
+    /// `PROGRAML_INFER` at the full-LTO extension point (lld, `lto<O2>`).
+    FullLto,
+}
+
+/// Wall times of one module, in milliseconds. The load and open figures
+/// are 0 when an earlier module of the process paid them.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    pub runtime_load: f64,
+    pub bundle_open: f64,
+    pub graph: f64,
+    pub features: f64,
+    pub inference: f64,
+    pub annotate: f64,
+    pub verify: f64,
+    pub total: f64,
+}
+
+/// Precision and recall counts over labelled nodes, pooled over roots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Confusion {
+    pub tp: u64,
+    pub fp: u64,
+    pub fn_: u64,
+    pub tn: u64,
+}
+
+impl Confusion {
+    fn record(&mut self, predicted: bool, actual: bool) {
+        match (predicted, actual) {
+            (true, true) => self.tp += 1,
+            (true, false) => self.fp += 1,
+            (false, true) => self.fn_ += 1,
+            (false, false) => self.tn += 1,
+        }
+    }
+
+    /// TP / (TP + FP); 1 when nothing is predicted positive and nothing
+    /// is (as `programl-train eval` counts).
+    pub fn precision(&self) -> f64 {
+        ratio(self.tp, self.tp + self.fp, self.fn_ == 0)
+    }
+
+    /// TP / (TP + FN); 1 when there is no positive.
+    pub fn recall(&self) -> f64 {
+        ratio(self.tp, self.tp + self.fn_, true)
+    }
+
+    pub fn f1(&self) -> f64 {
+        let (p, r) = (self.precision(), self.recall());
+        if p + r == 0.0 {
+            0.0
+        } else {
+            2.0 * p * r / (p + r)
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64, empty_is_perfect: bool) -> f64 {
+    if b == 0 {
+        if empty_is_perfect {
+            1.0
+        } else {
+            0.0
+        }
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Runs the pass on `module`; never panics or unwinds. A failure is one
+/// warning and the module is unchanged.
+///
+/// # Safety
+/// `module` is a valid module the caller lets this function modify.
+pub unsafe fn run_pass(module: LLVMModuleRef, params: &Params, site: Site) {
+    crate::logger::init();
+    let name = module_name(module);
+    match crate::guard::catch(|| run(module, params, site)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::warn!(target: PASS_NAME, "{name}: {e}; module unchanged"),
+        Err(panic) => log::warn!(target: PASS_NAME, "{name}: internal error: {panic}; module unchanged"),
+    }
+}
+
+/// The module's source file name, else its identifier.
+///
+/// # Safety
+/// `module` is valid.
+pub unsafe fn module_name(module: LLVMModuleRef) -> String {
+    let mut len = 0usize;
+    let p = LLVMGetSourceFileName(module, &mut len);
+    let mut name = if p.is_null() { String::new() } else { String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned() };
+    if name.is_empty() {
+        let p = LLVMGetModuleIdentifier(module, &mut len);
+        if !p.is_null() {
+            name = String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned();
+        }
+    }
+    name
+}
+
+/// The running LLVM's major version.
+pub fn llvm_major() -> u32 {
+    let (mut major, mut minor, mut patch) = (0, 0, 0);
+    // SAFETY: writes three integers.
+    unsafe { LLVMGetVersion(&mut major, &mut minor, &mut patch) };
+    major
+}
+
+/// Whether `module`'s context uses opaque pointers.
+///
+/// # Safety
+/// `module` is valid.
+pub unsafe fn opaque_pointers(module: LLVMModuleRef) -> bool {
+    let context = LLVMGetModuleContext(module);
+    // In an opaque-pointer context every pointer type is `ptr`.
+    LLVMPointerTypeIsOpaque(LLVMPointerType(LLVMInt8TypeInContext(context), 0)) != 0
+}
+
+/// The nodes a task labels (its positives are among them): variables for
+/// liveness, body instructions otherwise, as `programl-train` evaluates.
+pub fn labelled_nodes(task: Task, graph: &ProgramGraph) -> Vec<u32> {
+    let want = if task == Task::Liveness { NodeKind::Variable } else { NodeKind::Instruction };
+    (0..graph.graph.node_count() as u32)
+        .filter(|&n| {
+            let kind = graph.graph[NodeIndex::new(n as usize)].kind;
+            kind == want && (kind != NodeKind::Instruction || graph.is_body_instruction(n))
+        })
+        .collect()
+}
+
+/// The index of the positive class: `positive` by name, else 1 of 2.
+fn positive_class(classes: &[String]) -> Option<usize> {
+    classes.iter().position(|c| c == "positive").or((classes.len() == 2).then_some(1))
+}
+
+/// `verify`'s line: SPEC'd keys in this order (`kind` only in a sidecar).
+#[derive(Serialize)]
+struct Verify<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    module: &'a str,
+    task: &'static str,
+    tp: u64,
+    fp: u64,
+    #[serde(rename = "fn")]
+    fn_: u64,
+    precision: f64,
+    recall: f64,
+    f1: f64,
+}
+
+/// A sidecar's record of one module's decisions.
+#[derive(Serialize)]
+struct Decisions<'a> {
+    kind: &'static str,
+    module: &'a str,
+    task: &'static str,
+    model: String,
+    steps: i64,
+    threshold: f64,
+    roots: Vec<SidecarRoot<'a>>,
+}
+
+/// One root: `[node, probability]` for every labelled node.
+#[derive(Serialize)]
+struct SidecarRoot<'a> {
+    root: u32,
+    nodes: &'a [(u32, f32)],
+}
+
+/// One root's decisions: (node, probability of the positive class) for
+/// every labelled node.
+struct RootResult {
+    root: u32,
+    probabilities: Vec<(u32, f32)>,
+}
+
+/// # Safety
+/// `module` is valid and may be modified.
+unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), String> {
+    let start = Instant::now();
+    let mut t = Timings::default();
+    let name = module_name(module);
+    let shown = p.model.display();
+
+    let bundle = bundle::read(&p.model).map_err(|e| format!("cannot use bundle {shown}: {e}"))?;
+    let config = &bundle.config;
+    let facts = bundle::ModuleFacts { llvm_major: llvm_major(), opaque_pointers: opaque_pointers(module) };
+    let mismatches = bundle::mismatches(&config.provenance, facts);
+    if !mismatches.is_empty() {
+        return Err(format!("bundle {shown} does not match this module: {}", mismatches.join("; ")));
+    }
+    if config.head != "node" {
+        return Err(format!(
+            "bundle {shown} has a graph-level head; runtime ABI {} predicts per node only (see passes/README.md, graph-level annotations)",
+            runtime::abi::ABI_VERSION
+        ));
+    }
+    let task = Task::parse(&config.task).ok_or_else(|| format!("bundle {shown}: task '{}' is not a DeepDataFlow task", config.task))?;
+    let positive = positive_class(&config.classes)
+        .ok_or_else(|| format!("bundle {shown}: classes {:?} have no positive class", config.classes))?;
+    if p.transfer.is_some() || p.wgsize.is_some() {
+        log::debug!(target: PASS_NAME, "{name}: transfer= and wgsize= are inputs of graph-level device mapping; unused by a {task} bundle");
+    }
+
+    let clock = Instant::now();
+    let (path, device) = runtime::runtime_path(p.device)?;
+    let (rt, fresh) = runtime::load(&path)?;
+    if fresh {
+        t.runtime_load = ms(clock);
+        log::debug!(target: PASS_NAME, "opened runtime {} in {:.1} ms", rt.path.display(), t.runtime_load);
+    }
+    let clock = Instant::now();
+    let (model, fresh) = runtime::open_model(rt, &bundle.dir, device).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
+    if fresh {
+        t.bundle_open = ms(clock);
+        log::debug!(
+            target: PASS_NAME,
+            "opened bundle {} on {} in {:.1} ms",
+            bundle.dir.display(),
+            model.info["device"].as_str().unwrap_or("?"),
+            t.bundle_open
+        );
+    }
+    if model.classes != config.classes.len() {
+        return Err(format!("bundle {shown}: the runtime sees {} classes, config.json {}", model.classes, config.classes.len()));
+    }
+
+    let clock = Instant::now();
+    let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
+    let anchors = Anchors::new(module, &graph)?;
+    t.graph = ms(clock);
+
+    let clock = Instant::now();
+    let input = GraphInput::new(&graph, &bundle.vocabulary).map_err(|e| format!("not model input: {e}"))?;
+    let mut analyzer = Analyzer::new(&graph);
+    let roots = choose_roots(module, p, task, &anchors, &mut analyzer, &name);
+    let labelled = labelled_nodes(task, &graph);
+    t.features = ms(clock);
+
+    let steps = p.steps.unwrap_or(config.hyper.steps);
+    let clock = Instant::now();
+    let mut results: Vec<RootResult> = Vec::with_capacity(roots.len());
+    let mut batcher = Batcher::new(BATCH_NODES);
+    let mut pending: Vec<u32> = Vec::new();
+    let classes = config.classes.len();
+    let mut flush = |batch: Batch, batch_roots: &mut Vec<u32>| -> Result<(), String> {
+        let probs = model.predict(&batch, steps, p.threads)?;
+        for (g, &root) in batch_roots.iter().enumerate() {
+            let offset = batch.offsets()[g] as usize;
+            let probabilities = labelled.iter().map(|&n| (n, probs[(offset + n as usize) * classes + positive])).collect();
+            results.push(RootResult { root, probabilities });
+        }
+        batch_roots.clear();
+        Ok(())
+    };
+    for &root in &roots {
+        let closed = batcher.push(Sample { graph: &input, root: Some(root), positives: None }).map_err(|e| e.to_string())?;
+        if let Some(batch) = closed {
+            flush(batch, &mut pending)?;
+        }
+        pending.push(root);
+    }
+    if let Some(batch) = batcher.finish() {
+        flush(batch, &mut pending)?;
+    }
+    t.inference = ms(clock);
+
+    let clock = Instant::now();
+    let verify = if p.verify {
+        let mut c = Confusion::default();
+        for r in &results {
+            let labels = analyzer.analyze(task, r.root).map_err(|e| format!("verify: {e}"))?;
+            let actual: BTreeSet<u32> = labels.positives.into_iter().collect();
+            for &(n, prob) in &r.probabilities {
+                c.record(prob > 0.5, actual.contains(&n));
+            }
+        }
+        Some(c)
+    } else {
+        None
+    };
+    t.verify = ms(clock);
+
+    let clock = Instant::now();
+    annotate(module, task, config, steps, &graph, &anchors, &results)?;
+    t.annotate = ms(clock);
+    t.total = ms(start);
+
+    let mut lines = Vec::new();
+    if p.sidecar.is_some() {
+        let roots: Vec<SidecarRoot<'_>> = results.iter().map(|r| SidecarRoot { root: r.root, nodes: &r.probabilities }).collect();
+        let record = Decisions { kind: "decisions", module: &name, task: task.name(), model: shown.to_string(), steps, threshold: 0.5, roots };
+        lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
+    }
+    if let Some(c) = verify {
+        let kind = p.sidecar.as_ref().map(|_| "verify");
+        let record = Verify {
+            kind,
+            module: &name,
+            task: task.name(),
+            tp: c.tp,
+            fp: c.fp,
+            fn_: c.fn_,
+            precision: c.precision(),
+            recall: c.recall(),
+            f1: c.f1(),
+        };
+        lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
+    }
+    match &p.sidecar {
+        Some(path) => append_lines(path, &lines).map_err(|e| format!("sidecar {}: {e} (the annotations were written)", path.display()))?,
+        None => {
+            let mut err = std::io::stderr().lock();
+            for l in &lines {
+                let _ = writeln!(err, "{l}");
+            }
+        }
+    }
+    let positives: usize = results.iter().map(|r| r.probabilities.iter().filter(|x| x.1 > 0.5).count()).sum();
+    log::info!(
+        target: PASS_NAME,
+        "{name}: {task} at {site:?}, {} roots, {} nodes, {positives} positive decisions; ms: runtime={:.2} bundle={:.2} graph={:.2} features={:.2} inference={:.2} annotate={:.2} verify={:.2} total={:.2}",
+        results.len(),
+        graph.graph.node_count(),
+        t.runtime_load,
+        t.bundle_open,
+        t.graph,
+        t.features,
+        t.inference,
+        t.annotate,
+        t.verify,
+        t.total
+    );
+    Ok(())
+}
+
+/// The roots of this run, ascending.
+unsafe fn choose_roots(
+    module: LLVMModuleRef,
+    p: &Params,
+    task: Task,
+    anchors: &Anchors,
+    analyzer: &mut Analyzer<'_>,
+    name: &str,
+) -> Vec<u32> {
+    let roots = match p.roots {
+        Roots::Sample => return analyzer.sampled_roots(task, SAMPLE_SEED),
+        Roots::All => {
+            let mut eligible = analyzer.eligible_roots(task);
+            if eligible.len() > p.max_roots {
+                log::warn!(
+                    target: PASS_NAME,
+                    "{name}: {} eligible {task} roots, more than max_roots={}: predicting for the first {} by node id",
+                    eligible.len(),
+                    p.max_roots,
+                    p.max_roots
+                );
+                eligible.truncate(p.max_roots);
+            }
+            eligible
+        }
+        Roots::Marked => {
+            let writer = metadata::Writer::new(module);
+            let mark = writer.kind(metadata::ROOT_MARK);
+            let eligible = analyzer.eligible_roots(task);
+            let mut marked: Vec<u32> = anchors.insts.iter().filter(|(_, &i)| writer.has(i, mark)).map(|(&n, _)| n).collect();
+            marked.sort_unstable();
+            let mut roots = Vec::new();
+            for node in marked {
+                let root = if task == Task::DataDep { anchors.result.get(&node).copied() } else { Some(node) };
+                match root {
+                    Some(r) if eligible.binary_search(&r).is_ok() => roots.push(r),
+                    Some(r) => log::info!(target: PASS_NAME, "{name}: marked node {r} is not an eligible {task} root; skipped"),
+                    None => log::info!(target: PASS_NAME, "{name}: marked instruction {node} defines no value, so no datadep root; skipped"),
+                }
+            }
+            if roots.is_empty() {
+                log::info!(target: PASS_NAME, "{name}: no instruction carries !{} for {task}", metadata::ROOT_MARK);
+            }
+            roots
+        }
+    };
+    analyzer.prepare(task, &roots);
+    roots
+}
+
+/// Writes the schema's annotations of `results` into `module` (after
+/// removing any earlier ones).
+unsafe fn annotate(
+    module: LLVMModuleRef,
+    task: Task,
+    config: &bundle::Config,
+    steps: i64,
+    graph: &ProgramGraph,
+    anchors: &Anchors,
+    results: &[RootResult],
+) -> Result<(), String> {
+    let fingerprint = metadata::graph_fingerprint(graph);
+    let kept = metadata::clear(module, task, &fingerprint);
+    let w = metadata::Writer::new(module);
+    let s = w.string(metadata::SCHEMA);
+    w.add_named(metadata::SCHEMA_NAMED, w.node(&[s]));
+    for entry in kept {
+        // Another task's entry: strings, except the version and steps.
+        let ops: Vec<_> = entry
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match (i, v.parse::<i64>()) {
+                (2 | 4, Ok(n)) => w.int(n),
+                _ => w.string(v),
+            })
+            .collect();
+        w.add_named(metadata::MODEL_NAMED, w.node(&ops));
+    }
+    let model = [
+        w.string(&config.task),
+        w.string(&config.format),
+        w.int(config.version.into()),
+        w.string(&config.head),
+        w.int(steps),
+        w.string(&fingerprint),
+    ];
+    w.add_named(metadata::MODEL_NAMED, w.node(&model));
+
+    // Instruction node → (root, p) pairs, by root; root lists and argument
+    // predictions by function.
+    let mut predictions: BTreeMap<u32, Vec<(u32, f32)>> = BTreeMap::new();
+    let mut arg_predictions: BTreeMap<u32, Vec<(u32, u32, f32)>> = BTreeMap::new();
+    let mut roots_of: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut anchored: BTreeSet<u32> = BTreeSet::new();
+    let mut touched: BTreeSet<u32> = BTreeSet::new();
+    let mut results: Vec<&RootResult> = results.iter().collect();
+    results.sort_by_key(|r| r.root);
+
+    // The instruction standing for node `n` (itself, or a variable's
+    // definition), or the argument.
+    let place = |n: u32| -> Result<Def, String> {
+        if anchors.insts.contains_key(&n) {
+            Ok(Def::Inst(n))
+        } else {
+            anchors.defs.get(&n).copied().ok_or_else(|| format!("node {n} has no place in the IR"))
+        }
+    };
+    for r in &results {
+        if let Some(f) = Anchors::function_of(graph, r.root) {
+            roots_of.entry(f).or_default().push(r.root);
+            touched.insert(f);
+        }
+        match place(r.root)? {
+            Def::Inst(i) => {
+                anchored.insert(i);
+            }
+            Def::Arg { function, .. } => {
+                touched.insert(function);
+            }
+        }
+        for &(n, prob) in r.probabilities.iter().filter(|x| x.1 > 0.5) {
+            match place(n)? {
+                Def::Inst(i) => {
+                    predictions.entry(i).or_default().push((r.root, prob));
+                    anchored.insert(i);
+                }
+                Def::Arg { function, index } => {
+                    arg_predictions.entry(function).or_default().push((r.root, index, prob));
+                    touched.insert(function);
+                }
+            }
+        }
+    }
+
+    let node_kind = w.kind(metadata::NODE);
+    let value_kind = w.kind(metadata::VALUE);
+    let task_kind = w.kind(&metadata::task_kind(task));
+    for &i in &anchored {
+        let inst = anchors.insts[&i];
+        w.set_inst(inst, node_kind, w.ints([i64::from(i)]));
+        if let Some(&v) = anchors.result.get(&i) {
+            w.set_inst(inst, value_kind, w.ints([i64::from(v)]));
+        }
+        if let Some(f) = Anchors::function_of(graph, i) {
+            touched.insert(f);
+        }
+    }
+    for (&i, pairs) in &predictions {
+        let ops: Vec<_> = pairs.iter().flat_map(|&(root, prob)| [w.int(root.into()), w.real(prob)]).collect();
+        w.set_inst(anchors.insts[&i], task_kind, w.node(&ops));
+    }
+    let roots_kind = w.kind(&metadata::roots_kind(task));
+    let args_kind = w.kind(metadata::ARGS);
+    let arg_task_kind = w.kind(&metadata::args_kind(task));
+    let mut by_function: HashMap<u32, &Vec<(u32, u32, f32)>> = HashMap::new();
+    for (f, v) in &arg_predictions {
+        by_function.insert(*f, v);
+    }
+    for &f in &touched {
+        let function = anchors.functions[f as usize];
+        if let Some(roots) = roots_of.get(&f) {
+            w.set_function(function, roots_kind, w.ints(roots.iter().map(|&r| i64::from(r))));
+        }
+        let args = &anchors.args[f as usize];
+        if !args.is_empty() {
+            w.set_function(function, args_kind, w.ints(args.iter().map(|a| a.map_or(-1, i64::from))));
+        }
+        if let Some(triples) = by_function.get(&f) {
+            let ops: Vec<_> = triples.iter().flat_map(|&(root, index, prob)| [w.int(root.into()), w.int(index.into()), w.real(prob)]).collect();
+            w.set_function(function, arg_task_kind, w.node(&ops));
+        }
+    }
+    Ok(())
+}
+
+/// Graph-level annotations, for a bundle whose head is `graph` (none ships
+/// yet, and runtime ABI 1 predicts per node, so nothing calls this but the
+/// tests): `probabilities` are one graph's class probabilities, `classes`
+/// their names. Device mapping (`task` `devmap`) puts
+/// `!programl.device !{!"CLASS", float P}` (the likelier device) on each
+/// kernel (a function with the `spir_kernel`, `ptx_kernel` or
+/// `amdgpu_kernel` calling convention); any other task names the module's
+/// class in `!programl.class = !{!{!"CLASS", float P}}`. Returns the
+/// number of functions or modules annotated.
+///
+/// # Safety
+/// `module` is valid and may be modified.
+pub unsafe fn annotate_graph_level(module: LLVMModuleRef, task: &str, classes: &[String], probabilities: &[f32]) -> Result<usize, String> {
+    if classes.is_empty() || classes.len() != probabilities.len() {
+        return Err(format!("{} probabilities for {} classes", probabilities.len(), classes.len()));
+    }
+    let best = (0..classes.len()).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
+    let w = metadata::Writer::new(module);
+    let pair = w.node(&[w.string(&classes[best]), w.real(probabilities[best])]);
+    if task == "devmap" {
+        const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
+        let kind = w.kind(metadata::DEVICE);
+        let mut n = 0;
+        for f in anchor::functions(module) {
+            if LLVMIsDeclaration(f) == 0 && KERNEL_CONVENTIONS.contains(&LLVMGetFunctionCallConv(f)) {
+                w.set_function(f, kind, pair);
+                n += 1;
+            }
+        }
+        Ok(n)
+    } else {
+        w.add_named(metadata::CLASS_NAMED, w.node(&[pair]));
+        Ok(1)
+    }
+}
+
+/// Appends `lines` to `path` in one `write` on a file opened for appending,
+/// so the lines of concurrent compilers never interleave.
+fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(text.as_bytes())
+}

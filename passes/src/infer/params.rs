@@ -1,0 +1,232 @@
+//! `programl-infer`'s settings: pipeline parameters, or `PROGRAML_INFER`.
+//!
+//! ```text
+//! opt -passes='programl-infer<model=DIR;device=auto;roots=sample>'
+//! PROGRAML_INFER='model=DIR;device=cpu' clang-16 -fpass-plugin=... -O2 -c x.c
+//! ```
+//!
+//! Both take the same `;`-separated `key=value` list, any subset in any
+//! order, a later key overriding an earlier one:
+//!
+//! | key | values | default |
+//! |---|---|---|
+//! | `model` | a bundle directory (required) | — |
+//! | `device` | `auto`, `cpu`, `cuda` | `auto` |
+//! | `roots` | `sample`, `all`, `marked` | `sample` |
+//! | `steps` | message-passing steps, ≥ 1 | the bundle's |
+//! | `threads` | libtorch intra-op threads, ≥ 1 | 1 |
+//! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
+//! | `verify` | flag (or `verify=1`/`0`) | off |
+//! | `sidecar` | a file to append decisions to | none |
+//! | `transfer`, `wgsize` | device mapping's auxiliary inputs (bytes, work-group size) | none |
+//!
+//! A pipeline's parameters cannot contain `,`, `(` or `)` (LLVM's pipeline
+//! syntax); use `PROGRAML_INFER` for such paths.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The pass's name in a pipeline.
+pub const PASS_NAME: &str = "programl-infer";
+/// The variable that enables the pass under clang and lld.
+pub const ENV_INFER: &str = "PROGRAML_INFER";
+/// Where the runtime library is, whatever the device.
+pub const ENV_RUNTIME: &str = "PROGRAML_RUNTIME";
+
+/// `device=`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The CUDA runtime if a GPU is present (`/dev/nvidia0`), else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
+
+/// `roots=`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Roots {
+    /// The dataset's rule (`Analyzer::sampled_roots`, seed 0): at most 10.
+    #[default]
+    Sample,
+    /// Every eligible root, up to `max_roots` (the first by node id).
+    All,
+    /// The instructions carrying `!programl.root !{}`.
+    Marked,
+}
+
+/// The settings of one `programl-infer` instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    pub model: PathBuf,
+    pub device: Device,
+    pub roots: Roots,
+    pub steps: Option<i64>,
+    pub threads: i32,
+    pub max_roots: usize,
+    pub verify: bool,
+    pub sidecar: Option<PathBuf>,
+    pub transfer: Option<u64>,
+    pub wgsize: Option<u64>,
+}
+
+pub const DEFAULT_MAX_ROOTS: usize = 1000;
+
+/// Settings that cannot be used; each names its culprit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParamError {
+    Unknown { name: String },
+    MissingValue { name: String },
+    Bad { name: String, value: String, expected: &'static str },
+    NoModel,
+}
+
+impl fmt::Display for ParamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamError::Unknown { name } => write!(
+                f,
+                "unknown parameter '{name}' (expected model, device, roots, steps, threads, max_roots, verify, sidecar, transfer or wgsize)"
+            ),
+            ParamError::MissingValue { name } => write!(f, "parameter '{name}' needs a value ({name}=...)"),
+            ParamError::Bad { name, value, expected } => write!(f, "{name}='{value}' is not valid (expected {expected})"),
+            ParamError::NoModel => write!(f, "model=DIR is required (a bundle directory, e.g. models/reachability)"),
+        }
+    }
+}
+
+/// Parses a pipeline element. `None`: not this pass. `Some(Err)`: this pass
+/// with settings that cannot be used.
+pub fn parse_pass_name(name: &str) -> Option<Result<Params, ParamError>> {
+    let rest = name.strip_prefix(PASS_NAME)?;
+    if rest.is_empty() {
+        return Some(parse(""));
+    }
+    let inner = rest.strip_prefix('<')?.strip_suffix('>')?;
+    Some(parse(inner))
+}
+
+/// Parses `key=value;...` (a pipeline's parameters or `PROGRAML_INFER`).
+pub fn parse(text: &str) -> Result<Params, ParamError> {
+    let mut model = None;
+    let mut p = Params {
+        model: PathBuf::new(),
+        device: Device::Auto,
+        roots: Roots::Sample,
+        steps: None,
+        threads: 1,
+        max_roots: DEFAULT_MAX_ROOTS,
+        verify: false,
+        sidecar: None,
+        transfer: None,
+        wgsize: None,
+    };
+    for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (item, None),
+        };
+        if key == "verify" {
+            p.verify = match value {
+                None | Some("1" | "on" | "true" | "yes") => true,
+                Some("0" | "off" | "false" | "no") => false,
+                Some(v) => return Err(ParamError::Bad { name: key.into(), value: v.into(), expected: "no value, 1 or 0" }),
+            };
+            continue;
+        }
+        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
+            return Err(ParamError::Unknown { name: key.to_string() });
+        }
+        let value = value.filter(|v| !v.is_empty()).ok_or_else(|| ParamError::MissingValue { name: key.to_string() })?;
+        let bad = |expected| ParamError::Bad { name: key.to_string(), value: value.to_string(), expected };
+        let positive = |expected| value.parse::<u64>().ok().filter(|&n| n >= 1).ok_or_else(|| bad(expected));
+        match key {
+            "model" => model = Some(PathBuf::from(value)),
+            "device" => {
+                p.device = match value {
+                    "auto" => Device::Auto,
+                    "cpu" => Device::Cpu,
+                    "cuda" => Device::Cuda,
+                    _ => return Err(bad("auto, cpu or cuda")),
+                }
+            }
+            "roots" => {
+                p.roots = match value {
+                    "sample" => Roots::Sample,
+                    "all" => Roots::All,
+                    "marked" => Roots::Marked,
+                    _ => return Err(bad("sample, all or marked")),
+                }
+            }
+            "steps" => p.steps = Some(positive("a number of steps, at least 1")?.min(1 << 20) as i64),
+            "threads" => p.threads = positive("a number of threads, at least 1")?.min(1024) as i32,
+            "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
+            "sidecar" => p.sidecar = Some(PathBuf::from(value)),
+            "transfer" => p.transfer = Some(value.parse().map_err(|_| bad("a number of bytes"))?),
+            _ => p.wgsize = Some(positive("a work-group size, at least 1")?),
+        }
+    }
+    p.model = model.ok_or(ParamError::NoModel)?;
+    Ok(p)
+}
+
+/// `PROGRAML_INFER`, if set and not empty.
+pub fn from_env() -> Option<Result<Params, ParamError>> {
+    let value = std::env::var(ENV_INFER).ok().filter(|v| !v.trim().is_empty())?;
+    Some(parse(&value))
+}
+
+/// Whether `PROGRAML_INFER` is set (not empty).
+pub fn env_enabled() -> bool {
+    std::env::var_os(ENV_INFER).is_some_and(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters() {
+        let p = parse("model=m;device=cpu;roots=all;steps=7;threads=2;max_roots=5;verify;sidecar=s.jsonl;transfer=64;wgsize=8").unwrap();
+        assert_eq!(p.model, PathBuf::from("m"));
+        assert_eq!((p.device, p.roots, p.steps, p.threads, p.max_roots), (Device::Cpu, Roots::All, Some(7), 2, 5));
+        assert!(p.verify);
+        assert_eq!((p.sidecar.as_deref(), p.transfer, p.wgsize), (Some("s.jsonl".as_ref()), Some(64), Some(8)));
+        let d = parse(" model = models/x ; ").unwrap();
+        assert_eq!((d.device, d.roots, d.steps, d.threads, d.max_roots, d.verify), (Device::Auto, Roots::Sample, None, 1, 1000, false));
+        assert_eq!(parse("model=a;model=b;verify=0").unwrap().model, PathBuf::from("b"));
+    }
+
+    #[test]
+    fn bad_settings_name_their_culprit() {
+        assert_eq!(parse(""), Err(ParamError::NoModel));
+        assert_eq!(parse("model=m;colour=red"), Err(ParamError::Unknown { name: "colour".into() }));
+        assert_eq!(parse("model"), Err(ParamError::MissingValue { name: "model".into() }));
+        assert_eq!(
+            parse("model=m;device=tpu"),
+            Err(ParamError::Bad { name: "device".into(), value: "tpu".into(), expected: "auto, cpu or cuda" })
+        );
+        assert!(matches!(parse("model=m;steps=0"), Err(ParamError::Bad { .. })));
+        assert!(matches!(parse("model=m;threads=-1"), Err(ParamError::Bad { .. })));
+        assert!(matches!(parse("model=m;verify=maybe"), Err(ParamError::Bad { .. })));
+        assert!(parse("model=m;roots=some").unwrap_err().to_string().contains("sample, all or marked"));
+    }
+
+    #[test]
+    fn pass_names() {
+        assert!(parse_pass_name("programl-graph").is_none());
+        assert!(parse_pass_name("programl-infer<model=m").is_none());
+        assert_eq!(parse_pass_name("programl-infer"), Some(Err(ParamError::NoModel)));
+        assert_eq!(parse_pass_name("programl-infer<model=m;roots=marked>").unwrap().unwrap().roots, Roots::Marked);
+    }
+}

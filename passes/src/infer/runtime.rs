@@ -1,0 +1,262 @@
+//! Opening the model runtime and its bundles, once per process.
+//!
+//! The runtime (`libprograml_runtime.so`, or `libprograml_runtime_cuda.so`)
+//! links libtorch; the plugin does not. The first `programl-infer` that
+//! needs it `dlopen`s it with `RTLD_NOW | RTLD_LOCAL` (its symbols, and
+//! libtorch's, stay out of the compiler's global namespace) and never
+//! closes it: libtorch's static destructors crash when it is unloaded.
+//! Where it is: `PROGRAML_RUNTIME`, whatever the device; else next to this
+//! plugin, the CUDA runtime for `device=cuda` and, when a GPU is present
+//! (`/dev/nvidia0`), for `device=auto`, the CPU runtime otherwise.
+//!
+//! After opening, the ABI version is checked ([`abi::ABI_VERSION`]). Open
+//! runtimes are kept by path, open bundles by (canonical directory,
+//! device), failures included, so later modules of the same process (an
+//! LTO link, an opt run over many files) pay nothing again.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use programl::batch::{Batch, EdgeType};
+
+use super::params::{Device, ENV_RUNTIME};
+
+/// The C ABI shared with `crates/runtime` (one file, included by both).
+#[allow(dead_code)]
+pub mod abi {
+    include!("../../../crates/runtime/src/abi.rs");
+}
+
+use abi::{RtEdges, RtInput, RtModel};
+
+pub const CPU_RUNTIME: &str = "libprograml_runtime.so";
+pub const CUDA_RUNTIME: &str = "libprograml_runtime_cuda.so";
+
+/// An open runtime: its exported functions.
+pub struct Runtime {
+    pub path: PathBuf,
+    open: abi::FnOpen,
+    info: abi::FnInfo,
+    set_threads: abi::FnSetThreads,
+    predict: abi::FnPredict,
+    last_error: abi::FnLastError,
+}
+
+impl Runtime {
+    fn last_error(&self) -> String {
+        // SAFETY: the ABI returns a NUL-terminated string, never NULL; it
+        // is copied before the next call.
+        let p = unsafe { (self.last_error)() };
+        if p.is_null() {
+            return "unknown error".into();
+        }
+        let text = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        if text.is_empty() {
+            "unknown error".into()
+        } else {
+            text
+        }
+    }
+}
+
+/// Whether this machine has an NVIDIA GPU device node.
+pub fn gpu_present() -> bool {
+    Path::new("/dev/nvidia0").exists()
+}
+
+/// The absolute path of this plugin (the shared object holding this
+/// function), from the dynamic loader.
+pub fn plugin_path() -> Option<PathBuf> {
+    // SAFETY: dladdr only reads; the address is a function of this object.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(plugin_path as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        let path = PathBuf::from(CStr::from_ptr(info.dli_fname).to_string_lossy().into_owned());
+        Some(path.canonicalize().unwrap_or(path))
+    }
+}
+
+/// The runtime library for `device`, and the device it resolves to.
+pub fn runtime_path(device: Device) -> Result<(PathBuf, Device), String> {
+    let resolved = match device {
+        Device::Auto if gpu_present() => Device::Cuda,
+        Device::Auto => Device::Cpu,
+        other => other,
+    };
+    if let Some(path) = std::env::var_os(ENV_RUNTIME).filter(|v| !v.is_empty()) {
+        return Ok((PathBuf::from(path), resolved));
+    }
+    let dir = plugin_path()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .ok_or_else(|| format!("cannot tell where this plugin is, so where the runtime is; set {ENV_RUNTIME}"))?;
+    let name = if resolved == Device::Cuda { CUDA_RUNTIME } else { CPU_RUNTIME };
+    Ok((dir.join(name), resolved))
+}
+
+type Cached<T> = Mutex<HashMap<PathBuf, Result<T, String>>>;
+
+fn runtimes() -> &'static Cached<&'static Runtime> {
+    static RUNTIMES: OnceLock<Cached<&'static Runtime>> = OnceLock::new();
+    RUNTIMES.get_or_init(Default::default)
+}
+
+/// The runtime at `path`, opened on first use. `Ok((runtime, true))` if this
+/// call opened it.
+pub fn load(path: &Path) -> Result<(&'static Runtime, bool), String> {
+    let mut cache = runtimes().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = cache.get(path) {
+        return r.clone().map(|r| (r, false));
+    }
+    let loaded = open_library(path).map(|r| &*Box::leak(Box::new(r)));
+    cache.insert(path.to_path_buf(), loaded.clone());
+    loaded.map(|r| (r, true))
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+fn open_library(path: &Path) -> Result<Runtime, String> {
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| format!("{}: bad path", path.display()))?;
+    // SAFETY: dlopen with a valid path. RTLD_LOCAL keeps libtorch's symbols
+    // out of the global scope; the handle is never closed.
+    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // dlerror starts with the path itself; say it once.
+        let error = dl_error();
+        let prefix = format!("{}: ", path.display());
+        let error = error.strip_prefix(&prefix).unwrap_or(&error);
+        return Err(format!("cannot open the model runtime {}: {error}", path.display()));
+    }
+    let symbol = |name: &[u8]| -> Result<*mut c_void, String> {
+        // SAFETY: `name` is NUL-terminated (abi constants).
+        let p = unsafe { libc::dlsym(handle, name.as_ptr().cast::<c_char>()) };
+        if p.is_null() {
+            let shown = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
+            Err(format!("{} is not a programl model runtime (no symbol {shown})", path.display()))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: each symbol has the type the ABI gives it.
+    unsafe {
+        let version: abi::FnAbiVersion = std::mem::transmute(symbol(abi::SYM_ABI_VERSION)?);
+        let found = version();
+        if found != abi::ABI_VERSION {
+            return Err(format!(
+                "{}: runtime ABI version {found}, but this plugin speaks version {}; use the runtime built with this plugin",
+                path.display(),
+                abi::ABI_VERSION
+            ));
+        }
+        Ok(Runtime {
+            path: path.to_path_buf(),
+            open: std::mem::transmute::<*mut c_void, abi::FnOpen>(symbol(abi::SYM_OPEN)?),
+            info: std::mem::transmute::<*mut c_void, abi::FnInfo>(symbol(abi::SYM_INFO)?),
+            set_threads: std::mem::transmute::<*mut c_void, abi::FnSetThreads>(symbol(abi::SYM_SET_THREADS)?),
+            predict: std::mem::transmute::<*mut c_void, abi::FnPredict>(symbol(abi::SYM_PREDICT)?),
+            last_error: std::mem::transmute::<*mut c_void, abi::FnLastError>(symbol(abi::SYM_LAST_ERROR)?),
+        })
+    }
+}
+
+/// An open bundle in a runtime. Calls are serialised (one lock per model):
+/// the runtime's tensors are not meant to be shared between threads.
+pub struct Model {
+    pub runtime: &'static Runtime,
+    handle: Mutex<ModelHandle>,
+    /// The runtime's description of the model (JSON).
+    pub info: serde_json::Value,
+    pub classes: usize,
+}
+
+struct ModelHandle(*mut RtModel);
+// SAFETY: the handle is only used under the Mutex.
+unsafe impl Send for ModelHandle {}
+
+type ModelKey = (PathBuf, Device);
+
+fn models() -> &'static Mutex<HashMap<ModelKey, Result<Arc<Model>, String>>> {
+    static MODELS: OnceLock<Mutex<HashMap<ModelKey, Result<Arc<Model>, String>>>> = OnceLock::new();
+    MODELS.get_or_init(Default::default)
+}
+
+/// The bundle `dir` (canonical) opened on `device` in `runtime`, once per
+/// process. `Ok((model, true))` if this call opened it.
+pub fn open_model(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<(Arc<Model>, bool), String> {
+    let key = (dir.to_path_buf(), device);
+    let mut cache = models().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = cache.get(&key) {
+        return m.clone().map(|m| (m, false));
+    }
+    let opened = open_in(runtime, dir, device).map(Arc::new);
+    cache.insert(key, opened.clone());
+    opened.map(|m| (m, true))
+}
+
+fn open_in(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<Model, String> {
+    let c_dir = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| format!("{}: bad path", dir.display()))?;
+    let c_device = CString::new(device.name()).expect("no NUL");
+    // SAFETY: valid C strings; the ABI returns NULL on failure.
+    let handle = unsafe { (runtime.open)(c_dir.as_ptr(), c_device.as_ptr()) };
+    if handle.is_null() {
+        return Err(runtime.last_error());
+    }
+    // SAFETY: a live handle; the string lives as long as it.
+    let info = unsafe { (runtime.info)(handle) };
+    if info.is_null() {
+        return Err(runtime.last_error());
+    }
+    let text = unsafe { CStr::from_ptr(info) }.to_string_lossy().into_owned();
+    let info: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("the runtime's model info is not JSON: {e}"))?;
+    let classes = info["classes"].as_array().map_or(0, Vec::len);
+    Ok(Model { runtime, handle: Mutex::new(ModelHandle(handle)), info, classes })
+}
+
+impl Model {
+    /// Class probabilities of every node of `batch`, row-major \[N × C\].
+    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32) -> Result<Vec<f32>, String> {
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        let rt = self.runtime;
+        // SAFETY: plain call.
+        if unsafe { (rt.set_threads)(threads) } != 0 {
+            return Err(rt.last_error());
+        }
+        let edges = |t: EdgeType| {
+            let e = batch.edges(t);
+            RtEdges { sources: e.sources.as_ptr(), targets: e.targets.as_ptr(), positions: e.positions.as_ptr(), len: e.len() }
+        };
+        let input = RtInput {
+            nodes: batch.node_count(),
+            tokens: batch.tokens().as_ptr(),
+            selector: batch.selector().as_ptr(),
+            graphs: batch.graph_count(),
+            offsets: batch.offsets().as_ptr(),
+            edges: [edges(EdgeType::Control), edges(EdgeType::Data), edges(EdgeType::Call)],
+        };
+        let mut out = vec![0f32; batch.node_count() * self.classes];
+        // SAFETY: the arrays live across the call and hold what `input`
+        // says; `out` holds nodes × classes floats.
+        let status = unsafe { (rt.predict)(handle.0, &input, steps, out.as_mut_ptr(), out.len()) };
+        if status != 0 {
+            return Err(rt.last_error());
+        }
+        Ok(out)
+    }
+}
+
+/// Milliseconds since `start`.
+pub fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
