@@ -14,7 +14,13 @@
 #   %programl   the programl CLI (feature `programl-cli` when it is built)
 #   %cmake      cmake (feature `cmake` when installed)
 #   %srcroot    the repository root
-# Features: plugins, programl-cli, cmake, llvm-NN.
+#   %runtime    the CPU model runtime (libprograml_runtime.so, next to the plugin)
+#   %runtime-cuda  the CUDA model runtime (feature `torch-cuda` when it is built)
+#   %models     the shipped model bundles (models/ at the repository root)
+#   %readelf    readelf
+# Features: plugins, programl-cli, cmake, llvm-NN, torch (the CPU runtime is
+# built next to the plugin), torch-cuda, lld (ld.lld in LLVM's
+# bin directory, for clang -flto -fuse-ld=lld), gpu (/dev/nvidia0 exists).
 
 import os
 import shutil
@@ -88,3 +94,22 @@ cmake = shutil.which("cmake")
 if cmake:
     config.available_features.add("cmake")
     config.substitutions.append(("%cmake", cmake))
+
+# The learned pass: its runtimes live next to the plugin.
+plugin_dir = os.path.dirname(plugin)
+runtime = os.path.join(plugin_dir, "libprograml_runtime.so")
+if os.path.isfile(runtime):
+    config.available_features.add("torch")
+    config.substitutions.append(("%runtime-cuda", os.path.join(plugin_dir, "libprograml_runtime_cuda.so")))
+    config.substitutions.append(("%runtime", runtime))
+    if os.path.isfile(os.path.join(plugin_dir, "libprograml_runtime_cuda.so")):
+        config.available_features.add("torch-cuda")
+config.substitutions.append(("%models", os.path.join(config.programl_src_root, "models")))
+# clang-NN finds ld.lld in its own bin directory.
+if os.path.isfile(os.path.join(bindir, "ld.lld")):
+    config.available_features.add("lld")
+if os.path.exists("/dev/nvidia0"):
+    config.available_features.add("gpu")
+readelf = shutil.which("readelf")
+if readelf:
+    config.substitutions.append(("%readelf", readelf))

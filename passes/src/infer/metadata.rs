@@ -236,11 +236,21 @@ pub const MODEL_GRAPH: usize = 5;
 /// # Safety
 /// `module` is valid.
 pub unsafe fn clear(module: LLVMModuleRef, task: Task, fingerprint: &str) -> Vec<Vec<String>> {
+    let w = Writer::new(module);
+    // Kind ids in a fixed order, so attachments print in this order in a
+    // fresh context (LLVM prints them by kind id).
+    for name in [NODE, VALUE, ARGS, DEVICE] {
+        w.kind(name);
+    }
+    for t in Task::ALL {
+        w.kind(&task_kind(t));
+        w.kind(&roots_kind(t));
+        w.kind(&args_kind(t));
+    }
     let entries = model_entries(module);
     let same_graph = entries.iter().all(|e| e.get(MODEL_GRAPH).map(String::as_str) == Some(fingerprint));
     let keep: Vec<Vec<String>> =
         if same_graph { entries.into_iter().filter(|e| e.first().map(String::as_str) != Some(task.name())).collect() } else { Vec::new() };
-    let w = Writer::new(module);
     let tasks: Vec<Task> = if same_graph { vec![task] } else { Task::ALL.to_vec() };
     let mut inst_kinds = Vec::new();
     let mut function_kinds = Vec::new();
