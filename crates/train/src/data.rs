@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use programl::analysis::{Analyzer, Task};
-use programl::batch::{Batch, GraphInput, Sample};
+use programl::batch::{Batch, EdgeType, GraphInput, Sample};
+use programl::hash::Fnv1a;
 use programl::builder::{build, BuildOptions};
 use programl::graph::{NodeKind, UNDEFINED_FUNCTION_TEXT};
 use programl::vocab::{Vocabulary, UNKNOWN_ID};
@@ -56,12 +57,21 @@ pub fn labelled_nodes<'t>(task: Task, kinds: &[NodeKind], texts: impl IntoIterat
 }
 
 impl Examples {
-    /// The examples of `task` in `split` and `subset` of a dataset store.
+    /// The examples of `task` in `split` and `subset` of a dataset store,
+    /// graphs in the order of their records' paths: the shard order of a
+    /// store depends on its build's scheduling, and this order (and with it
+    /// the training order and [`Examples::fingerprint`]) must not, so that a
+    /// rebuilt store on another machine resumes the same run.
     pub fn from_dataset(dataset: &Dataset, task: Task, split: Split, subset: Subset, vocab: &Vocabulary) -> Result<Examples> {
-        let mut out = Examples::default();
+        let mut loaded: Vec<(String, Graph, Vec<Example>)> = Vec::new();
         for record in dataset.records_in(split) {
             let record = record?;
-            let chosen: Vec<&programl_dataset::Example> = record.examples(task).iter().filter(|e| subset.contains(e.steps)).collect();
+            let chosen: Vec<Example> = record
+                .examples(task)
+                .iter()
+                .filter(|e| subset.contains(e.steps))
+                .map(|e| Example { graph: 0, root: e.root, steps: e.steps, positives: e.positives.clone() })
+                .collect();
             if chosen.is_empty() {
                 continue;
             }
@@ -72,13 +82,52 @@ impl Examples {
                 vocab,
             )
             .with_context(|| format!("{}: not model input", record.path))?;
-            let graph = out.graphs.len() as u32;
-            for e in chosen {
-                out.examples.push(Example { graph, root: e.root, steps: e.steps, positives: e.positives.clone() });
-            }
-            out.add_graph(Graph { labelled: labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str)), input });
+            let labelled = labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str));
+            loaded.push((record.path.clone(), Graph { labelled, input }, chosen));
+        }
+        loaded.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = loaded.windows(2).find(|w| w[0].0 == w[1].0) {
+            bail!("{}: the store holds {} twice", dataset.dir().display(), w[0].0);
+        }
+        let mut out = Examples::default();
+        for (_, graph, examples) in loaded {
+            let index = out.graphs.len() as u32;
+            out.examples.extend(examples.into_iter().map(|e| Example { graph: index, ..e }));
+            out.add_graph(graph);
         }
         Ok(out)
+    }
+
+    /// A 64-bit FNV-1a fingerprint of everything a model sees of these
+    /// examples: every graph's tokens, edges and labelled nodes, and every
+    /// example's root, step count and positives, in order. Two stores built
+    /// from the same IR (on any machine, in any shard order) give the same
+    /// value.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Fnv1a::default();
+        let ints = |h: &mut Fnv1a, xs: &mut dyn Iterator<Item = i64>| {
+            let mut n = 0u64;
+            for x in xs {
+                h.write(&x.to_le_bytes());
+                n += 1;
+            }
+            h.write(&n.to_le_bytes());
+        };
+        for g in &self.graphs {
+            ints(&mut h, &mut g.input.tokens().iter().copied());
+            for t in EdgeType::ALL.into_iter().filter(|t| !t.is_backward()) {
+                let e = g.input.edges(t);
+                ints(&mut h, &mut e.sources.iter().copied());
+                ints(&mut h, &mut e.targets.iter().copied());
+                ints(&mut h, &mut e.positions.iter().copied());
+            }
+            ints(&mut h, &mut g.labelled.iter().map(|&x| i64::from(x)));
+        }
+        for e in &self.examples {
+            ints(&mut h, &mut [i64::from(e.graph), i64::from(e.root), i64::from(e.steps)].into_iter());
+            ints(&mut h, &mut e.positives.iter().map(|&x| i64::from(x)));
+        }
+        h.finish()
     }
 
     /// Graphs and labels computed on the fly from the `.ll`/`.bc` files under

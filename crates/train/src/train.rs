@@ -27,7 +27,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use programl::analysis::Task;
 use programl::batch::{permutation, plan};
-use programl::hash::{fnv1a, mix};
+use programl::hash::mix;
 use programl::vocab::Vocabulary;
 use programl_dataset::{Dataset, Split, Subset};
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
@@ -74,7 +74,10 @@ pub struct TrainArgs {
     /// reachability, dominance, datadep, liveness or subexpressions.
     #[arg(long)]
     pub task: String,
-    /// A dataset store (`programl dataset build`).
+    /// A dataset store (`programl dataset build`). Not part of the run's
+    /// identity: the examples' fingerprint is, so a store rebuilt elsewhere
+    /// (another path, another machine) resumes the run.
+    #[serde(skip)]
     #[arg(long)]
     pub data: PathBuf,
     #[arg(long, default_value_t = 0)]
@@ -84,6 +87,14 @@ pub struct TrainArgs {
     /// Message-passing steps T.
     #[arg(long, default_value_t = 30)]
     pub steps: i64,
+    /// Dropout on the GRU state at every step in training. Upstream's
+    /// DeepDataFlow runs set it to 0 (`tasks/dataflow/flags/programl.txt`,
+    /// `--graph_state_dropout=0.0`; 0.2 is only its model's default, which
+    /// `bench` keeps): a label that must survive T dropouts on its way from
+    /// the root is learned far more slowly.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    pub state_dropout: f64,
     /// Nodes per batch (a larger graph alone).
     #[arg(long, default_value_t = 10_000)]
     pub batch_nodes: usize,
@@ -153,11 +164,12 @@ struct State {
 const STATE_VERSION: u32 = 1;
 const LOSS_WINDOW: u64 = 20;
 
-/// FNV-1a of the dataset's manifest: changes with any shard or input.
-pub fn data_hash(data: &Path) -> Result<String> {
-    let m = data.join(programl_dataset::MANIFEST);
-    let bytes = std::fs::read(&m).with_context(|| format!("{}: cannot read the dataset manifest", m.display()))?;
-    Ok(format!("{:016x}", fnv1a(&bytes)))
+/// The training data's identity: the fingerprints of what the model sees
+/// of the train and val examples ([`Examples::fingerprint`]), so a store
+/// rebuilt from the same IR on another machine resumes the same run, and any
+/// change to the examples is refused.
+pub fn data_hash(train: &Examples, val: &Examples) -> String {
+    format!("{:016x}", mix(train.fingerprint() ^ mix(val.fingerprint())))
 }
 
 pub fn parse_task(name: &str) -> Result<Task> {
@@ -168,7 +180,6 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let started = Instant::now();
     let task = parse_task(&args.task)?;
     let dataset = Dataset::open(&args.data).with_context(|| format!("{}: cannot open the dataset", args.data.display()))?;
-    let hash = data_hash(&args.data)?;
     std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create the run directory", out.display()))?;
     let say = |s: &str| {
         if !args.quiet {
@@ -193,19 +204,25 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         bail!("{}: no {} DDF-30 training example has at most {} nodes", args.data.display(), task, args.max_nodes);
     }
     let val = Examples::from_dataset(&dataset, task, Split::Val, Subset::Ddf30, &vocab)?;
+    let hash = data_hash(&train, &val);
     let mut val_ids = permutation(val.examples.len(), mix(args.seed ^ 0x7661_6c00));
     val_ids.truncate(args.val_examples);
     val_ids.sort_unstable();
+    let kept_nodes: usize = kept.iter().map(|&i| train.size(i)).sum();
     say(&format!(
-        "train: {task}, {} DDF-30 examples ({} graphs), {skipped} skipped for more than --max-nodes {} nodes; val: {} examples; vocabulary {} ids",
+        "train: {task}, {} DDF-30 examples ({} graphs, {:.0} nodes per example), {skipped} skipped for more than --max-nodes {} nodes; val: {} examples; vocabulary {} ids",
         kept.len(),
         train.graphs.len(),
+        kept_nodes as f64 / kept.len() as f64,
         args.max_nodes,
         val_ids.len(),
         vocab.len()
     ));
 
-    let hyper = Hyper { steps: args.steps, ..Hyper::spec(vocab.len()) };
+    if !(0.0..1.0).contains(&args.state_dropout) {
+        bail!("--state-dropout {} is not in [0, 1)", args.state_dropout);
+    }
+    let hyper = Hyper { steps: args.steps, state_dropout: args.state_dropout, ..Hyper::spec(vocab.len()) };
     tch::manual_seed(mix(args.seed) as i64);
     let model = Ggnn::new(&hyper, device);
     let mut opt = AdamW::new(&model.parameters(), args.lr);
@@ -224,7 +241,11 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             );
         }
         if s.data_hash != hash {
-            bail!("{}: the dataset changed since this run started (manifest hash {} then, {hash} now)", args.data.display(), s.data_hash);
+            bail!(
+                "{}: the training data changed since this run started (fingerprint {} then, {hash} now)",
+                args.data.display(),
+                s.data_hash
+            );
         }
         bundle::load_weights(&model, &ckpt.join(bundle::WEIGHTS_FILE))?;
         let saved = Tensor::read_safetensors(ckpt.join("optimizer.safetensors"))?;

@@ -284,3 +284,43 @@ fn cuda_is_linked_and_device_choices_behave_without_a_gpu() {
         assert!(cuda.status.success() && String::from_utf8_lossy(&cuda.stdout).contains("cuda:0"));
     }
 }
+
+/// A run resumes on a store rebuilt elsewhere from the same IR (another
+/// path, another shard layout and order: what a later session on a fresh
+/// machine has), and refuses a store whose examples differ.
+#[test]
+fn a_run_resumes_on_a_rebuilt_store_and_refuses_other_data() {
+    let (ir, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let rebuilt = dir.path().join("rebuilt");
+    let mut config = programl_dataset::BuildConfig::new(ir, &rebuilt);
+    config.shard_records = 3; // many small shards, filled in another order
+    config.jobs = 1;
+    programl_dataset::Builder::open(config).unwrap().run(&|_| {}).unwrap();
+    let manifest = |d: &Path| std::fs::read(d.join(programl_dataset::MANIFEST)).unwrap();
+    assert_ne!(manifest(data), manifest(&rebuilt), "the rebuilt store should be laid out differently");
+
+    let out = dir.path().join("run");
+    let first = train_args(data, &out, "150");
+    run(trainer().args(&first));
+    let seen = |d: &Path| -> u64 {
+        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("checkpoint/state.json")).unwrap()).unwrap();
+        s["examples_seen"].as_u64().unwrap()
+    };
+    let before = seen(&out);
+    run(trainer().args(train_args(&rebuilt, &out, "300")));
+    assert!(seen(&out) > before, "the run did not continue on the rebuilt store");
+
+    // A store of other programs (a subset of the IR) is other data.
+    let subset_ir = dir.path().join("subset-ir");
+    std::fs::create_dir_all(&subset_ir).unwrap();
+    for entry in std::fs::read_dir(ir.join("proj0")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, subset_ir.join(p.file_name().unwrap())).unwrap();
+    }
+    let other = dir.path().join("other");
+    programl_dataset::Builder::open(programl_dataset::BuildConfig::new(&subset_ir, &other)).unwrap().run(&|_| {}).unwrap();
+    let refused = trainer().args(train_args(&other, &out, "450")).output().unwrap();
+    assert!(!refused.status.success(), "a run accepted other training data");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("training data changed"), "{}", String::from_utf8_lossy(&refused.stderr));
+}
