@@ -1,0 +1,209 @@
+//! The learned pass and `programl-train` agree: on the same IR files and the
+//! same (sampled) roots, with each shipped bundle,
+//!
+//! - `programl-infer`'s decisions (its sidecar: every labelled node's
+//!   probability per root) are `programl-train predict`'s probabilities
+//!   within 1e-5, node for node;
+//! - the annotations it wrote into the IR, read back by `programl
+//!   annotations`, are exactly the nodes `predict` puts above 0.5, with the
+//!   same probabilities;
+//! - its `verify` figures, pooled over the files, are `programl-train eval`'s
+//!   on the same directory (subset DDF: every sampled root).
+//!
+//! Both sides featurise with `programl::batch`; the pass runs the model in
+//! the runtime library it opens inside opt, the trainer in its own process.
+//! So this checks the whole path: graph and roots in the pass, the C ABI,
+//! the batch rebuilt on the other side, and the anchors of the metadata.
+//!
+//! Needs the plugin, the CPU runtime and the `programl` CLI built in the
+//! same profile (`cargo build --release -p programl-passes -p
+//! programl-runtime -p programl-cli`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const TASKS: [&str; 5] = ["reachability", "dominance", "datadep", "liveness", "subexpressions"];
+const TOLERANCE: f64 = 1e-5;
+
+fn profile_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_programl-train")).parent().unwrap().to_path_buf()
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = profile_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build --release -p programl-passes -p programl-runtime -p programl-cli first",
+        p.display()
+    );
+    p
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn tool(name: &str) -> PathBuf {
+    Path::new(programl::LLVM_BINDIR).join(name)
+}
+
+/// IR of real C code (the lit suite's input and the demo program) at -O0
+/// and -O2, in `dir`.
+fn compile_inputs(dir: &Path) -> Vec<PathBuf> {
+    let root = workspace();
+    let sources = [root.join("llvm-tests/Inputs/infer/prog.c"), root.join("examples/hello.c")];
+    let mut out = Vec::new();
+    for src in &sources {
+        for level in ["-O0", "-O2"] {
+            let stem = src.file_stem().unwrap().to_string_lossy();
+            let ll = dir.join(format!("{stem}{level}.ll"));
+            run(Command::new(tool("clang")).args([level, "-S", "-emit-llvm"]).arg(src).arg("-o").arg(&ll));
+            out.push(ll);
+        }
+    }
+    out
+}
+
+fn json_lines(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes).lines().filter(|l| l.trim_start().starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// root → node → probability.
+type Probabilities = BTreeMap<u64, BTreeMap<u64, f64>>;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn pass_predict_and_eval_agree() {
+    let plugin = built("libprograml_passes.so");
+    built("libprograml_runtime.so");
+    let cli = built("programl");
+    let tmp = tempfile::tempdir().unwrap();
+    let ir_dir = tmp.path().join("ir");
+    std::fs::create_dir_all(&ir_dir).unwrap();
+    let files = compile_inputs(&ir_dir);
+
+    let mut compared = 0usize;
+    for task in TASKS {
+        // A private copy: the bundles in models/ may be replaced by training
+        // while this runs, and both sides must read the same one.
+        let bundle = tmp.path().join("models").join(task);
+        copy_dir(&workspace().join("models").join(task), &bundle);
+        let sidecar = tmp.path().join(format!("{task}.jsonl"));
+        let mut pooled = (0u64, 0u64, 0u64);
+        // Some files have no eligible root for a task (no common
+        // subexpression at -O0): then both sides say nothing.
+        let mut roots = 0usize;
+        for file in &files {
+            let annotated = tmp.path().join(format!("{task}-{}", file.file_name().unwrap().to_string_lossy()));
+            let before = std::fs::read_to_string(&sidecar).map(|s| s.lines().count()).unwrap_or(0);
+            let pass = format!("programl-infer<model={};device=cpu;threads=1;verify;sidecar={}>", bundle.display(), sidecar.display());
+            let out = run(Command::new(tool("opt"))
+                .arg(format!("-load-pass-plugin={}", plugin.display()))
+                .arg(format!("-passes={pass}"))
+                .arg(file)
+                .arg("-S")
+                .arg("-o")
+                .arg(&annotated));
+            assert!(out.stderr.is_empty(), "{task} {}: the pass said:\n{}", file.display(), String::from_utf8_lossy(&out.stderr));
+            let records: Vec<Value> = json_lines(&std::fs::read(&sidecar).unwrap()).into_iter().skip(before).collect();
+            assert_eq!(records.len(), 2, "{task} {}: expected decisions and verify, got {records:?}", file.display());
+            let (decisions, verify) = (&records[0], &records[1]);
+            assert_eq!((decisions["kind"].as_str(), verify["kind"].as_str()), (Some("decisions"), Some("verify")));
+            let mut pass_p: Probabilities = BTreeMap::new();
+            for r in decisions["roots"].as_array().unwrap() {
+                let nodes = pass_p.entry(r["root"].as_u64().unwrap()).or_default();
+                for pair in r["nodes"].as_array().unwrap() {
+                    nodes.insert(pair[0].as_u64().unwrap(), pair[1].as_f64().unwrap());
+                }
+            }
+            pooled.0 += verify["tp"].as_u64().unwrap();
+            pooled.1 += verify["fp"].as_u64().unwrap();
+            pooled.2 += verify["fn"].as_u64().unwrap();
+
+            let out = run(Command::new(env!("CARGO_BIN_EXE_programl-train"))
+                .args(["predict", "--roots", "sample", "--json", "--device", "cpu", "--threads", "1", "--model"])
+                .arg(&bundle)
+                .arg(file));
+            let mut predict_p: Probabilities = BTreeMap::new();
+            for line in json_lines(&out.stdout) {
+                let nodes = predict_p.entry(line["root"].as_u64().unwrap()).or_default();
+                for n in line["nodes"].as_array().unwrap() {
+                    nodes.insert(n["node"].as_u64().unwrap(), n["p"].as_f64().unwrap());
+                }
+            }
+            roots += predict_p.len();
+            assert_eq!(
+                pass_p.keys().collect::<Vec<_>>(),
+                predict_p.keys().collect::<Vec<_>>(),
+                "{task} {}: the pass and predict chose different roots",
+                file.display()
+            );
+            for (root, nodes) in &predict_p {
+                let theirs = &pass_p[root];
+                assert_eq!(
+                    theirs.keys().collect::<Vec<_>>(),
+                    nodes.keys().collect::<Vec<_>>(),
+                    "{task} {} root {root}: different labelled nodes",
+                    file.display()
+                );
+                for (node, p) in nodes {
+                    let q = theirs[node];
+                    assert!((p - q).abs() <= TOLERANCE, "{task} {} root {root} node {node}: predict {p}, pass {q}", file.display());
+                    compared += 1;
+                }
+            }
+
+            // The IR's annotations: the nodes above 0.5, with their probability.
+            let out = run(Command::new(&cli).arg("annotations").arg(&annotated));
+            let ann: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let mut annotated_p: Probabilities = BTreeMap::new();
+            for r in ann["predictions"][task].as_array().cloned().unwrap_or_default() {
+                let nodes = annotated_p.entry(r["root"].as_u64().unwrap()).or_default();
+                for pair in r["positives"].as_array().unwrap() {
+                    nodes.insert(pair[0].as_u64().unwrap(), pair[1].as_f64().unwrap());
+                }
+            }
+            for (root, nodes) in &predict_p {
+                let positives: BTreeMap<u64, f64> = nodes.iter().filter(|(_, &p)| p > 0.5).map(|(&n, &p)| (n, p)).collect();
+                let empty = BTreeMap::new();
+                let written = annotated_p.get(root).unwrap_or(&empty);
+                assert_eq!(
+                    written.keys().collect::<Vec<_>>(),
+                    positives.keys().collect::<Vec<_>>(),
+                    "{task} {} root {root}: annotated positives differ from predict's",
+                    file.display()
+                );
+                for (node, p) in &positives {
+                    assert!((p - written[node]).abs() <= TOLERANCE, "{task} {} root {root} node {node}", file.display());
+                }
+            }
+        }
+
+        assert!(roots > 0, "{task}: no root in any file");
+        // verify, pooled over the files, is eval on the same directory.
+        let out = run(Command::new(env!("CARGO_BIN_EXE_programl-train"))
+            .args(["eval", "--subset", "ddf", "--json", "--device", "cpu", "--threads", "1", "--model"])
+            .arg(&bundle)
+            .arg("--data")
+            .arg(&ir_dir));
+        let eval = json_lines(&out.stdout).pop().expect("eval prints one JSON line");
+        let theirs = (eval["tp"].as_u64().unwrap(), eval["fp"].as_u64().unwrap(), eval["fn"].as_u64().unwrap());
+        assert_eq!(pooled, theirs, "{task}: verify (tp, fp, fn) pooled over the files vs programl-train eval");
+    }
+    assert!(compared > 1000, "only {compared} probabilities compared");
+}
