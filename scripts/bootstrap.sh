@@ -20,6 +20,11 @@
 # PYTHON_SYS_EXECUTABLE (the venv python, used by torch-sys), VIRTUAL_ENV and
 # PATH (venv bin and LLVM 16 bin first).
 # Knobs: PROGRAML_SKIP_BUILD=1 skips step 3; PROGRAML_SKIP_TORCH=1 skips torch.
+# PROGRAML_NO_INSTALL=1 checks instead of installing: it installs and
+# downloads nothing, lists everything missing, and fails if anything is (so
+# that CI with one tool removed shows the failure). Every mode finally checks
+# that the tools are on PATH; a missing one fails in CI (CI set) and with
+# PROGRAML_NO_INSTALL=1, and is a warning otherwise (tests then print SKIP).
 
 _programl_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PROGRAML_CACHE="${PROGRAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/programl-rs}"
@@ -39,6 +44,20 @@ _programl_bootstrap() (
     root="$_programl_root"
     cache="$PROGRAML_CACHE"
     mkdir -p "$cache"
+    # PROGRAML_NO_INSTALL=1: `install WHAT CMD...` records WHAT as missing
+    # instead of running CMD; the list is reported before the build.
+    local check_only=0 absent=()
+    [ "${PROGRAML_NO_INSTALL:-0}" != 1 ] || check_only=1
+    install() {
+        local what="$1"
+        shift
+        if ((check_only)); then
+            absent+=("$what")
+        else
+            say "$what"
+            "$@"
+        fi
+    }
 
     # 1. Debian packages -------------------------------------------------
     local pkgs=(llvm-16-dev clang-16 llvm-16-tools lld-16 graphviz libtinfo5 cmake hyperfine zlib1g-dev libzstd-dev fonts-dejavu-core)
@@ -48,7 +67,9 @@ _programl_bootstrap() (
             missing+=("$p")
         fi
     done
-    if ((${#missing[@]})); then
+    if ((${#missing[@]})) && ((check_only)); then
+        absent+=("Debian packages: ${missing[*]}")
+    elif ((${#missing[@]})); then
         say "apt-get install ${missing[*]}"
         local sudo=()
         [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
@@ -58,29 +79,32 @@ _programl_bootstrap() (
     else
         say "apt packages present"
     fi
-    [ -x "$LLVM_SYS_160_PREFIX/bin/llvm-config" ] || { say "no LLVM 16 at $LLVM_SYS_160_PREFIX"; exit 1; }
+    if [ ! -x "$LLVM_SYS_160_PREFIX/bin/llvm-config" ]; then
+        ((check_only)) || { say "no LLVM 16 at $LLVM_SYS_160_PREFIX"; exit 1; }
+        absent+=("LLVM 16 at $LLVM_SYS_160_PREFIX")
+    fi
 
     # 2a. Python venv: torch + lit -----------------------------------------
     local venv="$cache/venv"
     if [ ! -x "$venv/bin/python" ]; then
-        say "creating venv $venv"
-        python3 -m venv "$venv"
+        install "creating venv $venv" python3 -m venv "$venv"
     fi
     if ! "$venv/bin/python" -c 'import lit, google.protobuf, safetensors, numpy' 2>/dev/null; then
-        say "pip install lit protobuf safetensors numpy"
-        "$venv/bin/pip" install -q lit protobuf safetensors==0.8.0 numpy </dev/null
+        install "pip install lit protobuf safetensors numpy (into $venv)" \
+            "$venv/bin/pip" install -q lit protobuf safetensors==0.8.0 numpy </dev/null
     fi
     if [ "${PROGRAML_SKIP_TORCH:-0}" != 1 ] &&
         ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("torch") != "2.13.0")' 2>/dev/null; then
-        say "pip install torch==2.13.0 (large download, once)"
-        "$venv/bin/pip" install -q torch==2.13.0 </dev/null
+        install "pip install torch==2.13.0 (large download, once)" "$venv/bin/pip" install -q torch==2.13.0 </dev/null
     fi
     if [ ! -e "$root/.venv" ] || [ -L "$root/.venv" ]; then
         ln -sfn "$venv" "$root/.venv"
     fi
 
     # 2b. The reference implementation (oracle) ------------------------------
-    if [ ! -x "$PROGRAML_ORACLE_DIR/llvm2graph-10" ] || [ ! -x "$PROGRAML_ORACLE_DIR/graph2json" ]; then
+    if { [ ! -x "$PROGRAML_ORACLE_DIR/llvm2graph-10" ] || [ ! -x "$PROGRAML_ORACLE_DIR/graph2json" ]; } && ((check_only)); then
+        absent+=("the ProGraML 0.3.2 reference binaries (llvm2graph-10, graph2json) in $PROGRAML_ORACLE_DIR")
+    elif [ ! -x "$PROGRAML_ORACLE_DIR/llvm2graph-10" ] || [ ! -x "$PROGRAML_ORACLE_DIR/graph2json" ]; then
         local wheels="$cache/wheels"
         mkdir -p "$wheels"
         local whl
@@ -98,13 +122,34 @@ _programl_bootstrap() (
         rm -rf "$cache/oracle"
         mv "$cache/oracle.tmp" "$cache/oracle"
     fi
-    if ! "$PROGRAML_ORACLE_DIR/llvm2graph-10" --version </dev/null >/dev/null 2>&1; then
-        say "llvm2graph-10 does not run (missing libtinfo5?): $PROGRAML_ORACLE_DIR/llvm2graph-10"
+    if ((check_only)) && [ ! -x "$PROGRAML_ORACLE_DIR/llvm2graph-10" ]; then
+        : # listed as missing above
+    elif ! "$PROGRAML_ORACLE_DIR/llvm2graph-10" --version </dev/null >/dev/null 2>&1; then
+        ((check_only)) || { say "llvm2graph-10 does not run (missing libtinfo5?): $PROGRAML_ORACLE_DIR/llvm2graph-10"; exit 1; }
+        absent+=("a runnable $PROGRAML_ORACLE_DIR/llvm2graph-10 (libtinfo5?)")
+    else
+        say "oracle ready: $PROGRAML_ORACLE_DIR"
+    fi
+
+    # 2c. The tools the tests run, on PATH ----------------------------------
+    local tool
+    for tool in clang-16 opt-16 llvm-stress-16 FileCheck llvm-config dot cmake readelf; do
+        command -v "$tool" >/dev/null 2>&1 && continue
+        case "${CI:-}" in
+        "" | 0 | false | FALSE | False) ((check_only)) || { say "warning: $tool is not on PATH: the tests that need it will print SKIP"; continue; } ;;
+        esac
+        absent+=("$tool on PATH")
+    done
+    if ((${#absent[@]})); then
+        say "missing:"
+        printf '[bootstrap]   %s\n' "${absent[@]}"
+        if ((check_only)); then
+            say "PROGRAML_NO_INSTALL=1: nothing was installed"
+        fi
         exit 1
     fi
-    say "oracle ready: $PROGRAML_ORACLE_DIR"
 
-    # 2c. Shared cargo target dir ---------------------------------------------
+    # 2d. Shared cargo target dir ---------------------------------------------
     if [ ! -e "$root/target" ] && [ ! -L "$root/target" ]; then
         mkdir -p "$cache/target"
         ln -s "$cache/target" "$root/target"

@@ -9,14 +9,21 @@
 # 3. cargo test --workspace --release --no-fail-fast (unit, integration,
 #    conformance);
 # 4. llvm-tests/run.sh --release: the plugin's lit suite;
-# then one closing line `summary: N passed, N failed` over all suites.
-# Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
+# then one closing line `summary: N passed, N failed, N skipped` over all
+# suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
+#
+# Skips. A test whose tool or input is missing prints `SKIP: what: why`
+# (programl_testkit::skip_unless_ci) and lit reports it Unsupported; both
+# are counted as skipped, never as passed. With CI set (.ci/run exports
+# CI=true) every tool the bootstrap installs is required: such a test fails
+# instead, and a skip or an Unsupported lit test that still shows up counts
+# as a failure.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 # shellcheck source=scripts/bootstrap.sh
-source "$root/scripts/bootstrap.sh" </dev/null || { echo "summary: 0 passed, 1 failed"; exit 1; }
+source "$root/scripts/bootstrap.sh" </dev/null || { echo "summary: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
 logs="$PROGRAML_CACHE/test-logs"
 mkdir -p "$logs"
@@ -24,7 +31,18 @@ start=$SECONDS
 status=0
 passed=0
 failed=0
+skipped=0
+ci=0
+case "${CI:-}" in "" | 0 | false | FALSE | False) ;; *) ci=1 ;; esac
 step() { printf '\n[test] %s\n' "$*"; }
+# skips LOG: the distinct `SKIP: ...` lines of LOG, printed; sets n_skips.
+skips() {
+    n_skips=$(grep -o 'SKIP: .*' "$1" | sort -u | tee "$1.skips" | wc -l)
+    sed 's/^/[test]   /' "$1.skips" | head -n 20
+    if [ "$n_skips" -gt 0 ] && [ "$ci" = 1 ]; then
+        echo "[test]   CI=true: a skip is a failure"
+    fi
+}
 
 step "corpus (scripts/corpus.sh)"
 if ! bash "$root/scripts/corpus.sh" </dev/null 2>&1 | tail -n 3; then
@@ -41,10 +59,16 @@ read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ 
 if [ "$cargo_rc" != 0 ] && [ "$f" = 0 ]; then
     f=1 # a build error or a crashed test binary: no "test result" line counted it
 fi
+skips "$logs/cargo-test.log"
+s=$n_skips
+if [ "$ci" = 1 ] && [ "$s" -gt 0 ]; then
+    f=$((f + s)) s=0 cargo_rc=1
+fi
 passed=$((passed + p))
 failed=$((failed + f))
+skipped=$((skipped + s))
 [ "$cargo_rc" = 0 ] || status=1
-echo "[test] cargo: $p passed, $f failed (exit $cargo_rc)"
+echo "[test] cargo: $p passed, $f failed, $s skipped (exit $cargo_rc)"
 if [ -f "$PROGRAML_CONFORMANCE_REPORT" ]; then
     echo "[test] conformance with ProGraML 0.3.2 (details: $PROGRAML_CONFORMANCE_REPORT):"
     grep -E 'files match llvm2graph-10|FIXME|not explained' "$PROGRAML_CONFORMANCE_REPORT" | sed 's/^/[test]   /'
@@ -53,18 +77,26 @@ fi
 step "lit (llvm-tests/run.sh --release)"
 bash "$root/llvm-tests/run.sh" --release </dev/null 2>&1 | tee "$logs/lit.log"
 lit_rc=${PIPESTATUS[0]}
-read -r p f < <(awk '
-    /^ *(Passed|Expectedly Failed|Unsupported) *:/ { split($0, a, ":"); n = a[2] + 0; p += n }
-    /^ *(Failed|Unexpectedly Passed|Unresolved|Timed Out) *:/ { split($0, a, ":"); n = a[2] + 0; f += n }
-    END { print p + 0, f + 0 }' "$logs/lit.log")
+# Unsupported (a REQUIRES: feature missing) is a skip, and a failure in CI.
+read -r p f s < <(awk '
+    /^ *(Passed|Expectedly Failed) *:/ { split($0, a, ":"); p += a[2] + 0 }
+    /^ *Unsupported *:/ { split($0, a, ":"); s += a[2] + 0 }
+    /^ *(Failed|Unexpectedly Passed|Unresolved|Timed Out) *:/ { split($0, a, ":"); f += a[2] + 0 }
+    END { print p + 0, f + 0, s + 0 }' "$logs/lit.log")
+grep -E '^UNSUPPORTED: ' "$logs/lit.log" | sed 's/^/[test]   /'
+if [ "$ci" = 1 ] && [ "$s" -gt 0 ]; then
+    echo "[test]   CI=true: an Unsupported lit test is a failure"
+    f=$((f + s)) s=0 lit_rc=1
+fi
 if [ "$lit_rc" != 0 ] && [ "$f" = 0 ]; then
     f=1
 fi
 passed=$((passed + p))
 failed=$((failed + f))
+skipped=$((skipped + s))
 [ "$lit_rc" = 0 ] || status=1
-echo "[test] lit: $p passed, $f failed (exit $lit_rc)"
+echo "[test] lit: $p passed, $f failed, $s skipped (exit $lit_rc)"
 
 echo "[test] finished in $((SECONDS - start)) s"
-echo "summary: $passed passed, $failed failed"
+echo "summary: $passed passed, $failed failed, $skipped skipped"
 exit "$status"

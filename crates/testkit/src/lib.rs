@@ -289,6 +289,27 @@ fn align_follows(bytes: &[u8], from: usize) -> Option<usize> {
 // 2. Running the reference binaries
 // ---------------------------------------------------------------------------
 
+/// Whether this is a CI run: `CI` is set to anything but empty, `0` or
+/// `false` (`.ci/run` exports `CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// A prerequisite of `test` (a tool, the corpus) is missing. In CI every
+/// tool the bootstrap installs is required, so this panics with `why`.
+/// Elsewhere it writes `SKIP: test: why` straight to the process's stderr
+/// (past the test harness's capture, so the line shows even when the test
+/// passes; `scripts/test.sh` counts these lines as skips, never as passes)
+/// and returns: the caller then leaves out what needed the prerequisite.
+#[track_caller]
+pub fn skip_unless_ci(test: &str, why: &str) {
+    if in_ci() {
+        panic!("{test}: {why} (CI=true: every tool the bootstrap installs is required; run `bash scripts/bootstrap.sh`)");
+    }
+    let line = format!("SKIP: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// Why the reference tools could not produce a graph.
 #[derive(Debug, thiserror::Error)]
 pub enum OracleError {
