@@ -23,12 +23,18 @@
 //! - every edge's endpoints are nodes of the graph;
 //! - control edges join instructions of the same function;
 //! - data edges join a variable or constant and an instruction;
+//! - data edges into an instruction have distinct positions (one edge per
+//!   operand index; whether each is below the instruction's operand count
+//!   only LLVM knows: `crate::builder::check` adds that), and a definition
+//!   edge (instruction → variable) has position 0;
 //! - call edges join instructions;
 //! - every `function` index is in range of [`ProgramGraph::functions`], and
 //!   every function's `module` is in range of [`ProgramGraph::modules`];
 //! - every function with instructions has exactly one entry: a recorded
 //!   entry is an instruction of that function without a control predecessor
-//!   inside it; without a record, the derivation finds one.
+//!   inside it, and the one the derivation finds (so record and structure
+//!   never name two different entries); without a record, the derivation
+//!   finds one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -297,6 +303,8 @@ impl ProgramGraph {
             }
         }
         let nodes = self.node_count();
+        // (user, position) of every operand edge seen, to find duplicates.
+        let mut operand_slots: std::collections::HashSet<(usize, u32)> = std::collections::HashSet::new();
         for e in self.graph.edge_references() {
             let (si, ti) = (e.source().index(), e.target().index());
             if si >= nodes || ti >= nodes {
@@ -322,6 +330,14 @@ impl ProgramGraph {
                     t.kind,
                     t.text
                 ));
+            } else if e.weight().flow == Flow::Data {
+                let position = e.weight().position;
+                if t.kind == NodeKind::Instruction && !operand_slots.insert((ti, position)) {
+                    errors.push(format!("data edge {si} -> {ti} ({} {:?}): a second edge into operand {position}", t.kind, t.text));
+                }
+                if s.kind == NodeKind::Instruction && position != 0 {
+                    errors.push(format!("definition edge {si} ({:?}) -> {ti} has position {position}, not 0", s.text));
+                }
             }
         }
         self.validate_entries(&mut errors);
@@ -357,6 +373,14 @@ impl ProgramGraph {
                     } else if has_pred[e as usize] {
                         errors
                             .push(format!("function {i} ({}) records entry {e}, which has a control predecessor in the function", f.name));
+                    } else if derived[i] != Some(e) {
+                        // Builders emit the entry block first: any other
+                        // instruction without a predecessor comes later.
+                        errors.push(format!(
+                            "function {i} ({}) records entry {e}, but its first instruction without a control predecessor is {}",
+                            f.name,
+                            derived[i].map_or("none".to_string(), |d| d.to_string())
+                        ));
                     }
                 }
                 None if has_instructions[i] && derived[i].is_none() => {
@@ -365,5 +389,147 @@ impl ProgramGraph {
                 None => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst(text: &str, function: u32) -> Node {
+        Node { kind: NodeKind::Instruction, text: text.into(), full_text: Some(text.into()), function: Some(function), block: 0 }
+    }
+
+    fn value(kind: NodeKind, function: Option<u32>) -> Node {
+        Node { kind, text: "i32".into(), full_text: Some("i32 %v".into()), function, block: 0 }
+    }
+
+    /// Two functions `f` (ids 1-3: br, add, ret; variable 4, constant 5)
+    /// and `g` (id 6: ret), every entry recorded: valid.
+    fn sample() -> ProgramGraph {
+        let mut g = ProgramGraph::new();
+        g.modules.push(Module::default());
+        for (name, entry) in [("f", 1), ("g", 6)] {
+            g.functions.push(Function { name: name.into(), module: 0, entry: Some(entry) });
+        }
+        let br = g.add_node(inst("br", 0));
+        let add = g.add_node(inst("add", 0));
+        let ret = g.add_node(inst("ret", 0));
+        let v = g.add_node(value(NodeKind::Variable, Some(0)));
+        let c = g.add_node(value(NodeKind::Constant, None));
+        let other = g.add_node(inst("ret", 1));
+        g.add_edge(Flow::Control, 0, br, add);
+        g.add_edge(Flow::Control, 0, add, ret);
+        g.add_edge(Flow::Data, 0, add, v);
+        g.add_edge(Flow::Data, 0, v, ret);
+        g.add_edge(Flow::Data, 0, c, add);
+        g.add_edge(Flow::Data, 1, c, add);
+        g.add_edge(Flow::Call, 0, ProgramGraph::external(), br);
+        g.add_edge(Flow::Call, 0, ret, other);
+        g
+    }
+
+    /// `validate` of `g` fails with exactly one error containing `needle`.
+    #[track_caller]
+    fn fails_with(g: &ProgramGraph, needle: &str) {
+        let errors = g.validate().expect_err("an invalid graph was accepted");
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(errors[0].contains(needle), "{errors:#?}");
+    }
+
+    #[test]
+    fn the_sample_is_valid_and_derivation_agrees() {
+        let g = sample();
+        assert_eq!(g.validate(), Ok(()));
+        assert_eq!(g.derived_entries(), vec![Some(1), Some(6)]);
+    }
+
+    #[test]
+    fn node_zero_must_be_external() {
+        let mut g = sample();
+        g.graph[ProgramGraph::external()].text = "ret".into();
+        fails_with(&g, "node 0 is not the [external] instruction");
+        let mut g = sample();
+        g.graph[NodeIndex::new(2)].full_text = None;
+        fails_with(&g, "node 2 (add) has no full_text");
+    }
+
+    #[test]
+    fn functions_and_modules_must_exist() {
+        let mut g = sample();
+        g.graph[NodeIndex::new(4)].function = Some(7);
+        fails_with(&g, "node 4 names function 7 of 2");
+        let mut g = sample();
+        g.functions[1].module = 3;
+        fails_with(&g, "function 1 (g) names module 3 of 1");
+    }
+
+    #[test]
+    fn control_edges_stay_inside_one_function() {
+        let mut g = sample();
+        g.add_edge(Flow::Control, 0, NodeIndex::new(3), NodeIndex::new(6));
+        fails_with(&g, "control edge 3");
+        let mut g = sample();
+        g.add_edge(Flow::Control, 0, NodeIndex::new(2), NodeIndex::new(4));
+        fails_with(&g, "breaks the schema");
+    }
+
+    #[test]
+    fn data_edges_follow_the_schema_and_positions() {
+        let mut g = sample();
+        g.add_edge(Flow::Data, 0, NodeIndex::new(4), NodeIndex::new(5));
+        fails_with(&g, "breaks the schema");
+        // A second edge into operand 1 of `add`.
+        let mut g = sample();
+        g.add_edge(Flow::Data, 1, NodeIndex::new(4), NodeIndex::new(2));
+        fails_with(&g, "a second edge into operand 1");
+        // The same value at two positions is fine.
+        let mut g = sample();
+        g.add_edge(Flow::Data, 2, NodeIndex::new(5), NodeIndex::new(2));
+        assert_eq!(g.validate(), Ok(()));
+        let mut g = sample();
+        g.add_edge(Flow::Data, 3, NodeIndex::new(1), NodeIndex::new(4));
+        fails_with(&g, "definition edge 1 (\"br\") -> 4 has position 3");
+        let mut g = sample();
+        g.add_edge(Flow::Type, 0, NodeIndex::new(1), NodeIndex::new(2));
+        fails_with(&g, "type edge 1");
+    }
+
+    #[test]
+    fn every_function_with_instructions_has_exactly_one_entry() {
+        // A recorded entry that is not the function's.
+        let mut g = sample();
+        g.functions[1].entry = Some(2);
+        fails_with(&g, "function 1 (g) records entry 2, not an instruction of its body");
+        // One with a control predecessor.
+        let mut g = sample();
+        g.functions[0].entry = Some(3);
+        fails_with(&g, "records entry 3, which has a control predecessor");
+        // A loop back to the entry leaves no candidate at all.
+        let mut g = sample();
+        g.functions[0].entry = None;
+        g.add_edge(Flow::Control, 0, NodeIndex::new(3), NodeIndex::new(1));
+        fails_with(&g, "function 0 (f) has instructions but no entry");
+        // Two candidates (an unreachable instruction created first): the
+        // record must name the one the derivation finds.
+        let mut h = ProgramGraph::new();
+        h.modules.push(Module::default());
+        h.functions.push(Function { name: "f".into(), module: 0, entry: Some(2) });
+        let unreachable = h.add_node(inst("unreachable", 0));
+        let entry = h.add_node(inst("ret", 0));
+        assert_eq!((unreachable.index(), entry.index()), (1, 2));
+        fails_with(&h, "records entry 2, but its first instruction without a control predecessor is 1");
+        h.functions[0].entry = None;
+        assert_eq!(h.validate(), Ok(()));
+        assert_eq!(h.entry(0), Some(1));
+    }
+
+    #[test]
+    fn every_violation_is_reported() {
+        let mut g = sample();
+        g.graph[ProgramGraph::external()].text = "x".into();
+        g.add_edge(Flow::Control, 0, NodeIndex::new(3), NodeIndex::new(6));
+        g.add_edge(Flow::Data, 1, NodeIndex::new(4), NodeIndex::new(2));
+        assert_eq!(g.validate().unwrap_err().len(), 3);
     }
 }

@@ -17,7 +17,7 @@ fn graph_of_file(path: &Path, mode: Mode) -> ProgramGraph {
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
     let g = build(&module, &BuildOptions { mode });
-    g.validate().unwrap_or_else(|e| panic!("{}: invalid graph: {e:#?}", path.display()));
+    programl::builder::check(&module, &g, mode).unwrap_or_else(|e| panic!("{}: invalid graph: {e:#?}", path.display()));
     g
 }
 

@@ -10,6 +10,10 @@
 //!   `scripts/corpus.sh` (under `$PROGRAML_CACHE/corpus`), or all of it
 //!   with `PROGRAML_CONFORMANCE_ALL=1`.
 //!
+//! Every graph of ours passes `programl::builder::check` (the graph
+//! invariants, and operand positions and types against LLVM), and every
+//! reference graph `ProgramGraph::validate` (the reader checks it).
+//!
 //! Both need the reference binaries (`bash scripts/bootstrap.sh` installs
 //! them) and fail, saying so, when they are missing. Mismatches print their
 //! first differing nodes and edges; set `PROGRAML_CONFORMANCE_REPORT=FILE`
@@ -23,7 +27,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use programl::builder::{build, BuildOptions, Mode};
+use programl::builder::{build, check, BuildOptions, Mode};
 use programl_testkit::{compare, GraphDiff, Oracle};
 use rayon::prelude::*;
 
@@ -56,6 +60,8 @@ enum Outcome {
     OracleFailed(String),
     /// LLVM 16 rejected the rewritten IR.
     LoadFailed(String),
+    /// Our graph breaks an invariant (`programl::builder::check`).
+    Invalid(String),
 }
 
 /// Rewrites `ir` (LLVM 16 typed-pointer text) for LLVM 10 and compares our
@@ -75,6 +81,9 @@ fn check_ir(oracle: &Oracle, name: &str, ir: &str) -> Outcome {
         Err(e) => return Outcome::LoadFailed(e.to_string()),
     };
     let ours = build(&module, &BuildOptions { mode: Mode::Programl03 });
+    if let Err(errors) = check(&module, &ours, Mode::Programl03) {
+        return Outcome::Invalid(errors.into_iter().take(3).collect::<Vec<_>>().join("; "));
+    }
     let diff = compare(&ours, &reference);
     if diff.is_match() {
         Outcome::Match
@@ -91,6 +100,7 @@ struct Tally {
     mismatched: Vec<(String, GraphDiff)>,
     oracle_failed: Vec<(String, String)>,
     load_failed: Vec<(String, String)>,
+    invalid: Vec<(String, String)>,
     /// Per group (corpus project): (files, matches).
     groups: BTreeMap<String, (usize, usize)>,
 }
@@ -108,6 +118,7 @@ impl Tally {
             Outcome::Mismatch(d) => self.mismatched.push((name, d)),
             Outcome::OracleFailed(e) => self.oracle_failed.push((name, e)),
             Outcome::LoadFailed(e) => self.load_failed.push((name, e)),
+            Outcome::Invalid(e) => self.invalid.push((name, e)),
         }
     }
 
@@ -144,6 +155,12 @@ impl Tally {
         for (name, e) in self.load_failed.iter().take(5) {
             let _ = writeln!(s, "  LLVM 16 rejected {name}: {e}");
         }
+        if !self.invalid.is_empty() {
+            let _ = writeln!(s, "  {} graphs of ours break an invariant", self.invalid.len());
+        }
+        for (name, e) in self.invalid.iter().take(5) {
+            let _ = writeln!(s, "  INVALID {name}: {e}");
+        }
         for (name, d) in self.mismatched.iter().take(5) {
             let _ = write!(s, "  MISMATCH {name}: {}", d.summary(4));
         }
@@ -171,6 +188,7 @@ impl Tally {
 
     fn assert_reported(&self, title: &str, text: &str) {
         assert!(self.total > 0, "{title}: no inputs");
+        assert!(self.invalid.is_empty(), "{title}: {} graphs break an invariant\n{text}", self.invalid.len());
         assert!(
             self.share() >= REQUIRED_SHARE,
             "{title}: only {:.2}% of files match the reference exactly (need {:.0}%)\n{text}",
@@ -258,6 +276,7 @@ fn bundled_programs_match_reference() {
     let text = tally.report("bundled C programs");
     // Every bundled file must at least be read by both sides.
     assert!(tally.oracle_failed.is_empty() && tally.load_failed.is_empty(), "rewrite gaps:\n{text}");
+    assert!(tally.invalid.is_empty(), "graphs breaking an invariant:\n{text}");
     // They exercise what LLVM 16 prints differently (atomics.c: `sret(T)`,
     // `elementtype(T)`, aligned atomics): every one must match exactly.
     assert_eq!(tally.matched, tally.total, "mismatches:\n{text}");

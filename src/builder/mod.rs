@@ -13,9 +13,12 @@
 //! **Architecture invariant:** the builder never fails on a module that LLVM
 //! accepted, and never panics; it only reads the module.
 
+mod check;
 mod compat;
 mod llvm;
 mod paper;
+
+pub use check::check;
 
 use inkwell::llvm_sys::prelude::LLVMModuleRef;
 use inkwell::module::Module;

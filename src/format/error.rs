@@ -34,6 +34,10 @@ pub enum FormatError {
     /// A field holds a value the graph cannot (negative, too large).
     #[error("{what} is {value}, out of range")]
     OutOfRange { what: String, value: i64 },
+    /// The graph reads, but breaks an invariant of
+    /// [`ProgramGraph::validate`](crate::graph::ProgramGraph::validate).
+    #[error("not a valid program graph: {first}{}", if *count > 1 { format!(" (and {} more problems)", count - 1) } else { String::new() })]
+    Invalid { count: usize, first: String },
     #[error("{owner}: feature {key:?} {problem}")]
     BadFeature { owner: String, key: String, problem: String },
 }

@@ -13,9 +13,9 @@
 //! is the function feature [`ENTRY_NODE`] (an `int64_list` of one node id)
 //! in protobuf and JSON, and absent where there is no record (compat mode).
 //!
-//! [`write_graph`] writes any of them; [`read_graph`] reads all but DOT and
+//! [`write_graph`] writes any of them; [`read_graph`] reads all but DOT,
 //! checks that every edge, node and function refers to something that
-//! exists. Output is deterministic: the same graph gives the same bytes.
+//! exists, and returns only graphs that pass [`ProgramGraph::validate`]. Output is deterministic: the same graph gives the same bytes.
 
 mod dot;
 mod error;
@@ -102,12 +102,15 @@ pub fn write_graph(graph: &ProgramGraph, format: Format, out: &mut dyn Write) ->
 /// gives node 0 (`[external]`) and constants no function, every other node
 /// the one stored.
 pub fn read_graph(bytes: &[u8], format: Format) -> Result<ProgramGraph, FormatError> {
-    match format {
-        Format::Pb => proto::read_pb(bytes),
-        Format::PbTxt => proto::read_pbtxt(bytes),
-        Format::Json => json::read(bytes),
-        Format::Dot => Err(FormatError::WriteOnly { format }),
-    }
+    let graph = match format {
+        Format::Pb => proto::read_pb(bytes)?,
+        Format::PbTxt => proto::read_pbtxt(bytes)?,
+        Format::Json => json::read(bytes)?,
+        Format::Dot => return Err(FormatError::WriteOnly { format }),
+    };
+    // What the analyses rely on holds for every graph a reader returns.
+    graph.validate().map_err(|errors| FormatError::Invalid { count: errors.len(), first: errors.into_iter().next().unwrap_or_default() })?;
+    Ok(graph)
 }
 
 #[cfg(test)]

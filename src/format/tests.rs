@@ -220,7 +220,22 @@ fn format_reads_upstream_json_keys_and_empty_input() {
     }
     let g = read_graph(&serde_json::to_vec(&doc).unwrap(), Format::Json).unwrap();
     assert_same(&g, &sample());
-    // An empty message is an empty graph.
-    let g = read_graph(b"", Format::Pb).unwrap();
-    assert_eq!(g.node_count(), 0);
+    // An empty message decodes, but holds no graph: not even `[external]`.
+    assert_eq!(read_err(b"", Format::Pb), "not a valid program graph: node 0 is not the [external] instruction");
+}
+
+#[test]
+fn format_returns_only_valid_graphs() {
+    // Every reference resolves, but a data edge runs from a variable to a
+    // constant and a second edge fills operand 1 of `ret`: the reader
+    // refuses the graph, naming the first problem and counting the rest.
+    let mut doc: serde_json::Value = serde_json::from_slice(&write(&sample(), Format::Json)).unwrap();
+    doc["links"][1]["target"] = 3.into();
+    doc["links"][3]["position"] = 1.into();
+    let err = read_err(&serde_json::to_vec(&doc).unwrap(), Format::Json);
+    assert!(err.starts_with("not a valid program graph: data edge 2 (variable \"i32\") -> 3 (constant \"[3 x i8]\") breaks the schema"), "{err}");
+    assert!(err.ends_with(" (and 1 more problems)"), "{err}");
+    let mut m = pb::ProgramGraph::parse_from_bytes(&write(&sample(), Format::Pb)).unwrap();
+    m.node[1].function = 5;
+    assert_eq!(read_err(&m.write_to_bytes().unwrap(), Format::Pb), "node 1 names function 5 of 1");
 }
