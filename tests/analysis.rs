@@ -1177,10 +1177,7 @@ fn real_files() -> &'static [RealFile] {
                     }
                     Err(e) => {
                         skipped += 1;
-                        programl_testkit::skip_unless_ci(
-                            &format!("analysis tests on corpus file {label}"),
-                            e.lines().next().unwrap_or(""),
-                        );
+                        programl_testkit::skip_unless_ci(&format!("analysis tests on corpus file {label}"), e.lines().next().unwrap_or(""));
                     }
                 }
             }
@@ -1210,7 +1207,8 @@ fn with_real_graph<R>(file: &RealFile, f: impl FnOnce(&ProgramGraph, Vec<(u32, R
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, &file.ll).unwrap_or_else(|e| panic!("{e}"));
     let g = programl::builder::build(&module, &programl::builder::BuildOptions::default());
-    programl::builder::check(&module, &g, programl::builder::Mode::Paper).unwrap_or_else(|e| panic!("{}: invalid graph: {e:#?}", file.label));
+    programl::builder::check(&module, &g, programl::builder::Mode::Paper)
+        .unwrap_or_else(|e| panic!("{}: invalid graph: {e:#?}", file.label));
     let mut by_block: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for id in g.graph.node_indices() {
         let n = &g.graph[id];

@@ -321,3 +321,62 @@ fn variables_are_defined_by_their_instruction() {
         assert!(g.graph.edges(v).count() > 0, "{:?}", g.graph[v]);
     }
 }
+
+/// `programl::builder::check` against the module: a graph with an operand
+/// position off the end, a dropped operand edge, two operands swapped, or
+/// instructions out of order is refused, with the node named.
+#[test]
+fn check_catches_what_validate_cannot() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/calls.ll");
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, &path).unwrap();
+    for mode in [Mode::Paper, Mode::Programl03] {
+        let g = build(&module, &BuildOptions { mode });
+        programl::builder::check(&module, &g, mode).unwrap();
+        // `store i32 %n, ptr @counter`: operand 0 is an i32, operand 1 a ptr.
+        let store = g
+            .graph
+            .node_indices()
+            .find(|&n| g.graph[n].full_text.as_deref().is_some_and(|t| t.starts_with("store i32 %n, ptr @counter")))
+            .unwrap();
+        let operands: Vec<_> = g
+            .graph
+            .edges_directed(store, petgraph::Direction::Incoming)
+            .filter(|e| e.weight().flow == Flow::Data)
+            .map(|e| e.id())
+            .collect();
+        assert_eq!(operands.len(), 2, "{mode:?}");
+        let errors = |g: &ProgramGraph| programl::builder::check(&module, g, mode).expect_err("a broken graph passed").join("\n");
+        let s = store.index();
+
+        let mut bad = g.clone();
+        let e = operands[0];
+        bad.graph[e].position = 2;
+        let text = errors(&bad);
+        assert!(text.contains(&format!("-> {s} (\"store\") has position 2, but the instruction has 2 operand(s)")), "{mode:?}: {text}");
+
+        let mut bad = g.clone();
+        bad.graph.remove_edge(operands[1]);
+        let text = errors(&bad);
+        assert!(text.contains(&format!("node {s} (\"store\"): data edges at operand positions")), "{mode:?}: {text}");
+
+        let mut bad = g.clone();
+        for &e in &operands {
+            bad.graph[e].position = 1 - bad.graph[e].position;
+        }
+        let text = errors(&bad);
+        assert!(text.contains("at position 0: operand 0 is of type \"i32\""), "{mode:?}: {text}");
+        assert!(text.contains("at position 1: operand 1 is of type \"ptr\""), "{mode:?}: {text}");
+
+        // The first two instructions of @inc (load, add) trade places.
+        let mut bad = g.clone();
+        let body: Vec<u32> = (0..g.node_count() as u32).filter(|&i| g.is_body_instruction(i)).take(2).collect();
+        let (a, b) = (petgraph::graph::NodeIndex::new(body[0] as usize), petgraph::graph::NodeIndex::new(body[1] as usize));
+        let (na, nb) = (bad.graph[a].clone(), bad.graph[b].clone());
+        assert_eq!((na.text.as_str(), nb.text.as_str()), ("load", "add"), "{mode:?}");
+        bad.graph[a] = nb;
+        bad.graph[b] = na;
+        let text = errors(&bad);
+        assert!(text.contains("instructions out of layout order"), "{mode:?}: {text}");
+    }
+}

@@ -109,7 +109,9 @@ pub fn read_graph(bytes: &[u8], format: Format) -> Result<ProgramGraph, FormatEr
         Format::Dot => return Err(FormatError::WriteOnly { format }),
     };
     // What the analyses rely on holds for every graph a reader returns.
-    graph.validate().map_err(|errors| FormatError::Invalid { count: errors.len(), first: errors.into_iter().next().unwrap_or_default() })?;
+    graph
+        .validate()
+        .map_err(|errors| FormatError::Invalid { count: errors.len(), first: errors.into_iter().next().unwrap_or_default() })?;
     Ok(graph)
 }
 

@@ -233,7 +233,10 @@ fn format_returns_only_valid_graphs() {
     doc["links"][1]["target"] = 3.into();
     doc["links"][3]["position"] = 1.into();
     let err = read_err(&serde_json::to_vec(&doc).unwrap(), Format::Json);
-    assert!(err.starts_with("not a valid program graph: data edge 2 (variable \"i32\") -> 3 (constant \"[3 x i8]\") breaks the schema"), "{err}");
+    assert!(
+        err.starts_with("not a valid program graph: data edge 2 (variable \"i32\") -> 3 (constant \"[3 x i8]\") breaks the schema"),
+        "{err}"
+    );
     assert!(err.ends_with(" (and 1 more problems)"), "{err}");
     let mut m = pb::ProgramGraph::parse_from_bytes(&write(&sample(), Format::Pb)).unwrap();
     m.node[1].function = 5;
