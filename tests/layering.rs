@@ -8,7 +8,11 @@
 //!   boundaries don't;
 //! - the plugin depends on no workspace crate but the core;
 //! - neither the plugin nor the `programl` CLI has libtorch or libc10 among
-//!   its NEEDED libraries.
+//!   its NEEDED libraries;
+//! - the model runtime depends on the model crate and the core only (never
+//!   the dataset store or the trainer); the CPU runtime links libtorch_cpu
+//!   and not libtorch_cuda, the CUDA runtime links libtorch_cuda, and both
+//!   export the C ABI the plugin opens.
 //!
 //! The linker drops unused code, so symbols alone would hide a compiled-in
 //! dependency: the dependency graph is the check that counts.
@@ -149,6 +153,65 @@ fn plugin_and_cli_never_link_libtorch() {
             assert!(
                 !lib.starts_with("libtorch") && !lib.starts_with("libc10"),
                 "{} links {lib}: the graph path must never load libtorch",
+                binary.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn runtime_depends_on_the_model_alone() {
+    let (ok, text) = cargo_tree(&["-p", "programl-runtime", "--prefix", "none", "--no-dedupe"]);
+    assert!(ok, "cargo tree -p programl-runtime failed:\n{text}");
+    let deps = packages(&text);
+    assert!(deps.iter().any(|p| p == "programl-model"), "the runtime should depend on the model:\n{text}");
+    for p in &deps {
+        assert!(
+            // (zstd is no marker here: tch reaches it through zip.)
+            !["programl-dataset", "programl-train", "programl-cli", "programl-passes", "plotters", "rayon"].contains(&p.as_str()),
+            "the runtime depends on {p}; it may use the model and the core only"
+        );
+    }
+}
+
+/// The C ABI the plugin looks up (crates/runtime/src/abi.rs).
+const RUNTIME_SYMBOLS: &[&str] = &[
+    "programl_runtime_abi_version",
+    "programl_runtime_open",
+    "programl_runtime_info",
+    "programl_runtime_set_threads",
+    "programl_runtime_predict",
+    "programl_runtime_last_error",
+    "programl_runtime_close",
+];
+
+fn exported(binary: &PathBuf) -> String {
+    let out = Command::new("readelf").args(["--dyn-syms", "--wide"]).arg(binary).output().expect("running readelf");
+    assert!(out.status.success(), "readelf --dyn-syms {} failed", binary.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn runtimes_link_the_libtorch_their_names_say() {
+    let dir = profile_dir();
+    let cpu = dir.join("libprograml_runtime.so");
+    let cuda = dir.join("libprograml_runtime_cuda.so");
+    let cpu_libs = needed(&cpu);
+    assert!(cpu_libs.iter().any(|l| l == "libtorch_cpu.so"), "{} does not link libtorch_cpu: {cpu_libs:?}", cpu.display());
+    assert!(!cpu_libs.iter().any(|l| l.starts_with("libtorch_cuda")), "the CPU runtime links {cpu_libs:?}");
+    let cuda_libs = needed(&cuda);
+    assert!(
+        cuda_libs.iter().any(|l| l == "libtorch_cuda.so"),
+        "{} does not link libtorch_cuda.so ({cuda_libs:?}): its build script links it with --no-as-needed where the \
+         libtorch has one; a libtorch without CUDA cannot make a CUDA runtime",
+        cuda.display()
+    );
+    for binary in [&cpu, &cuda] {
+        let symbols = exported(binary);
+        for name in RUNTIME_SYMBOLS {
+            assert!(
+                symbols.lines().any(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && l.split_whitespace().last() == Some(*name)),
+                "{} does not export {name}",
                 binary.display()
             );
         }
