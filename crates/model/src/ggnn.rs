@@ -42,6 +42,10 @@ pub const SELECTOR_DIM: i64 = 2;
 pub const HIDDEN: i64 = TEXT_DIM + SELECTOR_DIM;
 /// Edge types: control, data, call, each forward and backward.
 pub const EDGE_TYPES: i64 = 6;
+/// Blocks of 34 columns in one row of the fused per-step product
+/// `h · [W_msg; W_hh]ᵀ`: six edge-type maps, then the GRU's three hidden
+/// gates (306 = 9 × 34).
+pub(crate) const FUSED_BLOCKS: i64 = EDGE_TYPES + 3;
 
 /// The model's shape and training constants. Saved in a bundle's
 /// `config.json`; the parameter shapes follow from it.
@@ -99,23 +103,23 @@ pub struct Ggnn {
     /// The variables, named as in the module docs.
     pub vs: nn::VarStore,
     hyper: Hyper,
-    embedding: Tensor,
-    messages_w: Tensor,
-    messages_b: Tensor,
-    gate_w: Tensor,
-    gate_b: Tensor,
-    w_ih: Tensor,
-    w_hh: Tensor,
-    b_ih: Tensor,
-    b_hh: Tensor,
-    readout_gate_w: Tensor,
-    readout_gate_b: Tensor,
-    readout_w: Tensor,
-    readout_b: Tensor,
+    pub(crate) embedding: Tensor,
+    pub(crate) messages_w: Tensor,
+    pub(crate) messages_b: Tensor,
+    pub(crate) gate_w: Tensor,
+    pub(crate) gate_b: Tensor,
+    pub(crate) w_ih: Tensor,
+    pub(crate) w_hh: Tensor,
+    pub(crate) b_ih: Tensor,
+    pub(crate) b_hh: Tensor,
+    pub(crate) readout_gate_w: Tensor,
+    pub(crate) readout_gate_b: Tensor,
+    pub(crate) readout_w: Tensor,
+    pub(crate) readout_b: Tensor,
     /// `s(k)` for every position, \[positions, 34\] (constant).
-    sinusoids: Tensor,
+    pub(crate) sinusoids: Tensor,
     /// The frozen selector rows, \[2, 2\].
-    selector_table: Tensor,
+    pub(crate) selector_table: Tensor,
 }
 
 /// Xavier (Glorot) uniform bound for a `fan_out × fan_in` weight.
@@ -205,16 +209,57 @@ impl Ggnn {
         input.aggregate(&per_edge, n)
     }
 
+    /// The message map and the GRU's hidden map as one linear map on `h`,
+    /// \[306, 34\] and \[306\]: its output row, viewed as nine blocks of 34,
+    /// holds `W_t h + b_t` for the six edge types, then `W_hh h + b_hh`.
+    pub(crate) fn fused_weights(&self) -> (Tensor, Tensor) {
+        (Tensor::cat(&[&self.messages_w, &self.w_hh], 0), Tensor::cat(&[&self.messages_b, &self.b_hh], 0))
+    }
+
     /// T steps from `h_0`; dropout on the state when `train`.
+    ///
+    /// Without autograd (inference) this runs the fused arrangement: one
+    /// matmul per step for the message map and the GRU's hidden map, the
+    /// gather reading the edge-type blocks straight out of it
+    /// ([`Prepared::fused_rows`]), and the GRU's gates computed in place.
+    /// Under autograd it runs the plain one (`gru_cell`), which is what the
+    /// parity tests differentiate.
     pub fn propagate(&self, input: &Prepared, h0: &Tensor, steps: i64, train: bool) -> Tensor {
         let gates = input.edge_gates(&self.gate_table());
+        let dropout = train && self.hyper.state_dropout > 0.0;
+        if h0.requires_grad() || gates.requires_grad() {
+            let mut h = h0.shallow_clone();
+            for _ in 0..steps {
+                let m = self.messages(input, &h, &gates);
+                h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
+                if dropout {
+                    h = h.dropout(self.hyper.state_dropout, true);
+                }
+            }
+            return h;
+        }
+        let n = h0.size()[0];
+        let (w, b) = self.fused_weights();
+        let (h2, hm) = (2 * HIDDEN, EDGE_TYPES * HIDDEN);
         let mut h = h0.shallow_clone();
         for _ in 0..steps {
-            let m = self.messages(input, &h, &gates);
-            h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
-            if train && self.hyper.state_dropout > 0.0 {
-                h = h.dropout(self.hyper.state_dropout, true);
+            let fused = h.linear(&w, Some(&b));
+            let mut per_edge = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
+            let _ = per_edge.g_mul_(&gates);
+            let a = input.aggregate(&per_edge, n);
+            let gi = a.linear(&self.w_ih, Some(&self.b_ih));
+            let gh = fused.narrow(1, hm, 3 * HIDDEN);
+            let mut rz = gi.narrow(1, 0, h2);
+            let _ = rz.g_add_(&gh.narrow(1, 0, h2)).sigmoid_();
+            let mut new = gi.narrow(1, h2, HIDDEN);
+            let _ = new.addcmul_(&rz.narrow(1, 0, HIDDEN), &gh.narrow(1, h2, HIDDEN)).tanh_();
+            // GRUCell: h' = (h − n) ⊙ z + n.
+            let mut next = &h - &new;
+            let _ = next.g_mul_(&rz.narrow(1, HIDDEN, HIDDEN)).g_add_(&new);
+            if dropout {
+                next = next.dropout(self.hyper.state_dropout, true);
             }
+            h = next;
         }
         h
     }
@@ -288,8 +333,15 @@ pub struct Prepared {
     /// For all edges of all six types, sorted by target: the row of the
     /// fused transform to read, `6 · source + type`, \[E\].
     pub sources: Tensor,
+    /// The same rows in the fused per-step product viewed as \[9N, 34\]
+    /// (see [`Ggnn::propagate`]): `9 · source + type`, \[E\].
+    pub fused_rows: Tensor,
     /// Clamped positions, in the same order, \[E\].
     pub positions: Tensor,
+    /// The target node of every edge, in the same order, \[E\].
+    pub targets: Tensor,
+    /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
+    pub inv_degree: Tensor,
     /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
     /// `1 / indegree(v)` on the columns of `v`'s incoming edges.
     mean: Tensor,
@@ -331,6 +383,8 @@ impl Prepared {
                 positions[slot] = e.positions[k].clamp(0, max_position);
             }
         }
+        let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
+        let inv_degree: Vec<f32> = (0..n).map(|v| if indegree[v + 1] > 0 { 1.0 / indegree[v + 1] as f32 } else { 0.0 }).collect();
         let values: Vec<f32> = (0..n).flat_map(|v| std::iter::repeat_n(1.0 / indegree[v + 1] as f32, indegree[v + 1] as usize)).collect();
         let columns: Vec<i64> = (0..total as i64).collect();
         let mean = Tensor::sparse_csr_tensor_crow_col_value_size(
@@ -345,8 +399,12 @@ impl Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
             labels: batch.labels().map(|l| Tensor::from_slice(l).to_device(device)),
+            fused_rows: Tensor::from_slice(&sources.iter().map(|s| s / EDGE_TYPES * FUSED_BLOCKS + s % EDGE_TYPES).collect::<Vec<i64>>())
+                .to_device(device),
             sources: Tensor::from_slice(&sources).to_device(device),
             positions: Tensor::from_slice(&positions).to_device(device),
+            targets: Tensor::from_slice(&targets).to_device(device),
+            inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
             mean,
             nodes: n as i64,
             edges: total as i64,

@@ -25,8 +25,10 @@
 //! crates that name `tch`.
 
 pub mod bundle;
+mod bptt;
 mod ggnn;
 
+pub use bptt::Gradients;
 pub use ggnn::{sinusoids, Ggnn, Hyper, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
 
 use std::fmt;

@@ -1,0 +1,155 @@
+//! The hand-written backward ([`Ggnn::loss_and_gradients`]) against
+//! autograd through [`Ggnn::forward`]: the same loss and the same gradient
+//! of every parameter, without dropout and with it (one seed gives both the
+//! same masks).
+
+use programl::batch::{Batch, GraphInput, Sample, SplitMix64};
+use programl::graph::{Edge, Flow};
+use programl::vocab::{Counts, Vocabulary};
+use programl_model::{Ggnn, Hyper, Prepared};
+use tch::{Device, Tensor};
+
+fn vocabulary(texts: &[String]) -> Vocabulary {
+    let mut counts = Counts::default();
+    for t in texts {
+        *counts.texts.entry(t.clone()).or_default() += 1;
+        counts.total += 1;
+    }
+    Vocabulary::from_counts(&counts, 1, None)
+}
+
+fn randomise(model: &Ggnn, seed: i64) {
+    tch::manual_seed(seed);
+    tch::no_grad(|| {
+        for (_, t) in model.named_parameters() {
+            let _ = t.shallow_clone().uniform_(-0.5, 0.5);
+        }
+    });
+}
+
+/// Loss and gradients by autograd, after seeding with `seed`.
+fn autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) -> (f64, Vec<Tensor>) {
+    for p in model.parameters() {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.detach_().zero_();
+        }
+    }
+    tch::manual_seed(seed);
+    let logits = model.forward(input, steps, train);
+    let loss = logits.cross_entropy_for_logits(input.labels.as_ref().unwrap());
+    loss.backward();
+    (loss.double_value(&[]), model.parameters().iter().map(|p| p.grad().copy()).collect())
+}
+
+fn by_hand(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) -> (f64, Vec<Tensor>) {
+    tch::manual_seed(seed);
+    let g = model.loss_and_gradients(input, steps, train);
+    (g.loss.double_value(&[]), g.grads)
+}
+
+/// Asserts equal losses and gradients within `tol`, relative to each
+/// gradient's largest entry; returns the largest relative difference.
+fn compare(model: &Ggnn, ours: &(f64, Vec<Tensor>), theirs: &(f64, Vec<Tensor>), tol: f64) -> f64 {
+    assert!((ours.0 - theirs.0).abs() <= 1e-6 * theirs.0.abs().max(1.0), "loss {} vs autograd {}", ours.0, theirs.0);
+    let mut worst = 0f64;
+    for ((name, p), (a, b)) in model.named_parameters().into_iter().zip(ours.1.iter().zip(&theirs.1)) {
+        assert_eq!(a.size(), p.size(), "{name}");
+        let scale = b.abs().max().double_value(&[]);
+        assert!(scale > 0.0, "autograd's gradient of {name} is zero: the case checks nothing there");
+        let rel = (a - b).abs().max().double_value(&[]) / scale;
+        assert!(rel < tol, "gradient of {name} differs by {rel} (relative to its largest entry {scale})");
+        worst = worst.max(rel);
+    }
+    worst
+}
+
+/// The five-node graph of `tests/ggnn.rs` (0 → 1 → 2 control, 3 ⇒ 1 and
+/// 4 ⇒ 2 data at positions 1 and 2, 2 → 0 call), labelled.
+#[test]
+fn gradients_match_autograd_on_the_hand_built_graph() {
+    let vocab = vocabulary(&["br", "add", "ret", "i32"].map(String::from)); // "i64" is unknown
+    let e = |flow, position| Edge { flow, position };
+    let edges = [
+        (0, 1, e(Flow::Control, 0)),
+        (1, 2, e(Flow::Control, 0)),
+        (3, 1, e(Flow::Data, 1)),
+        (4, 2, e(Flow::Data, 2)),
+        (2, 0, e(Flow::Call, 0)),
+    ];
+    let input = GraphInput::from_parts(["br", "add", "ret", "i32", "i64"], edges, &vocab).unwrap();
+    let positives = [1u32, 2];
+    let batch = Batch::from_samples(&[Sample { graph: &input, root: Some(1), positives: Some(&positives) }]).unwrap();
+    let hyper = Hyper::spec(vocab.len());
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    randomise(&model, 7);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    for steps in [1, 3, 30] {
+        let theirs = autograd(&model, &prepared, steps, false, 1);
+        let ours = by_hand(&model, &prepared, steps, false, 1);
+        compare(&model, &ours, &theirs, 1e-4);
+    }
+}
+
+/// A seeded random batch: two graphs, every edge type, positions up to 9,
+/// nodes without incoming edges, unknown tokens.
+fn random_batch(seed: u64) -> (Vocabulary, Batch) {
+    let mut rng = SplitMix64::new(seed);
+    let texts: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    let vocab = vocabulary(&texts[..30]);
+    let mut inputs = Vec::new();
+    for n in [150usize, 90] {
+        let nodes: Vec<&str> = (0..n).map(|_| texts[rng.below(40) as usize].as_str()).collect();
+        let mut edges = Vec::new();
+        for (flow, count) in [(Flow::Control, n / 2), (Flow::Data, n), (Flow::Call, n / 8)] {
+            for _ in 0..count {
+                // Targets avoid the last tenth: those nodes receive nothing forward.
+                let s = rng.below(n as u64) as u32;
+                let t = rng.below((n - n / 10) as u64) as u32;
+                edges.push((s, t, Edge { flow, position: rng.below(10) as u32 }));
+            }
+        }
+        inputs.push(GraphInput::from_parts(nodes, edges, &vocab).unwrap());
+    }
+    let labels: Vec<Vec<u32>> = inputs.iter().map(|g| (0..g.node_count() as u32).filter(|_| rng.below(4) == 0).collect()).collect();
+    let samples: Vec<Sample<'_>> =
+        inputs.iter().zip(&labels).enumerate().map(|(i, (g, l))| Sample { graph: g, root: Some(i as u32 * 7), positives: Some(l) }).collect();
+    (vocab, Batch::from_samples(&samples).unwrap())
+}
+
+#[test]
+fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
+    let (vocab, batch) = random_batch(3);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(11);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let steps = 30;
+    let plain = autograd(&model, &prepared, steps, false, 5);
+    compare(&model, &by_hand(&model, &prepared, steps, false, 5), &plain, 1e-4);
+    let dropped = autograd(&model, &prepared, steps, true, 5);
+    assert!((dropped.0 - plain.0).abs() > 1e-6, "dropout changes the loss ({} vs {})", dropped.0, plain.0);
+    compare(&model, &by_hand(&model, &prepared, steps, true, 5), &dropped, 1e-4);
+    // Another seed draws other masks, for both.
+    let other = by_hand(&model, &prepared, steps, true, 6);
+    assert!((other.0 - dropped.0).abs() > 1e-7);
+    compare(&model, &other, &autograd(&model, &prepared, steps, true, 6), 1e-4);
+}
+
+/// Inference (no autograd) runs the fused arrangement of `propagate`; it
+/// gives autograd's logits.
+#[test]
+fn inference_logits_match_the_autograd_forward() {
+    let (vocab, batch) = random_batch(9);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(13);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    for steps in [1, 30] {
+        let plain = model.forward(&prepared, steps, false);
+        assert!(plain.requires_grad(), "the reference runs under autograd");
+        let fast = tch::no_grad(|| model.forward(&prepared, steps, false));
+        let diff = (&fast - &plain).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "T = {steps}: logits differ by {diff}");
+    }
+}
