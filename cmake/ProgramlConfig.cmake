@@ -9,21 +9,36 @@
 #                      set it, or the environment variable PROGRAML_PLUGIN, to
 #                      choose one)
 #   Programl::plugin   an IMPORTED MODULE library at that path
+#   Programl_RUNTIME   the CPU model runtime, libprograml_runtime.so, next to
+#                      the plugin (empty if not built). The learned pass finds
+#                      its runtime by itself; set this (or the environment
+#                      variable PROGRAML_RUNTIME) to make it use another one.
 #   programl_add_graphs(<target> [DIR <dir>] [FORMAT pb|pbtxt|json|dot]
 #                       [COMPAT paper|programl-0.3])
 #       Compiles <target>'s C and C++ sources with -fpass-plugin, so each
 #       translation unit writes the program graph of its final IR into <dir>
 #       (default: ${CMAKE_CURRENT_BINARY_DIR}/<target>.programl; created at
 #       build time, removed by `clean`). FORMAT defaults to pb.
+#   programl_add_inference(<target> MODEL <bundle dir> [DEVICE auto|cpu|cuda]
+#                          [ROOTS sample|all|marked] [STEPS <n>] [THREADS <n>]
+#                          [MAX_ROOTS <n>] [VERIFY] [SIDECAR <file>])
+#       Compiles <target>'s C and C++ sources with the learned pass
+#       (programl-infer, passes/README.md): each translation unit's final IR
+#       is annotated with the bundle's predictions. VERIFY prints the exact
+#       analysis's figures per unit (into SIDECAR if given, else on the
+#       compiler's stderr); SIDECAR appends every decision, one JSON line
+#       per unit. Both functions may be used on one target.
 #
 # How the settings reach the pass: clang has no pass pipeline text, and
 # clang 16 parses -mllvm options before it loads -fpass-plugin plugins, so
-# the pass reads its settings from the environment (PROGRAML_GRAPH_DIR,
-# PROGRAML_GRAPH_FORMAT, PROGRAML_GRAPH_COMPAT). Per target, this file sets
-# them through the target's C/CXX_COMPILER_LAUNCHER: `cmake -E env VAR=...`,
-# followed by any launcher the target already had. That needs a Makefile or
-# Ninja generator. CCACHE_DISABLE=1 is set too: a cache hit would skip the
-# compiler and so the graph.
+# the passes read their settings from the environment (PROGRAML_GRAPH_DIR,
+# PROGRAML_GRAPH_FORMAT, PROGRAML_GRAPH_COMPAT; PROGRAML_INFER, whose
+# settings this file separates with `,` since a CMake list cannot hold a
+# `;`). Per target, this file sets them through the target's
+# C/CXX_COMPILER_LAUNCHER: `cmake -E env VAR=...`, followed by any launcher
+# the target had before. That needs a Makefile or Ninja generator.
+# CCACHE_DISABLE=1 is set too: a cache hit would skip the compiler and so the
+# pass.
 #
 # The compiler must be clang of the LLVM the plugin was built for (16 by
 # default); the first programl_add_graphs() checks this by compiling an
@@ -62,8 +77,16 @@ if(NOT TARGET Programl::plugin)
   set_target_properties(Programl::plugin PROPERTIES IMPORTED_LOCATION "${Programl_PLUGIN}")
 endif()
 
+get_filename_component(_programl_plugin_dir "${Programl_PLUGIN}" DIRECTORY)
+if(NOT Programl_RUNTIME AND DEFINED ENV{PROGRAML_RUNTIME})
+  set(Programl_RUNTIME "$ENV{PROGRAML_RUNTIME}" CACHE FILEPATH "The ProGraML model runtime")
+endif()
+if(NOT Programl_RUNTIME AND EXISTS "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
+  set(Programl_RUNTIME "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
+endif()
+
 # Compiles an empty translation unit with the plugin, once per compiler.
-function(_programl_check_compiler lang)
+function(_programl_check_compiler lang caller)
   set(_compiler "${CMAKE_${lang}_COMPILER}")
   string(MAKE_C_IDENTIFIER "Programl_PLUGIN_WORKS_${lang}" _var)
   if(DEFINED CACHE{${_var}} AND "${${_var}}" STREQUAL "${_compiler};${Programl_PLUGIN}")
@@ -80,10 +103,59 @@ function(_programl_check_compiler lang)
     RESULT_VARIABLE _result OUTPUT_VARIABLE _output ERROR_VARIABLE _output)
   if(NOT _result EQUAL 0)
     message(FATAL_ERROR
-      "programl_add_graphs: the plugin needs clang of the LLVM it was built for "
+      "${caller}: the plugin needs clang of the LLVM it was built for "
       "(e.g. -DCMAKE_${lang}_COMPILER=clang-16); ${_compiler} cannot load ${Programl_PLUGIN}:\n${_output}")
   endif()
   set(${_var} "${_compiler};${Programl_PLUGIN}" CACHE INTERNAL "")
+endfunction()
+
+# Adds the plugin to <target>'s C and C++ compiles once, and the
+# environment assignments in ARGN to its compiler launcher: `cmake -E env`
+# with every assignment made so far (a later one replaces an earlier one of
+# the same variable), then the launcher the target had before the first
+# call.
+function(_programl_attach caller target)
+  get_target_property(_env ${target} PROGRAML_ENVIRONMENT)
+  if(NOT _env)
+    set(_env "")
+  endif()
+  foreach(_assignment IN LISTS ARGN)
+    string(REGEX REPLACE "=.*" "" _name "${_assignment}")
+    list(FILTER _env EXCLUDE REGEX "^${_name}=")
+    list(APPEND _env "${_assignment}")
+  endforeach()
+  set_property(TARGET ${target} PROPERTY PROGRAML_ENVIRONMENT "${_env}")
+
+  get_property(_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  set(_used FALSE)
+  foreach(lang C CXX)
+    if(NOT lang IN_LIST _languages)
+      continue()
+    endif()
+    set(_used TRUE)
+    _programl_check_compiler(${lang} ${caller})
+    get_target_property(_before ${target} PROGRAML_${lang}_LAUNCHER_BEFORE)
+    if(NOT _before)
+      get_target_property(_before ${target} ${lang}_COMPILER_LAUNCHER)
+      if(NOT _before)
+        set(_before "NONE")
+      endif()
+      set_property(TARGET ${target} PROPERTY PROGRAML_${lang}_LAUNCHER_BEFORE "${_before}")
+    endif()
+    if(_before STREQUAL "NONE")
+      set(_before "")
+    endif()
+    set_property(TARGET ${target} PROPERTY ${lang}_COMPILER_LAUNCHER
+      "${CMAKE_COMMAND}" -E env ${_env} ${_before})
+  endforeach()
+  if(NOT _used)
+    message(FATAL_ERROR "${caller}: enable C or CXX in project() first")
+  endif()
+  get_target_property(_added ${target} PROGRAML_PLUGIN_ADDED)
+  if(NOT _added)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:C,CXX>:-fpass-plugin=${Programl_PLUGIN}>")
+    set_property(TARGET ${target} PROPERTY PROGRAML_PLUGIN_ADDED TRUE)
+  endif()
 endfunction()
 
 function(programl_add_graphs target)
@@ -112,27 +184,74 @@ function(programl_add_graphs target)
     list(APPEND _env "PROGRAML_GRAPH_COMPAT=${arg_COMPAT}")
   endif()
 
-  get_property(_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
-  set(_used FALSE)
-  foreach(lang C CXX)
-    if(NOT lang IN_LIST _languages)
-      continue()
-    endif()
-    set(_used TRUE)
-    _programl_check_compiler(${lang})
-    get_target_property(_launcher ${target} ${lang}_COMPILER_LAUNCHER)
-    if(NOT _launcher)
-      set(_launcher "")
-    endif()
-    set_property(TARGET ${target} PROPERTY ${lang}_COMPILER_LAUNCHER
-      "${CMAKE_COMMAND}" -E env ${_env} ${_launcher})
-  endforeach()
-  if(NOT _used)
-    message(FATAL_ERROR "programl_add_graphs: enable C or CXX in project() first")
-  endif()
-  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:C,CXX>:-fpass-plugin=${Programl_PLUGIN}>")
+  _programl_attach(programl_add_graphs ${target} ${_env})
   set_property(TARGET ${target} APPEND PROPERTY ADDITIONAL_CLEAN_FILES "${arg_DIR}")
   set_property(TARGET ${target} PROPERTY PROGRAML_GRAPH_DIR "${arg_DIR}")
+endfunction()
+
+function(programl_add_inference target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "VERIFY" "MODEL;DEVICE;ROOTS;STEPS;THREADS;MAX_ROOTS;SIDECAR" "")
+  set(_fn programl_add_inference)
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "${_fn}: unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "${_fn}: no target named '${target}'")
+  endif()
+  if(NOT arg_MODEL)
+    message(FATAL_ERROR "${_fn}: MODEL <bundle directory> is required (e.g. <programl checkout>/models/reachability)")
+  endif()
+  get_filename_component(arg_MODEL "${arg_MODEL}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+  if(NOT EXISTS "${arg_MODEL}/config.json")
+    message(FATAL_ERROR "${_fn}: MODEL ${arg_MODEL} is not a model bundle (no config.json)")
+  endif()
+  if(arg_MODEL MATCHES "[,;]")
+    message(FATAL_ERROR "${_fn}: MODEL ${arg_MODEL}: the path may not contain ',' or ';'")
+  endif()
+  if(NOT Programl_RUNTIME OR NOT EXISTS "${Programl_RUNTIME}")
+    message(FATAL_ERROR
+      "${_fn}: the model runtime (libprograml_runtime.so) is not next to ${Programl_PLUGIN}: "
+      "build it (cargo build --release -p programl-runtime) or set Programl_RUNTIME to its path")
+  endif()
+  set(_settings "model=${arg_MODEL}")
+  if(arg_DEVICE)
+    if(NOT arg_DEVICE MATCHES "^(auto|cpu|cuda)$")
+      message(FATAL_ERROR "${_fn}: DEVICE ${arg_DEVICE} is not one of auto, cpu, cuda")
+    endif()
+    string(APPEND _settings ",device=${arg_DEVICE}")
+  endif()
+  if(arg_ROOTS)
+    if(NOT arg_ROOTS MATCHES "^(sample|all|marked)$")
+      message(FATAL_ERROR "${_fn}: ROOTS ${arg_ROOTS} is not one of sample, all, marked")
+    endif()
+    string(APPEND _settings ",roots=${arg_ROOTS}")
+  endif()
+  foreach(_key STEPS THREADS MAX_ROOTS)
+    if(arg_${_key})
+      if(NOT arg_${_key} MATCHES "^[1-9][0-9]*$")
+        message(FATAL_ERROR "${_fn}: ${_key} ${arg_${_key}} is not a positive number")
+      endif()
+      string(TOLOWER "${_key}" _name)
+      string(APPEND _settings ",${_name}=${arg_${_key}}")
+    endif()
+  endforeach()
+  if(arg_VERIFY)
+    string(APPEND _settings ",verify")
+  endif()
+  if(arg_SIDECAR)
+    get_filename_component(arg_SIDECAR "${arg_SIDECAR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+    if(arg_SIDECAR MATCHES "[,;]")
+      message(FATAL_ERROR "${_fn}: SIDECAR ${arg_SIDECAR}: the path may not contain ',' or ';'")
+    endif()
+    string(APPEND _settings ",sidecar=${arg_SIDECAR}")
+    set_property(TARGET ${target} APPEND PROPERTY ADDITIONAL_CLEAN_FILES "${arg_SIDECAR}")
+  endif()
+  set(_env "PROGRAML_INFER=${_settings}" "CCACHE_DISABLE=1")
+  if(Programl_RUNTIME AND NOT Programl_RUNTIME STREQUAL "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
+    list(APPEND _env "PROGRAML_RUNTIME=${Programl_RUNTIME}")
+  endif()
+  _programl_attach(${_fn} ${target} ${_env})
+  set_property(TARGET ${target} PROPERTY PROGRAML_INFER "${_settings}")
 endfunction()
 
 set(Programl_FOUND TRUE)

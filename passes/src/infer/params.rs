@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Both take the same `;`-separated `key=value` list, any subset in any
-//! order, a later key overriding an earlier one:
+//! order, a later key overriding an earlier one (in `PROGRAML_INFER`, `,`
+//! separates too: a CMake list cannot hold a `;`, and LLVM splits a
+//! pipeline at `,` before the pass sees it):
 //!
 //! | key | values | default |
 //! |---|---|---|
@@ -131,7 +133,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         transfer: None,
         wgsize: None,
     };
-    for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+    for item in text.split([';', ',']).map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (item, None),
@@ -205,6 +207,8 @@ mod tests {
         let d = parse(" model = models/x ; ").unwrap();
         assert_eq!((d.device, d.roots, d.steps, d.threads, d.max_roots, d.verify), (Device::Auto, Roots::Sample, None, 1, 1000, false));
         assert_eq!(parse("model=a;model=b;verify=0").unwrap().model, PathBuf::from("b"));
+        let c = parse("model=m,device=cpu,verify").unwrap();
+        assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
     }
 
     #[test]
