@@ -2,14 +2,21 @@
 //! bitcode of both pointer flavours, and broken files. Nothing may panic;
 //! bad files get one error line naming them.
 //!
-//! `PROGRAML_STRESS_MODULES=N` raises the number of llvm-stress modules
-//! (default 60).
+//! The llvm-stress target is the builder's fuzz target: `PROGRAML_FUZZ_ITERS=N`
+//! modules (default 150; seeds from `PROGRAML_FUZZ_SEED`, default 0), sizes
+//! cycling through [`SIZES`], each raw and after `opt-16 -O2`, in both modes;
+//! every graph passes `programl::builder::check` (the graph invariants, and
+//! operand positions and types against LLVM) and reads back from every
+//! format. `--nocapture` prints the tally. `scripts/stress.sh` runs the CLI
+//! and the pass (out of process) over many more.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
-use programl::builder::{build, BuildOptions, Mode};
+use programl::builder::{build, check, BuildOptions, Mode};
 use programl::format::{read_graph, write_graph, Format};
+use programl_testkit::fuzz;
 
 fn tool(name: &str) -> PathBuf {
     Path::new(programl::LLVM_BINDIR).join(name)
@@ -21,40 +28,124 @@ fn run(cmd: &mut Command) -> std::process::Output {
     out
 }
 
-fn build_all_ways(path: &Path) {
+/// llvm-stress `-size` values the target cycles through: from a few
+/// blocks to functions of thousands of instructions.
+const SIZES: [u64; 5] = [10, 60, 250, 1000, 3000];
+
+/// Builds `path` in both modes, checks each graph against the module, and
+/// writes and reads it back in every format; returns (nodes, edges) of the
+/// paper graph, or every problem found.
+fn build_all_ways(path: &Path) -> Result<(usize, usize), Vec<String>> {
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, path).map_err(|e| vec![e.to_string()])?;
+    let mut size = (0, 0);
+    let mut problems = Vec::new();
     for mode in [Mode::Paper, Mode::Programl03] {
-        let context = inkwell::context::Context::create();
-        let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
-        let g = build(&module, &BuildOptions { mode });
-        g.validate().unwrap_or_else(|e| panic!("{}: {mode:?}: {e:#?}", path.display()));
+        let g = match fuzz::no_panic(|| build(&module, &BuildOptions { mode })) {
+            Ok(g) => g,
+            Err(panic) => {
+                problems.push(format!("{mode:?}: the builder panicked: {panic}"));
+                continue;
+            }
+        };
+        if mode == Mode::Paper {
+            size = (g.node_count(), g.edge_count());
+        }
+        if let Err(errors) = check(&module, &g, mode) {
+            problems.extend(errors.into_iter().take(5).map(|e| format!("{mode:?}: {e}")));
+        }
         for format in Format::ALL {
             let mut bytes = Vec::new();
             write_graph(&g, format, &mut bytes).unwrap();
             if format != Format::Dot {
-                let back = read_graph(&bytes, format).unwrap_or_else(|e| panic!("{}: {format}: {e}", path.display()));
-                assert_eq!(back.node_count(), g.node_count());
-                assert_eq!(back.edge_count(), g.edge_count());
+                match read_graph(&bytes, format) {
+                    Ok(back) if (back.node_count(), back.edge_count()) == (g.node_count(), g.edge_count()) => {}
+                    Ok(_) => problems.push(format!("{mode:?}: {format}: read back with other counts")),
+                    Err(e) => problems.push(format!("{mode:?}: {format}: {e}")),
+                }
             }
         }
     }
+    if problems.is_empty() {
+        Ok(size)
+    } else {
+        Err(problems)
+    }
+}
+
+#[derive(Default)]
+struct StressTally {
+    modules: usize,
+    graphs: usize,
+    nodes: usize,
+    edges: usize,
+    largest: usize,
+    failures: Vec<String>,
 }
 
 #[test]
 fn llvm_stress_modules() {
-    let n: u64 = std::env::var("PROGRAML_STRESS_MODULES").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let n = fuzz::iterations(150);
+    let base = fuzz::base_seed();
     let dir = tempfile::tempdir().unwrap();
-    for seed in 0..n {
-        let ll = dir.path().join(format!("stress{seed}.ll"));
-        let size = 20 + (seed * 37) % 400;
-        run(Command::new(tool("llvm-stress")).args(["-seed", &seed.to_string(), "-size", &size.to_string(), "-o"]).arg(&ll));
-        build_all_ways(&ll);
-        if seed % 4 == 0 {
-            // Optimized, to get phis, selects and vector shuffles.
-            let opt_ll = dir.path().join(format!("stress{seed}.O2.ll"));
-            run(Command::new(tool("opt")).args(["-O2", "-S", "-o"]).arg(&opt_ll).arg(&ll));
-            build_all_ways(&opt_ll);
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-builder");
+    let tally = Mutex::new(StressTally::default());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let start = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (dir, keep, tally) = (dir.path(), &keep, &tally);
+            scope.spawn(move || {
+                for k in (t..n).step_by(threads) {
+                    let seed = base + k as u64;
+                    let size = SIZES[k % SIZES.len()];
+                    let ll = dir.join(format!("stress-{seed}-{size}.ll"));
+                    run(Command::new(tool("llvm-stress")).args(["-seed", &seed.to_string(), "-size", &size.to_string(), "-o"]).arg(&ll));
+                    // Optimized, to get phis, selects, vector shuffles and
+                    // intrinsics.
+                    let opt_ll = dir.join(format!("stress-{seed}-{size}.O2.ll"));
+                    run(Command::new(tool("opt")).args(["-O2", "-S", "-o"]).arg(&opt_ll).arg(&ll));
+                    for file in [&ll, &opt_ll] {
+                        let result = build_all_ways(file);
+                        let mut t = tally.lock().unwrap();
+                        t.graphs += 2;
+                        match result {
+                            Ok((nodes, edges)) => {
+                                t.nodes += nodes;
+                                t.edges += edges;
+                                t.largest = t.largest.max(nodes);
+                            }
+                            Err(problems) => {
+                                let name = file.file_name().unwrap().to_string_lossy().into_owned();
+                                let kept = keep.join(&name);
+                                let _ = std::fs::create_dir_all(keep);
+                                let _ = std::fs::copy(file, &kept);
+                                t.failures.push(format!("{} (seed {seed}, size {size}): {}", kept.display(), problems.join("; ")));
+                            }
+                        }
+                    }
+                    tally.lock().unwrap().modules += 1;
+                    let _ = std::fs::remove_file(&ll);
+                    let _ = std::fs::remove_file(&opt_ll);
+                }
+            });
         }
-    }
+    });
+    let t = tally.into_inner().unwrap();
+    println!(
+        "fuzz builder: {} llvm-stress modules (seeds {base}..{}, sizes {SIZES:?}), each raw and -O2: {} graphs checked (both modes), \
+         {} nodes and {} edges (paper mode), largest {} nodes, {} failures, {:.1} s",
+        t.modules,
+        base + n as u64,
+        t.graphs,
+        t.nodes,
+        t.edges,
+        t.largest,
+        t.failures.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(t.modules, n);
+    assert!(t.failures.is_empty(), "{} failures:\n{}", t.failures.len(), t.failures.join("\n"));
 }
 
 const SOURCE: &str =

@@ -19,6 +19,8 @@
 //!
 //! Nothing here panics on bad input: errors are [`OracleError`] values.
 
+pub mod fuzz;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{Read, Write};
