@@ -21,7 +21,7 @@ use programl_model::{Ggnn, Hyper, Prepared};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::engine::{infer, train_step};
+use crate::engine::{infer, train_step, train_step_autograd};
 use crate::optim::AdamW;
 
 /// Embedding rows of the benchmark model (SPEC.md §3: 87,070 parameters).
@@ -139,7 +139,10 @@ pub fn matmul_gflops(nodes: usize, device: Device, kind: Kind) -> f64 {
 }
 
 /// Runs one mode: `train` (one training step per iteration) or `infer`.
-pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usize, device: Device) -> Result<Figures> {
+///
+/// `autograd`: train through autograd's backward instead of the
+/// hand-written one (to compare the two; `train` uses the hand-written one).
+pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usize, device: Device, autograd: bool) -> Result<Figures> {
     let (batch, selector, edges) = synthetic_batch(shape);
     let hyper = Hyper { steps, ..Hyper::spec(VOCAB_ROWS) };
     tch::manual_seed(shape.seed as i64);
@@ -152,6 +155,9 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
     for i in 0..warmup + iters {
         let t = Instant::now();
         match mode {
+            "train" if autograd => {
+                let _ = train_step_autograd(&model, &mut opt, &prepared, steps);
+            }
             "train" => {
                 let _ = train_step(&model, &mut opt, &prepared, steps);
             }

@@ -142,6 +142,10 @@ enum Command {
         seed: u64,
         #[arg(long)]
         json: bool,
+        /// Train through autograd's backward instead of the hand-written
+        /// one `train` uses (to compare them).
+        #[arg(long)]
+        autograd: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -243,7 +247,7 @@ fn run(cli: Cli) -> Result<()> {
             let bundle = Bundle::load(&model, device)?;
             predict(&bundle, &file, &roots, steps, seed, json)
         }
-        Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, dtype, seed, json, runtime } => {
+        Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, dtype, seed, json, autograd, runtime } => {
             if dtype != "f32" {
                 bail!("--dtype {dtype}: only f32 is implemented");
             }
@@ -257,7 +261,7 @@ fn run(cli: Cli) -> Result<()> {
                 println!("cpu: {}", bench::cpu_summary());
             }
             if modes.len() == 1 {
-                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device)?;
+                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device, autograd)?;
                 print_figures(&f, json);
                 return Ok(());
             }
@@ -277,6 +281,9 @@ fn run(cli: Cli) -> Result<()> {
                 ]);
                 if json {
                     cmd.arg("--json");
+                }
+                if autograd {
+                    cmd.arg("--autograd");
                 }
                 let status = cmd.status()?;
                 if !status.success() {

@@ -36,24 +36,32 @@ impl AdamW {
         }
     }
 
-    /// One update from the parameters' gradients.
+    /// One update from the parameters' own gradients (`p.grad()`, as
+    /// autograd leaves them); parameters without one are left alone.
     pub fn step(&mut self, parameters: &[&Tensor]) {
+        let grads: Vec<Tensor> = parameters.iter().map(|p| p.grad()).collect();
+        self.step_with(parameters, &grads);
+    }
+
+    /// One update from `grads`, one per parameter in the same order (an
+    /// undefined tensor skips its parameter).
+    pub fn step_with(&mut self, parameters: &[&Tensor], grads: &[Tensor]) {
+        assert_eq!(parameters.len(), grads.len(), "one gradient per parameter");
         self.step += 1;
         let t = self.step as f64;
         let bias1 = 1.0 - self.beta1.powf(t);
         let bias2 = 1.0 - self.beta2.powf(t);
         tch::no_grad(|| {
-            for (p, (m, v)) in parameters.iter().zip(self.moments.iter_mut()) {
-                let g = p.grad();
+            for ((p, g), (m, v)) in parameters.iter().zip(grads).zip(self.moments.iter_mut()) {
                 if !g.defined() {
                     continue;
                 }
                 let mut p = p.shallow_clone();
                 let _ = p.g_mul_scalar_(1.0 - self.lr * self.weight_decay);
                 let _ = m.g_mul_scalar_(self.beta1);
-                let _ = m.g_add_(&(&g * (1.0 - self.beta1)));
+                let _ = m.g_add_(&(g * (1.0 - self.beta1)));
                 let _ = v.g_mul_scalar_(self.beta2);
-                let _ = v.g_add_(&(&g * &g * (1.0 - self.beta2)));
+                let _ = v.g_add_(&(g * g * (1.0 - self.beta2)));
                 let denom = v.sqrt() / bias2.sqrt() + self.eps;
                 let _ = p.g_add_(&(&*m / denom * (-self.lr / bias1)));
             }
