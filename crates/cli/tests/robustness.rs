@@ -148,6 +148,80 @@ fn llvm_stress_modules() {
     assert!(t.failures.is_empty(), "{} failures:\n{}", t.failures.len(), t.failures.join("\n"));
 }
 
+/// The graph invariants on real code: `programl::builder::check` in both
+/// modes on a fixed sample of the real-code corpus (`scripts/corpus.sh`).
+/// `PROGRAML_CHECK_DIRS=a:b` checks other IR directories,
+/// `PROGRAML_CHECK_FILES=N|all` more files (default 60).
+#[test]
+fn corpus_graphs_pass_check() {
+    let dirs: Vec<PathBuf> = match std::env::var_os("PROGRAML_CHECK_DIRS") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => vec![programl_testkit::cache_dir().join("corpus")],
+    };
+    let want = match std::env::var("PROGRAML_CHECK_FILES").as_deref() {
+        Ok("all") => usize::MAX,
+        Ok(n) => n.parse().unwrap_or_else(|_| panic!("PROGRAML_CHECK_FILES={n:?} is not a number or `all`")),
+        Err(_) => 60,
+    };
+    let mut files = Vec::new();
+    for dir in &dirs {
+        let mut found = programl::ir::find_ir_files(dir).unwrap_or_default();
+        if found.is_empty() {
+            programl_testkit::skip_unless_ci(
+                "corpus_graphs_pass_check",
+                &format!("no IR files in {}: build the corpus with `bash scripts/corpus.sh`", dir.display()),
+            );
+            continue;
+        }
+        found.sort();
+        // A sample spread evenly over the sorted list: the same everywhere.
+        let n = found.len().min(want);
+        files.extend((0..n).map(|i| found[i * found.len() / n].clone()));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let graphs = std::sync::atomic::AtomicUsize::new(0);
+    let start = std::time::Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(file) = files.get(i) else { break };
+                let context = inkwell::context::Context::create();
+                let module = match programl::ir::load_module(&context, file) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        failures.lock().unwrap().push(e.to_string());
+                        continue;
+                    }
+                };
+                for mode in [Mode::Paper, Mode::Programl03] {
+                    let g = build(&module, &BuildOptions { mode });
+                    graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Err(errors) = check(&module, &g, mode) {
+                        failures.lock().unwrap().push(format!(
+                            "{}: {mode:?}: {}",
+                            file.display(),
+                            errors[..errors.len().min(3)].join("; ")
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    println!(
+        "check on real code: {} files of {}, {} graphs (both modes), {} failures, {:.1} s",
+        files.len(),
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        graphs.into_inner(),
+        failures.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
 const SOURCE: &str =
     "struct s { int a; struct s *next; };\nint len(struct s *p) { int n = 0; while (p) { n++; p = p->next; } return n; }\n";
 
