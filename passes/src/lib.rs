@@ -1,4 +1,5 @@
-//! `programl-passes`: ProGraML program graphs from inside `opt` and `clang`.
+//! `programl-passes`: ProGraML program graphs, and a learned pass, from
+//! inside `opt` and `clang`.
 //!
 //! One LLVM pass plugin (new pass manager), built as a cdylib:
 //!
@@ -23,11 +24,18 @@
 //!   when `PROGRAML_GRAPH_AUTO=0`. `opt -passes=verify` builds no default
 //!   pipeline, so it never runs there.
 //!
+//! The pass `programl-infer` ([`infer`]) runs a trained GGNN bundle on the
+//! module's graph and writes its predictions into the IR as metadata: by
+//! name (`programl-infer<model=DIR;...>`), and with `PROGRAML_INFER` set at
+//! `OptimizerLast` and at the full-LTO extension point. It opens the model
+//! runtime (`libprograml_runtime.so`, which links libtorch) on first use.
+//!
 //! **Architecture invariants:** registration does no work beyond
 //! registering callbacks (loading the plugin must stay cheap, and the plugin
-//! never links libtorch); nothing the pass does can abort the compiler —
-//! panics are caught at the pass boundary ([`guard`]) and every failure is a
-//! one-line `programl-graph: ...` warning on stderr.
+//! never links libtorch: the learned pass `dlopen`s its runtime); nothing a
+//! pass does can abort the compiler — panics are caught at the pass boundary
+//! ([`guard`]) and every failure is a one-line `programl-graph: ...` or
+//! `programl-infer: ...` warning on stderr.
 
 pub mod config;
 pub mod graph;

@@ -143,11 +143,40 @@ unsafe fn value_name(v: LLVMValueRef) -> String {
     }
 }
 
+/// The instruction's text without the schema's own attachments
+/// (`, !programl.KIND !N`).
 unsafe fn printed(v: LLVMValueRef) -> String {
     let p = LLVMPrintValueToString(v);
     let s = std::ffi::CStr::from_ptr(p).to_string_lossy().trim().to_string();
     LLVMDisposeMessage(p);
-    s
+    without_attachments(&s)
+}
+
+fn without_attachments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(", !programl.") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        // `!programl.KIND !N`: skip the kind, the space and the node.
+        let kind_end = after.find(' ').unwrap_or(after.len());
+        let node = &after[kind_end..].trim_start();
+        let node_end = node.find(|c: char| c == ',' || c.is_whitespace()).unwrap_or(node.len());
+        rest = &node[node_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn attachments_are_removed() {
+        let t = "%5 = add i32 %1, 2, !tbaa !3, !programl.node !13, !programl.value !14, !programl.reachability !15";
+        assert_eq!(super::without_attachments(t), "%5 = add i32 %1, 2, !tbaa !3");
+        assert_eq!(super::without_attachments("ret void, !programl.root !0, !dbg !9"), "ret void, !dbg !9");
+        assert_eq!(super::without_attachments("br label %4"), "br label %4");
+    }
 }
 
 /// The JSON of one annotated module.

@@ -183,6 +183,7 @@ fn open(dir: &str, device: &str) -> Result<Model, String> {
             "{dir}: a graph-level bundle (head \"graph\"); this runtime (ABI {ABI_VERSION}) predicts with node-level bundles only"
         ));
     }
+    warm_up(&bundle)?;
     let c = &bundle.config;
     let info = serde_json::json!({
         "abi": ABI_VERSION,
@@ -199,6 +200,22 @@ fn open(dir: &str, device: &str) -> Result<Model, String> {
     });
     let classes = c.classes.len();
     Ok(Model { bundle, classes, info: CString::new(info.to_string()).map_err(|e| e.to_string())? })
+}
+
+/// One forward pass on a two-node graph: libtorch initialises lazily on its
+/// first operations (kernels, allocator, thread pool), and that once-per-
+/// process cost belongs with opening the bundle, not with the first
+/// module's inference.
+fn warm_up(bundle: &Bundle) -> Result<(), String> {
+    let edge = EdgeArrays { sources: &[0], targets: &[1], positions: &[0] };
+    let none = EdgeArrays { sources: &[], targets: &[], positions: &[] };
+    let batch = Batch::from_arrays(&[0, 0], &[1, 0], &[0, 2], [edge, edge, none]).map_err(|e| e.to_string())?;
+    let probs = programl_model::node_probabilities(&bundle.model, &batch, 1);
+    if probs.iter().all(|p| p.is_finite()) {
+        Ok(())
+    } else {
+        Err(format!("{}: the model computes non-finite probabilities", bundle.dir.display()))
+    }
 }
 
 fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {

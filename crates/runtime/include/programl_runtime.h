@@ -1,0 +1,79 @@
+/* programl_runtime.h: the C ABI of libprograml_runtime.so and
+ * libprograml_runtime_cuda.so, version 1 (crates/runtime/src/abi.rs states
+ * the same in Rust; the two must agree, and any change bumps the version).
+ *
+ * The learned pass (programl-infer) dlopens a runtime with RTLD_LOCAL on
+ * first use, never closes it (libtorch's static destructors crash on
+ * unload), checks programl_runtime_abi_version(), opens each bundle once per
+ * process and device, and predicts batch by batch. Every function catches
+ * panics and libtorch errors: failures are a NULL or -1 return and a
+ * message from programl_runtime_last_error(). */
+#ifndef PROGRAML_RUNTIME_H
+#define PROGRAML_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROGRAML_RUNTIME_ABI_VERSION 1u
+
+/* The forward edges of one flow: edge k runs from sources[k] to targets[k]
+ * with positions[k]. Pointers may be NULL when len is 0. */
+typedef struct programl_edges {
+  const int64_t *sources;
+  const int64_t *targets;
+  const int64_t *positions;
+  size_t len;
+} programl_edges;
+
+/* One model input: the arrays of an unlabelled programl::batch::Batch (its
+ * layout is that module's documentation). tokens and selector hold `nodes`
+ * entries, offsets `graphs + 1`; edges are control, data, call. The runtime
+ * rebuilds the batch and refuses arrays no batch could have. */
+typedef struct programl_input {
+  size_t nodes;
+  const int64_t *tokens;
+  const int64_t *selector;
+  size_t graphs;
+  const int64_t *offsets;
+  programl_edges edges[3];
+} programl_input;
+
+typedef struct programl_model programl_model;
+
+uint32_t programl_runtime_abi_version(void);
+
+/* Loads and checks the bundle in bundle_dir (config.json,
+ * weights.safetensors, vocabulary.json) on device "cpu", "cuda" or "auto".
+ * NULL on failure. */
+programl_model *programl_runtime_open(const char *bundle_dir, const char *device);
+
+/* A JSON object describing the open model: abi, runtime, bundle, task, head,
+ * classes, steps, vocab_size, device, cuda_linked, provenance. Valid while
+ * the model is open; NULL on failure. */
+const char *programl_runtime_info(const programl_model *model);
+
+/* libtorch's intra-op threads for the process (>= 1). 0 or -1. */
+int32_t programl_runtime_set_threads(int32_t n);
+
+/* Class probabilities (softmax) of every node after `steps` message-passing
+ * steps (steps <= 0: the bundle's), row-major into out, which must hold
+ * exactly nodes * classes floats. 0 or -1. */
+int32_t programl_runtime_predict(programl_model *model, const programl_input *input, int64_t steps, float *out,
+                                 size_t out_len);
+
+/* This thread's last error message: never NULL, empty if the last call
+ * succeeded; valid until the thread's next call into the runtime. */
+const char *programl_runtime_last_error(void);
+
+/* Frees the model (NULL is ignored). */
+void programl_runtime_close(programl_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

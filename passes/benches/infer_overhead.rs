@@ -1,0 +1,423 @@
+//! What the learned pass adds to a build: per translation unit, one clang
+//! process per unit as a build runs it, and amortised over the modules of
+//! one ThinLTO link. Not a test: it prints figures (README.md, "The learned
+//! pass", records them with this command).
+//!
+//! ```text
+//! cargo build --release -p programl-passes -p programl-runtime
+//! cargo bench -p programl-passes --bench infer_overhead
+//! ```
+//!
+//! Real code: the C translation units of zlib, bzip2 and Lua 5.4 from the
+//! corpus sources (`scripts/corpus.sh` unpacks them into
+//! `$PROGRAML_CACHE/corpus-src`), compiled with `clang-16 -O2 -c` and the
+//! flags `corpus.sh` gives them. Per unit, interleaved, `PROGRAML_BENCH_REPS`
+//! times (default 3, medians):
+//!
+//! - `clang -O2 -c` alone, and with the plugin loaded doing nothing
+//!   (`PROGRAML_GRAPH_AUTO=0`);
+//! - with `PROGRAML_INFER='model=M;device=cpu'` (default roots: the sampled
+//!   ones, at most 10; the bundle's T), whose `PROGRAML_LOG=info` line gives
+//!   the pass's own split: runtime and libtorch load, bundle open, graph
+//!   build, featurisation (model input and roots), inference, annotation;
+//! - with one root (`roots=all;max_roots=1`), the inference a single
+//!   decision costs.
+//!
+//! Then `opt -passes=verify` with and without the plugin loaded (the cost of
+//! loading it), and a ThinLTO link of Lua with the plugin loaded in lld and
+//! `PROGRAML_INFER` set: one process, every module through the pass, the
+//! runtime loaded once.
+//!
+//! Environment: `PROGRAML_BENCH_MODEL` (default `models/reachability`),
+//! `PROGRAML_BENCH_REPS` (3), `PROGRAML_BENCH_PROJECTS` (`zlib,bzip2,lua`),
+//! `PROGRAML_BENCH_OPT_RUNS` (200).
+//!
+//! GPU: on a machine with one, build `-p programl-runtime-cuda` too and run
+//! with `PROGRAML_BENCH_DEVICE=cuda` (the pass then opens
+//! `libprograml_runtime_cuda.so`; its load includes the CUDA libraries).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// A project: directory under corpus-src, source globs (relative), flags.
+struct Project {
+    name: &'static str,
+    package: &'static str,
+    sources: &'static [&'static str],
+    exclude: &'static [&'static str],
+    flags: &'static [&'static str],
+}
+
+const PROJECTS: &[Project] = &[
+    Project {
+        name: "zlib",
+        package: "zlib",
+        sources: &["."],
+        exclude: &[],
+        flags: &["-I.", "-D_LARGEFILE64_SOURCE=1", "-DHAVE_UNISTD_H", "-DHAVE_STDARG_H"],
+    },
+    Project { name: "bzip2", package: "bzip2", sources: &["."], exclude: &[], flags: &["-I.", "-D_FILE_OFFSET_BITS=64"] },
+    Project {
+        name: "lua",
+        package: "lua5.4",
+        sources: &["src"],
+        exclude: &[],
+        flags: &["-Isrc", "-DLUA_COMPAT_5_3", "-DLUA_USE_LINUX"],
+    },
+];
+
+struct Unit {
+    project: &'static str,
+    dir: PathBuf,
+    file: PathBuf,
+    flags: Vec<String>,
+}
+
+/// The pass's `PROGRAML_LOG=info` line, parsed.
+#[derive(Clone, Debug, Default)]
+struct Split {
+    roots: f64,
+    nodes: f64,
+    runtime: f64,
+    bundle: f64,
+    graph: f64,
+    features: f64,
+    inference: f64,
+    annotate: f64,
+    total: f64,
+}
+
+fn parse_info(stderr: &str) -> Vec<Split> {
+    let mut out = Vec::new();
+    for line in stderr.lines().filter(|l| l.starts_with("programl-infer [info]:") && l.contains(" ms: ")) {
+        let mut s = Split::default();
+        let number = |word: &str| word.trim_end_matches(',').parse::<f64>().unwrap_or(f64::NAN);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for w in words.windows(2) {
+            match w[1].trim_end_matches(',') {
+                "roots" => s.roots = number(w[0]),
+                "nodes" => s.nodes = number(w[0]),
+                _ => {}
+            }
+        }
+        for w in &words {
+            if let Some((k, v)) = w.split_once('=') {
+                let v = number(v);
+                match k {
+                    "runtime" => s.runtime = v,
+                    "bundle" => s.bundle = v,
+                    "graph" => s.graph = v,
+                    "features" => s.features = v,
+                    "inference" => s.inference = v,
+                    "annotate" => s.annotate = v,
+                    "total" => s.total = v,
+                    _ => {}
+                }
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn profile_dir() -> PathBuf {
+    // target/release/deps/infer_overhead-HASH
+    std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("PROGRAML_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+        base.join("programl-rs")
+    })
+}
+
+fn units(projects: &[String]) -> Vec<Unit> {
+    let src = cache_dir().join("corpus-src");
+    let mut out = Vec::new();
+    for p in PROJECTS.iter().filter(|p| projects.iter().any(|n| n == p.name)) {
+        let Some(dir) = std::fs::read_dir(src.join(p.package)).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|e| e.is_dir()))
+        else {
+            eprintln!("{}: no sources under {} (run scripts/corpus.sh); skipped", p.name, src.join(p.package).display());
+            continue;
+        };
+        for sub in p.sources {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(sub))
+                .map(|d| d.flatten().map(|e| e.path()).filter(|f| f.extension().is_some_and(|x| x == "c")).collect())
+                .unwrap_or_default();
+            files.retain(|f| !p.exclude.iter().any(|x| f.ends_with(x)));
+            files.sort();
+            for file in files {
+                out.push(Unit { project: p.name, dir: dir.clone(), file, flags: p.flags.iter().map(|s| s.to_string()).collect() });
+            }
+        }
+    }
+    out
+}
+
+/// Runs `cmd` and returns (wall ms, success, stderr).
+fn timed(cmd: &mut Command) -> (f64, bool, String) {
+    let start = Instant::now();
+    let out = cmd.stdin(Stdio::null()).stdout(Stdio::null()).output().expect("running a tool");
+    (start.elapsed().as_secs_f64() * 1e3, out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn clang(unit: &Unit, extra: &[&str], env: &[(&str, &str)], plugin: Option<&Path>) -> Command {
+    let mut c = Command::new(Path::new(programl::LLVM_BINDIR).join("clang"));
+    c.current_dir(&unit.dir).args(["-O2", "-c", "-w"]).args(&unit.flags).args(extra).arg(&unit.file).args(["-o", "/dev/null"]);
+    if let Some(p) = plugin {
+        c.arg(format!("-fpass-plugin={}", p.display()));
+    }
+    clean_env(&mut c);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// No PROGRAML_* variable of the caller reaches the measured tools.
+fn clean_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("PROGRAML_") {
+            c.env_remove(k);
+        }
+    }
+}
+
+#[derive(Default)]
+struct UnitFigures {
+    plain: Vec<f64>,
+    plugin: Vec<f64>,
+    infer: Vec<f64>,
+    single: Vec<f64>,
+    split: Vec<Split>,
+    single_split: Vec<Split>,
+}
+
+fn main() {
+    let plugin = profile_dir().join("libprograml_passes.so");
+    let runtime = profile_dir().join("libprograml_runtime.so");
+    for p in [&plugin, &runtime] {
+        assert!(p.exists(), "{} missing: cargo build --release -p programl-passes -p programl-runtime", p.display());
+    }
+    let model = std::env::var("PROGRAML_BENCH_MODEL").map(PathBuf::from).unwrap_or_else(|_| workspace().join("models/reachability"));
+    let reps: usize = std::env::var("PROGRAML_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let opt_runs: usize = std::env::var("PROGRAML_BENCH_OPT_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(200).max(2);
+    let device = std::env::var("PROGRAML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let projects: Vec<String> = std::env::var("PROGRAML_BENCH_PROJECTS")
+        .unwrap_or_else(|_| "zlib,bzip2,lua".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let units = units(&projects);
+    assert!(!units.is_empty(), "no translation unit found");
+    let infer = format!("model={};device={device}", model.display());
+    let single = format!("{infer};roots=all;max_roots=1");
+    println!(
+        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, {reps} reps, {} cores",
+        units.len(),
+        projects.join(", "),
+        model.display(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+
+    let mut figures: Vec<UnitFigures> = units.iter().map(|_| UnitFigures::default()).collect();
+    let mut failed = BTreeMap::new();
+    for rep in 0..reps {
+        for (u, f) in units.iter().zip(figures.iter_mut()) {
+            let (t, ok, err) = timed(&mut clang(u, &[], &[], None));
+            if !ok {
+                failed.insert(u.file.clone(), err.lines().next().unwrap_or("").to_string());
+                continue;
+            }
+            f.plain.push(t);
+            f.plugin.push(timed(&mut clang(u, &[], &[("PROGRAML_GRAPH_AUTO", "0")], Some(&plugin))).0);
+            let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &infer), ("PROGRAML_LOG", "info")], Some(&plugin)));
+            f.infer.push(t);
+            f.split.extend(parse_info(&err));
+            let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single), ("PROGRAML_LOG", "info")], Some(&plugin)));
+            f.single.push(t);
+            f.single_split.extend(parse_info(&err));
+        }
+        eprintln!("rep {}/{reps} done", rep + 1);
+    }
+    for (file, why) in &failed {
+        eprintln!("does not compile, left out: {}: {why}", file.display());
+    }
+    let measured: Vec<(usize, &UnitFigures)> =
+        figures.iter().enumerate().filter(|(_, f)| !f.plain.is_empty() && !f.split.is_empty()).collect();
+    assert!(!measured.is_empty(), "no unit measured");
+
+    let m = |v: &[f64]| median(v.to_vec());
+    let field = |f: &UnitFigures, g: fn(&Split) -> f64| median(f.split.iter().map(g).collect());
+    // The median unit by its -O2 compile time; the largest by graph nodes.
+    let mut by_time: Vec<(f64, usize)> = measured.iter().map(|(i, f)| (m(&f.plain), *i)).collect();
+    by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let median_unit = by_time[by_time.len() / 2].1;
+    let largest_unit = measured.iter().max_by(|a, b| field(a.1, |s| s.nodes).total_cmp(&field(b.1, |s| s.nodes))).unwrap().0;
+
+    println!();
+    println!("{:<34} {:>9} {:>9}", "per translation unit (ms, medians)", "median", "largest");
+    let row = |name: &str, g: &dyn Fn(&UnitFigures) -> f64| {
+        println!("{name:<34} {:>9.1} {:>9.1}", g(&figures[median_unit]), g(&figures[largest_unit]));
+    };
+    let name = |i: usize| format!("{}/{}", units[i].project, units[i].file.file_name().unwrap().to_string_lossy());
+    println!("{:<34} {:>9} {:>9}", "unit", name(median_unit), name(largest_unit));
+    row("graph nodes", &|f| field(f, |s| s.nodes));
+    row("roots (sampled)", &|f| field(f, |s| s.roots));
+    row("clang -O2 -c", &|f| m(&f.plain));
+    row("  + plugin loaded, idle", &|f| m(&f.plugin));
+    row("  + programl-infer (wall)", &|f| m(&f.infer));
+    row("pass: runtime + libtorch load", &|f| field(f, |s| s.runtime));
+    row("pass: bundle open", &|f| field(f, |s| s.bundle));
+    row("pass: graph build", &|f| field(f, |s| s.graph));
+    row("pass: featurisation", &|f| field(f, |s| s.features));
+    row("pass: inference, sampled roots", &|f| field(f, |s| s.inference));
+    row("pass: inference, 1 root", &|f| median(f.single_split.iter().map(|s| s.inference).collect()));
+    row("pass: annotation", &|f| field(f, |s| s.annotate));
+    row("pass: total", &|f| field(f, |s| s.total));
+    row("added wall time", &|f| m(&f.infer) - m(&f.plain));
+    let o2 = m(&figures[median_unit].plain);
+    let one_root = median(figures[median_unit].single_split.iter().map(|s| s.inference).collect());
+    println!();
+    println!(
+        "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
+        100.0 * one_root / o2,
+        100.0 * field(&figures[median_unit], |s| s.inference) / o2
+    );
+    let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
+    println!(
+        "over all {} units: runtime + libtorch load {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",
+        measured.len(),
+        all(|s| s.runtime),
+        all(|s| s.bundle),
+        all(|s| s.total),
+        median(measured.iter().map(|(_, f)| m(&f.infer) - m(&f.plain)).collect()),
+        median(measured.iter().map(|(_, f)| m(&f.plugin) - m(&f.plain)).collect()),
+    );
+
+    opt_load_cost(&plugin, opt_runs);
+    thin_lto(&plugin, &infer, &units);
+}
+
+/// `opt -passes=verify` with and without the plugin, interleaved.
+fn opt_load_cost(plugin: &Path, runs: usize) {
+    let tmp = std::env::temp_dir().join(format!("programl-bench-{}.ll", std::process::id()));
+    std::fs::write(&tmp, "define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n").unwrap();
+    let opt = Path::new(programl::LLVM_BINDIR).join("opt");
+    let (mut plain, mut loaded) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        plain.push(timed(Command::new(&opt).args(["-passes=verify", "-disable-output"]).arg(&tmp)).0);
+        loaded.push(
+            timed(Command::new(&opt).arg(format!("-load-pass-plugin={}", plugin.display())).args(["-passes=verify", "-disable-output"]).arg(&tmp))
+                .0,
+        );
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    println!();
+    println!(
+        "opt -passes=verify, {runs} interleaved runs: plain {:.2} ms, plugin loaded {:.2} ms (median, {:+.2} ms); minima {:.2} / {:.2} ms ({:+.2} ms)",
+        median(plain.clone()),
+        median(loaded.clone()),
+        median(loaded.clone()) - median(plain.clone()),
+        min(&plain),
+        min(&loaded),
+        min(&loaded) - min(&plain)
+    );
+}
+
+/// One ThinLTO link of Lua (its interpreter: every unit but luac.c), the
+/// plugin loaded in lld: every module goes through the pass in one process.
+fn thin_lto(plugin: &Path, infer: &str, units: &[Unit]) {
+    let lua: Vec<&Unit> = units.iter().filter(|u| u.project == "lua" && !u.file.ends_with("luac.c")).collect();
+    if lua.is_empty() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("programl-bench-lto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let clang = Path::new(programl::LLVM_BINDIR).join("clang");
+    let mut objects = Vec::new();
+    for u in &lua {
+        let o = dir.join(u.file.file_stem().unwrap()).with_extension("o");
+        let out = Command::new(&clang)
+            .current_dir(&u.dir)
+            .args(["-O2", "-flto=thin", "-c", "-w"])
+            .args(&u.flags)
+            .arg(&u.file)
+            .arg("-o")
+            .arg(&o)
+            .env("PROGRAML_GRAPH_AUTO", "0")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            objects.push(o);
+        }
+    }
+    let link = |with_pass: bool| {
+        let mut c = Command::new(&clang);
+        clean_env(&mut c);
+        c.args(["-O2", "-flto=thin", "-fuse-ld=lld", "-Wl,--thinlto-jobs=1"])
+            .arg(format!("-Wl,--load-pass-plugin={}", plugin.display()))
+            .args(&objects)
+            .args(["-lm", "-ldl", "-o"])
+            .arg(dir.join("lua"))
+            .env("PROGRAML_GRAPH_AUTO", "0");
+        if with_pass {
+            c.env("PROGRAML_INFER", infer).env("PROGRAML_LOG", "info");
+        }
+        timed(&mut c)
+    };
+    let (plain, ok, err) = link(false);
+    if !ok {
+        println!("ThinLTO link failed, no amortised figure: {}", err.lines().next().unwrap_or(""));
+        return;
+    }
+    let (with, ok, err) = link(true);
+    let splits = parse_info(&err);
+    let _ = std::fs::remove_dir_all(&dir);
+    if !ok || splits.is_empty() {
+        println!("ThinLTO link with the pass: no per-module figures (exit ok: {ok}): {}", err.lines().next().unwrap_or(""));
+        return;
+    }
+    let n = splits.len() as f64;
+    let load: f64 = splits.iter().map(|s| s.runtime + s.bundle).sum();
+    let in_pass: f64 = splits.iter().map(|s| s.total - s.runtime - s.bundle).sum();
+    let inference: f64 = splits.iter().map(|s| s.inference).sum();
+    println!();
+    println!(
+        "ThinLTO link of Lua ({} modules, one lld process, --thinlto-jobs=1): {:.0} ms plain, {:.0} ms with the pass (+{:.0} ms)",
+        splits.len(),
+        plain,
+        with,
+        with - plain
+    );
+    println!(
+        "  runtime + bundle load once: {load:.1} ms; then per module: {:.1} ms in the pass (inference {:.1} ms); amortised with the load: {:.1} ms per module",
+        in_pass / n,
+        inference / n,
+        (load + in_pass) / n
+    );
+}
