@@ -29,6 +29,8 @@
 //! gives all six edge-type maps, the per-edge gate rows are gathered once per
 //! forward pass (they do not depend on `h`), and the aggregation is built
 //! once per batch and reused over the T steps.
+//! Training does not differentiate this code through autograd:
+//! [`Ggnn::loss_and_gradients`] (`bptt.rs`) computes the gradients by hand.
 
 use programl::batch::{Batch, EdgeType};
 use serde::{Deserialize, Serialize};
@@ -218,48 +220,18 @@ impl Ggnn {
 
     /// T steps from `h_0`; dropout on the state when `train`.
     ///
-    /// Without autograd (inference) this runs the fused arrangement: one
-    /// matmul per step for the message map and the GRU's hidden map, the
-    /// gather reading the edge-type blocks straight out of it
-    /// ([`Prepared::fused_rows`]), and the GRU's gates computed in place.
-    /// Under autograd it runs the plain one (`gru_cell`), which is what the
-    /// parity tests differentiate.
+    /// (A fused arrangement for inference, one \[306, 34\] product per step
+    /// and the GRU's gates in place, measured slower than this at 2 threads
+    /// on 2026-11-23; training uses it, in `bptt.rs`.)
     pub fn propagate(&self, input: &Prepared, h0: &Tensor, steps: i64, train: bool) -> Tensor {
         let gates = input.edge_gates(&self.gate_table());
-        let dropout = train && self.hyper.state_dropout > 0.0;
-        if h0.requires_grad() || gates.requires_grad() {
-            let mut h = h0.shallow_clone();
-            for _ in 0..steps {
-                let m = self.messages(input, &h, &gates);
-                h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
-                if dropout {
-                    h = h.dropout(self.hyper.state_dropout, true);
-                }
-            }
-            return h;
-        }
-        let n = h0.size()[0];
-        let (w, b) = self.fused_weights();
-        let (h2, hm) = (2 * HIDDEN, EDGE_TYPES * HIDDEN);
         let mut h = h0.shallow_clone();
         for _ in 0..steps {
-            let fused = h.linear(&w, Some(&b));
-            let mut per_edge = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
-            let _ = per_edge.g_mul_(&gates);
-            let a = input.aggregate(&per_edge, n);
-            let gi = a.linear(&self.w_ih, Some(&self.b_ih));
-            let gh = fused.narrow(1, hm, 3 * HIDDEN);
-            let mut rz = gi.narrow(1, 0, h2);
-            let _ = rz.g_add_(&gh.narrow(1, 0, h2)).sigmoid_();
-            let mut new = gi.narrow(1, h2, HIDDEN);
-            let _ = new.addcmul_(&rz.narrow(1, 0, HIDDEN), &gh.narrow(1, h2, HIDDEN)).tanh_();
-            // GRUCell: h' = (h − n) ⊙ z + n.
-            let mut next = &h - &new;
-            let _ = next.g_mul_(&rz.narrow(1, HIDDEN, HIDDEN)).g_add_(&new);
-            if dropout {
-                next = next.dropout(self.hyper.state_dropout, true);
+            let m = self.messages(input, &h, &gates);
+            h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
+            if train && self.hyper.state_dropout > 0.0 {
+                h = h.dropout(self.hyper.state_dropout, true);
             }
-            h = next;
         }
         h
     }
@@ -333,8 +305,9 @@ pub struct Prepared {
     /// For all edges of all six types, sorted by target: the row of the
     /// fused transform to read, `6 · source + type`, \[E\].
     pub sources: Tensor,
-    /// The same rows in the fused per-step product viewed as \[9N, 34\]
-    /// (see [`Ggnn::propagate`]): `9 · source + type`, \[E\].
+    /// The same rows in the fused per-step product `h · [W_msg; W_hh]ᵀ`
+    /// viewed as \[9N, 34\] (the hand-written training step's, `bptt.rs`):
+    /// `9 · source + type`, \[E\].
     pub fused_rows: Tensor,
     /// Clamped positions, in the same order, \[E\].
     pub positions: Tensor,

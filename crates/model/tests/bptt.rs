@@ -135,21 +135,3 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
     assert!((other.0 - dropped.0).abs() > 1e-7);
     compare(&model, &other, &autograd(&model, &prepared, steps, true, 6), 1e-4);
 }
-
-/// Inference (no autograd) runs the fused arrangement of `propagate`; it
-/// gives autograd's logits.
-#[test]
-fn inference_logits_match_the_autograd_forward() {
-    let (vocab, batch) = random_batch(9);
-    let hyper = Hyper::spec(vocab.len());
-    tch::manual_seed(13);
-    let model = Ggnn::new(&hyper, Device::Cpu);
-    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
-    for steps in [1, 30] {
-        let plain = model.forward(&prepared, steps, false);
-        assert!(plain.requires_grad(), "the reference runs under autograd");
-        let fast = tch::no_grad(|| model.forward(&prepared, steps, false));
-        let diff = (&fast - &plain).abs().max().double_value(&[]);
-        assert!(diff < 1e-5, "T = {steps}: logits differ by {diff}");
-    }
-}
