@@ -218,7 +218,14 @@ fn warm_up(bundle: &Bundle) -> Result<(), String> {
     }
 }
 
+/// Set, `programl_runtime_predict` panics before any work: the tests check
+/// that a panic inside the runtime is an error, never an abort.
+pub const ENV_PANIC_FOR_TESTING: &str = "PROGRAML_RUNTIME_PANIC_FOR_TESTING";
+
 fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
+    if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
+        panic!("{ENV_PANIC_FOR_TESTING} is set");
+    }
     // SAFETY: the caller passes arrays of the lengths it states (ABI).
     let (tokens, selector, offsets, edges) = unsafe {
         let edge = |e: &RtEdges, name: &str| -> Result<EdgeArrays<'_>, String> {

@@ -49,6 +49,10 @@ use runtime::ms;
 /// Nodes per batch (a larger module sits alone in its batch), as
 /// `programl-train eval` batches by default.
 pub const BATCH_NODES: usize = 10_000;
+/// Set, the pass panics before it does anything: the tests check that a
+/// panic is contained (one warning, the module unchanged).
+pub const ENV_PANIC_FOR_TESTING: &str = "PROGRAML_INFER_PANIC_FOR_TESTING";
+
 /// The seed of `roots=sample`: the dataset's (`programl dataset build`,
 /// `programl-train eval` on IR files).
 pub const SAMPLE_SEED: u64 = 0;
@@ -242,6 +246,9 @@ struct RootResult {
 /// # Safety
 /// `module` is valid and may be modified.
 unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), String> {
+    if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
+        panic!("{ENV_PANIC_FOR_TESTING} is set");
+    }
     let start = Instant::now();
     let mut t = Timings::default();
     let name = module_name(module);
@@ -285,6 +292,15 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
             model.info["device"].as_str().unwrap_or("?"),
             t.bundle_open
         );
+    }
+    if model.info["vocab_size"].as_u64() != Some(bundle.vocabulary.len() as u64) {
+        // The pass featurises with the vocabulary it read; the runtime's
+        // model must be the one trained with it.
+        return Err(format!(
+            "bundle {shown}: the vocabulary read here has {} ids, the runtime's model {}: was the bundle replaced meanwhile?",
+            bundle.vocabulary.len(),
+            model.info["vocab_size"]
+        ));
     }
     if model.classes != config.classes.len() {
         return Err(format!("bundle {shown}: the runtime sees {} classes, config.json {}", model.classes, config.classes.len()));
@@ -346,10 +362,6 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     };
     t.verify = ms(clock);
 
-    let clock = Instant::now();
-    annotate(module, task, config, steps, &graph, &anchors, &results)?;
-    t.annotate = ms(clock);
-    t.total = ms(start);
 
     let mut lines = Vec::new();
     if p.sidecar.is_some() {
@@ -372,8 +384,9 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
         };
         lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
     }
+    // The sidecar first: if it cannot be written, the module stays as it was.
     match &p.sidecar {
-        Some(path) => append_lines(path, &lines).map_err(|e| format!("sidecar {}: {e} (the annotations were written)", path.display()))?,
+        Some(path) => append_lines(path, &lines).map_err(|e| format!("sidecar {}: {e}", path.display()))?,
         None => {
             let mut err = std::io::stderr().lock();
             for l in &lines {
@@ -381,6 +394,10 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
             }
         }
     }
+    let clock = Instant::now();
+    annotate(module, task, config, steps, &graph, &anchors, &results)?;
+    t.annotate = ms(clock);
+    t.total = ms(start);
     let positives: usize = results.iter().map(|r| r.probabilities.iter().filter(|x| x.1 > 0.5).count()).sum();
     log::info!(
         target: PASS_NAME,
@@ -460,32 +477,6 @@ unsafe fn annotate(
     anchors: &Anchors,
     results: &[RootResult],
 ) -> Result<(), String> {
-    let fingerprint = metadata::graph_fingerprint(graph);
-    let kept = metadata::clear(module, task, &fingerprint);
-    let w = metadata::Writer::new(module);
-    let s = w.string(metadata::SCHEMA);
-    w.add_named(metadata::SCHEMA_NAMED, w.node(&[s]));
-    for entry in kept {
-        // Another task's entry: strings, except the version and steps.
-        let ops: Vec<_> = entry
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match (i, v.parse::<i64>()) {
-                (2 | 4, Ok(n)) => w.int(n),
-                _ => w.string(v),
-            })
-            .collect();
-        w.add_named(metadata::MODEL_NAMED, w.node(&ops));
-    }
-    let model = [
-        w.string(&config.task),
-        w.string(&config.format),
-        w.int(config.version.into()),
-        w.string(&config.head),
-        w.int(steps),
-        w.string(&fingerprint),
-    ];
-    w.add_named(metadata::MODEL_NAMED, w.node(&model));
 
     // Instruction node → (root, p) pairs, by root; root lists and argument
     // predictions by function.
@@ -533,6 +524,33 @@ unsafe fn annotate(
         }
     }
 
+    // Everything is placed: now write (nothing below fails).
+    let fingerprint = metadata::graph_fingerprint(graph);
+    let kept = metadata::clear(module, task, &fingerprint);
+    let w = metadata::Writer::new(module);
+    let s = w.string(metadata::SCHEMA);
+    w.add_named(metadata::SCHEMA_NAMED, w.node(&[s]));
+    for entry in kept {
+        // Another task's entry: strings, except the version and steps.
+        let ops: Vec<_> = entry
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match (i, v.parse::<i64>()) {
+                (2 | 4, Ok(n)) => w.int(n),
+                _ => w.string(v),
+            })
+            .collect();
+        w.add_named(metadata::MODEL_NAMED, w.node(&ops));
+    }
+    let model = [
+        w.string(&config.task),
+        w.string(&config.format),
+        w.int(config.version.into()),
+        w.string(&config.head),
+        w.int(steps),
+        w.string(&fingerprint),
+    ];
+    w.add_named(metadata::MODEL_NAMED, w.node(&model));
     let node_kind = w.kind(metadata::NODE);
     let value_kind = w.kind(metadata::VALUE);
     let task_kind = w.kind(&metadata::task_kind(task));

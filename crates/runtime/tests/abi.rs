@@ -1,0 +1,148 @@
+//! The runtime's C ABI, called as the plugin calls it (through the same
+//! `extern "C"` functions, linked from the rlib): a shipped bundle opens and
+//! predicts probabilities that agree with the model crate's; every kind of
+//! bad input is an error code with a message naming what is wrong, never a
+//! crash; a panic inside is caught.
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use programl::batch::{Batch, EdgeType, GraphInput, Sample};
+use programl_runtime::abi::{RtEdges, RtInput, RtModel, ABI_VERSION};
+use programl_runtime::*;
+
+/// The tests share libtorch's process-wide state and an environment
+/// variable: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bundle() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/reachability").canonicalize().unwrap()
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(programl_runtime_last_error()) }.to_string_lossy().into_owned()
+}
+
+fn open(dir: &str, device: &str) -> *mut RtModel {
+    let (d, v) = (CString::new(dir).unwrap(), CString::new(device).unwrap());
+    unsafe { programl_runtime_open(d.as_ptr(), v.as_ptr()) }
+}
+
+fn edges(b: &Batch, t: EdgeType) -> RtEdges {
+    let e = b.edges(t);
+    RtEdges { sources: e.sources.as_ptr(), targets: e.targets.as_ptr(), positions: e.positions.as_ptr(), len: e.len() }
+}
+
+fn input(b: &Batch) -> RtInput {
+    RtInput {
+        nodes: b.node_count(),
+        tokens: b.tokens().as_ptr(),
+        selector: b.selector().as_ptr(),
+        graphs: b.graph_count(),
+        offsets: b.offsets().as_ptr(),
+        edges: [edges(b, EdgeType::Control), edges(b, EdgeType::Data), edges(b, EdgeType::Call)],
+    }
+}
+
+/// A real module's graph, two roots, as the pass would batch it.
+fn real_batch(vocab: &programl::vocab::Vocabulary) -> Batch {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../llvm-tests/Inputs/infer/prog.c");
+    let dir = tempfile::tempdir().unwrap();
+    let ll = dir.path().join("prog.ll");
+    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+    let ok = std::process::Command::new(clang).args(["-O1", "-S", "-emit-llvm"]).arg(&src).arg("-o").arg(&ll).status().unwrap();
+    assert!(ok.success());
+    let graph = programl::builder::build_file(&ll, &Default::default()).unwrap();
+    let g = GraphInput::new(&graph, vocab).unwrap();
+    Batch::from_samples(&[Sample { graph: &g, root: Some(5), positives: None }, Sample { graph: &g, root: Some(9), positives: None }])
+        .unwrap()
+}
+
+#[test]
+fn open_describe_predict_close() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(programl_runtime_abi_version(), ABI_VERSION);
+    let dir = bundle();
+    let model = open(dir.to_str().unwrap(), "cpu");
+    assert!(!model.is_null(), "{}", last_error());
+    let info: serde_json::Value = serde_json::from_str(&unsafe { CStr::from_ptr(programl_runtime_info(model)) }.to_string_lossy()).unwrap();
+    assert_eq!((info["abi"].as_u64(), info["task"].as_str(), info["device"].as_str()), (Some(1), Some("reachability"), Some("cpu")));
+    assert_eq!(info["classes"].as_array().unwrap().len(), 2);
+    assert_eq!(programl_runtime_set_threads(1), 0);
+
+    let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
+    let batch = real_batch(&reference.vocabulary);
+    let mut out = vec![0f32; batch.node_count() * 2];
+    let status = unsafe { programl_runtime_predict(model, &input(&batch), 0, out.as_mut_ptr(), out.len()) };
+    assert_eq!(status, 0, "{}", last_error());
+    assert_eq!(last_error(), "");
+    for pair in out.chunks(2) {
+        assert!((pair[0] + pair[1] - 1.0).abs() < 1e-5, "{pair:?} is not a distribution");
+    }
+    let expected = programl_model::node_probabilities(&reference.model, &batch, reference.model.hyper().steps);
+    let worst = out.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "the runtime and the model crate differ by {worst}");
+    // The two copies of the graph differ only by their root.
+    let n = batch.node_count() / 2;
+    assert_ne!(out[..2 * n], out[2 * n..], "the root makes no difference");
+
+    // steps > 0 overrides the bundle's.
+    let mut few = vec![0f32; out.len()];
+    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 2, few.as_mut_ptr(), few.len()) }, 0);
+    assert_ne!(few, out);
+    unsafe { programl_runtime_close(model) };
+    unsafe { programl_runtime_close(std::ptr::null_mut()) };
+}
+
+#[test]
+fn bad_input_is_an_error_naming_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = bundle();
+    assert!(open("/nowhere/at/all", "cpu").is_null());
+    assert!(last_error().contains("/nowhere/at/all"), "{}", last_error());
+    assert!(open(dir.to_str().unwrap(), "tpu").is_null());
+    assert!(last_error().contains("device 'tpu' is not one of cpu, cuda, auto"), "{}", last_error());
+    assert!(unsafe { programl_runtime_open(std::ptr::null(), std::ptr::null()) }.is_null());
+    assert_eq!(last_error(), "the bundle directory is NULL");
+    assert!(open(dir.to_str().unwrap(), "cuda").is_null());
+    assert!(last_error().contains("device=cuda"), "{}", last_error());
+    assert_eq!(programl_runtime_set_threads(0), -1);
+    assert!(last_error().contains("threads=0"), "{}", last_error());
+
+    let model = open(dir.to_str().unwrap(), "cpu");
+    assert!(!model.is_null(), "{}", last_error());
+    let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
+    let batch = real_batch(&reference.vocabulary);
+    let mut out = vec![0f32; batch.node_count() * 2];
+    let predict = |i: &RtInput, out: &mut [f32]| unsafe { programl_runtime_predict(model, i, 0, out.as_mut_ptr(), out.len()) };
+
+    assert_eq!(predict(&input(&batch), &mut out[1..]), -1);
+    assert!(last_error().contains("the output holds"), "{}", last_error());
+    let mut wrong = input(&batch);
+    let bad_offsets = [0i64, 3, 1, batch.node_count() as i64];
+    wrong.offsets = bad_offsets.as_ptr();
+    wrong.graphs = 3;
+    assert_eq!(predict(&wrong, &mut out), -1);
+    assert!(last_error().starts_with("not a model input batch: offsets"), "{}", last_error());
+    let mut wrong = input(&batch);
+    wrong.tokens = std::ptr::null();
+    assert_eq!(predict(&wrong, &mut out), -1);
+    assert!(last_error().contains("tokens is NULL"), "{}", last_error());
+    let mut wrong = input(&batch);
+    let far = [batch.node_count() as i64 + 7];
+    wrong.edges[1] = RtEdges { sources: far.as_ptr(), targets: far.as_ptr(), positions: far.as_ptr(), len: 1 };
+    assert_eq!(predict(&wrong, &mut out), -1);
+    assert!(last_error().contains("data edge 0"), "{}", last_error());
+    assert_eq!(unsafe { programl_runtime_predict(std::ptr::null_mut(), &input(&batch), 0, out.as_mut_ptr(), out.len()) }, -1);
+    assert_eq!(last_error(), "the model is NULL");
+
+    // A panic inside (forced for the test) is an error, not an abort.
+    std::env::set_var("PROGRAML_RUNTIME_PANIC_FOR_TESTING", "1");
+    assert_eq!(predict(&input(&batch), &mut out), -1);
+    std::env::remove_var("PROGRAML_RUNTIME_PANIC_FOR_TESTING");
+    assert!(last_error().starts_with("internal error: PROGRAML_RUNTIME_PANIC_FOR_TESTING is set at"), "{}", last_error());
+    // And the model still works.
+    assert_eq!(predict(&input(&batch), &mut out), 0, "{}", last_error());
+    unsafe { programl_runtime_close(model) };
+}
