@@ -106,9 +106,10 @@ fn pairs(ops: &[Operand]) -> Vec<(i64, f64)> {
         .collect()
 }
 
+/// A probability as the `float` it is in the IR: its shortest f32 text
+/// (0.97897184, not 0.9789718389511108).
 fn round(p: f64) -> Value {
-    // f32 probabilities, printed as the f32 they are.
-    json!(p as f32)
+    json!((p as f32).to_string().parse::<f64>().unwrap_or(p))
 }
 
 struct Kinds {
