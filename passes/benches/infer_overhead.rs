@@ -23,14 +23,15 @@
 //! - with one root (`roots=all;max_roots=1`), the inference a single
 //!   decision costs.
 //!
-//! Then `opt -passes=verify` with and without the plugin loaded (the cost of
-//! loading it), and a ThinLTO link of Lua with the plugin loaded in lld and
+//! Then the runtime's `dlopen` against libtorch_cpu's alone (fresh processes),
+//! `opt -passes=verify` with and without the plugin loaded (the cost of
+//! loading it, wall and CPU), and a ThinLTO link of Lua with the plugin loaded in lld and
 //! `PROGRAML_INFER` set: one process, every module through the pass, the
 //! runtime loaded once.
 //!
 //! Environment: `PROGRAML_BENCH_MODEL` (default `models/reachability`),
 //! `PROGRAML_BENCH_REPS` (3), `PROGRAML_BENCH_PROJECTS` (`zlib,bzip2,lua`),
-//! `PROGRAML_BENCH_OPT_RUNS` (200).
+//! `PROGRAML_BENCH_OPT_RUNS` (1000).
 //!
 //! GPU: on a machine with one, build `-p programl-runtime-cuda` too and run
 //! with `PROGRAML_BENCH_DEVICE=cuda` (the pass then opens
@@ -217,6 +218,10 @@ struct UnitFigures {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--dlopen") {
+        return dlopen_child(&args[i + 1]);
+    }
     let plugin = profile_dir().join("libprograml_passes.so");
     let runtime = profile_dir().join("libprograml_runtime.so");
     for p in [&plugin, &runtime] {
@@ -224,7 +229,7 @@ fn main() {
     }
     let model = std::env::var("PROGRAML_BENCH_MODEL").map(PathBuf::from).unwrap_or_else(|_| workspace().join("models/reachability"));
     let reps: usize = std::env::var("PROGRAML_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
-    let opt_runs: usize = std::env::var("PROGRAML_BENCH_OPT_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(200).max(2);
+    let opt_runs: usize = std::env::var("PROGRAML_BENCH_OPT_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000).max(2);
     let device = std::env::var("PROGRAML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
     let projects: Vec<String> = std::env::var("PROGRAML_BENCH_PROJECTS")
         .unwrap_or_else(|_| "zlib,bzip2,lua".into())
@@ -318,34 +323,83 @@ fn main() {
         median(measured.iter().map(|(_, f)| m(&f.plugin) - m(&f.plain)).collect()),
     );
 
+    load_cost(&runtime, 5);
     opt_load_cost(&plugin, opt_runs);
     thin_lto(&plugin, &infer, &units);
 }
 
-/// `opt -passes=verify` with and without the plugin, interleaved.
+/// Children's user + system CPU time so far, ms.
+fn children_cpu_ms() -> f64 {
+    // SAFETY: getrusage fills the struct.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(r.ru_utime) + ms(r.ru_stime)
+}
+
+/// `opt -passes=verify` with and without the plugin, interleaved: wall and
+/// CPU time.
 fn opt_load_cost(plugin: &Path, runs: usize) {
     let tmp = std::env::temp_dir().join(format!("programl-bench-{}.ll", std::process::id()));
     std::fs::write(&tmp, "define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n").unwrap();
     let opt = Path::new(programl::LLVM_BINDIR).join("opt");
-    let (mut plain, mut loaded) = (Vec::new(), Vec::new());
+    let (mut plain, mut loaded, mut plain_cpu, mut loaded_cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
+        let c = children_cpu_ms();
         plain.push(timed(Command::new(&opt).args(["-passes=verify", "-disable-output"]).arg(&tmp)).0);
+        let d = children_cpu_ms();
         loaded.push(
             timed(Command::new(&opt).arg(format!("-load-pass-plugin={}", plugin.display())).args(["-passes=verify", "-disable-output"]).arg(&tmp))
                 .0,
         );
+        plain_cpu.push(d - c);
+        loaded_cpu.push(children_cpu_ms() - d);
     }
     let _ = std::fs::remove_file(&tmp);
-    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (p, l, pc, lc) = (median(plain), median(loaded), median(plain_cpu), median(loaded_cpu));
     println!();
     println!(
-        "opt -passes=verify, {runs} interleaved runs: plain {:.2} ms, plugin loaded {:.2} ms (median, {:+.2} ms); minima {:.2} / {:.2} ms ({:+.2} ms)",
-        median(plain.clone()),
-        median(loaded.clone()),
-        median(loaded.clone()) - median(plain.clone()),
-        min(&plain),
-        min(&loaded),
-        min(&loaded) - min(&plain)
+        "opt -passes=verify, {runs} interleaved runs (medians): plain {p:.2} ms wall / {pc:.2} ms CPU; plugin loaded {l:.2} / {lc:.2} ms ({:+.2} ms wall, {:+.2} ms CPU)",
+        l - p,
+        lc - pc
+    );
+}
+
+/// In a child process (`--dlopen PATH`): dlopen PATH as the pass does and
+/// print the milliseconds it took, and where libtorch_cpu was mapped from.
+fn dlopen_child(path: &str) {
+    let c = std::ffi::CString::new(path).unwrap();
+    let start = Instant::now();
+    // SAFETY: dlopen of a library; never closed.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    assert!(!handle.is_null(), "dlopen {path} failed");
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let torch = maps.split_whitespace().find(|w| w.ends_with("/libtorch_cpu.so")).unwrap_or("-");
+    println!("{ms} {torch}");
+}
+
+/// The runtime's load against libtorch_cpu's alone, each in a fresh
+/// process, interleaved.
+fn load_cost(runtime: &Path, runs: usize) {
+    let me = std::env::current_exe().unwrap();
+    let child = |path: &str| -> (f64, String) {
+        let out = Command::new(&me).args(["--dlopen", path]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut words = text.split_whitespace();
+        (words.next().and_then(|w| w.parse().ok()).unwrap_or(f64::NAN), words.next().unwrap_or("-").to_string())
+    };
+    let (_, torch) = child(&runtime.to_string_lossy());
+    let (mut rt, mut alone) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        rt.push(child(&runtime.to_string_lossy()).0);
+        alone.push(child(&torch).0);
+    }
+    println!();
+    println!(
+        "dlopen in a fresh process, {runs} runs (medians): libprograml_runtime.so {:.1} ms; libtorch_cpu.so alone {:.1} ms ({torch})",
+        median(rt),
+        median(alone)
     );
 }
 
