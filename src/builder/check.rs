@@ -53,7 +53,8 @@ fn has_edge(inst: LLVMValueRef, operands: &[LLVMValueRef], pos: usize, mode: Mod
         (Mode::Paper, _) => {
             // The callee is the last operand of a call, invoke or callbr.
             let callee = llvm::called_value(inst);
-            let is_callee = callee.is_some() && pos + 1 == llvm::operands(inst).count();
+            // (In this mode `operands` are LLVM's own.)
+            let is_callee = callee.is_some() && pos + 1 == operands.len();
             !(is_callee && callee.and_then(llvm::strip_to_function).is_some())
         }
     }
@@ -73,7 +74,8 @@ unsafe fn check_operands(module: LLVMModuleRef, graph: &ProgramGraph, mode: Mode
         errors.push(format!("the graph has {} body instructions, the module {}", nodes.len(), insts.len()));
         return;
     }
-    let mut of_node: HashMap<u32, LLVMValueRef> = HashMap::with_capacity(nodes.len());
+    // Each instruction node's instruction and its operands as `mode` numbers them.
+    let mut of_node: HashMap<u32, (LLVMValueRef, Vec<LLVMValueRef>)> = HashMap::with_capacity(nodes.len());
     for (&node, &(inst, fid)) in nodes.iter().zip(&insts) {
         let n = graph.node(node.into());
         let opcode = llvm::opcode_name(inst);
@@ -84,7 +86,7 @@ unsafe fn check_operands(module: LLVMModuleRef, graph: &ProgramGraph, mode: Mode
             ));
             return;
         }
-        of_node.insert(node, inst);
+        of_node.insert(node, (inst, operands_of(inst, mode)));
     }
     // Operand positions with an edge, per instruction node.
     let mut seen: HashMap<u32, BTreeSet<u32>> = HashMap::new();
@@ -93,9 +95,8 @@ unsafe fn check_operands(module: LLVMModuleRef, graph: &ProgramGraph, mode: Mode
         if e.weight().flow != Flow::Data {
             continue;
         }
-        let Some(&inst) = of_node.get(&target) else { continue };
+        let Some((_, operands)) = of_node.get(&target) else { continue };
         let position = e.weight().position;
-        let operands = operands_of(inst, mode);
         let Some(&operand) = operands.get(position as usize) else {
             errors.push(format!(
                 "data edge {source} -> {target} ({:?}) has position {position}, but the instruction has {} operand(s)",
@@ -116,9 +117,8 @@ unsafe fn check_operands(module: LLVMModuleRef, graph: &ProgramGraph, mode: Mode
             ));
         }
     }
-    for (&node, &inst) in &of_node {
-        let operands = operands_of(inst, mode);
-        let expected: BTreeSet<u32> = (0..operands.len()).filter(|&i| has_edge(inst, &operands, i, mode)).map(|i| i as u32).collect();
+    for (&node, (inst, operands)) in &of_node {
+        let expected: BTreeSet<u32> = (0..operands.len()).filter(|&i| has_edge(*inst, operands, i, mode)).map(|i| i as u32).collect();
         let empty = BTreeSet::new();
         let found = seen.get(&node).unwrap_or(&empty);
         if *found != expected {
