@@ -30,7 +30,7 @@ runs="$PROGRAML_CACHE/runs"
 mkdir -p "$runs"
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 # The arguments every session must repeat (a run refuses other ones).
-common=(--data "$data" --lr 1e-3 --state-dropout 0 --max-nodes 10000 --val-examples 2000 --val-every 4000 --threads 1 --device cpu --quiet)
+common=(--data "$data" --lr 1e-3 --state-dropout 0 --max-nodes 10000 --val-examples 1000 --val-every 2000 --threads 1 --device cpu --quiet)
 
 one() {
     local task="$1" run="$runs/$1" ship="$root/models/$1"
@@ -50,7 +50,7 @@ one() {
         cp -r "$run/checkpoint" "$ship.tmp/checkpoint"
         rm -rf "$ship"
         mv "$ship.tmp" "$ship"
-        echo "[train-models] $task: done ($(date +%H:%M:%S)); $(tail -n 1 "$runs/$task.log")"
+        echo "[train-models] $task: done ($(date +%H:%M:%S)); last validation: $(grep '^val,' "$run/log.csv" | tail -n 1)"
     else
         echo "[train-models] $task: FAILED, see $runs/$task.log"
     fi

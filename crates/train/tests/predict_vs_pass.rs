@@ -82,7 +82,9 @@ type Probabilities = BTreeMap<u64, BTreeMap<u64, f64>>;
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
+    // The bundle's files only: models/<task>/ also holds the training run's
+    // checkpoint/ directory, which a bundle does not need.
+    for entry in std::fs::read_dir(from).unwrap().flatten().filter(|e| e.path().is_file()) {
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
