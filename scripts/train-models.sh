@@ -41,6 +41,7 @@ one() {
         cp -r "$ship/checkpoint" "$run/checkpoint"
         cp "$ship/vocabulary.json" "$run/vocabulary.json"
         cp "$ship/config.json" "$ship/weights.safetensors" "$ship/vocabulary.json" "$run/model/"
+        cp "$ship/log.csv" "$ship/curves.png" "$run/" # redrawn at the next validation
     fi
     echo "[train-models] $task: budget $budget ($(date +%H:%M:%S))"
     if OMP_WAIT_POLICY=PASSIVE "$train" train --task "$task" --out "$run" --budget "$budget" "${common[@]}" >>"$runs/$task.log" 2>&1; then
