@@ -8,7 +8,7 @@ every annotation points where it says:
 
 - each annotated instruction's `node` is an instruction node of the graph
   whose full_text is the instruction's text (`!programl.*` attachments
-  removed from both, metadata numbers ignored);
+  removed from both, metadata and attribute group numbers ignored);
 - its `value` is a variable node that the instruction defines (data edge
   instruction -> variable);
 - each function's `args` are variable nodes (or -1);
@@ -30,14 +30,15 @@ import sys
 INSTRUCTION, VARIABLE = 0, 1
 DATA = 1
 ATTACHMENT = re.compile(r",\s*!programl\.[A-Za-z.]+ ![0-9]+")
-# Metadata node numbers change when the pass adds nodes.
-METADATA_REF = re.compile(r"![0-9]+")
+# Metadata node and attribute group numbers change when the pass adds
+# metadata (the printer numbers them afresh).
+METADATA_REF = re.compile(r"(?<![A-Za-z0-9_])[!#][0-9]+")
 
 
 def full_text(node):
     full = node.get("features", {}).get("full_text", [])
     text = full[0] if full and full[0] else node["text"]
-    return METADATA_REF.sub("!N", " ".join(ATTACHMENT.sub("", text).split()))
+    return METADATA_REF.sub(lambda m: m.group(0)[0] + "N", " ".join(ATTACHMENT.sub("", text).split()))
 
 
 def main(annotations_path, graph_path, task, roots_path=None):
@@ -55,7 +56,7 @@ def main(annotations_path, graph_path, task, roots_path=None):
 
     for inst in ann["instructions"]:
         node = nodes.get(inst["node"])
-        text = METADATA_REF.sub("!N", " ".join(ATTACHMENT.sub("", inst["text"]).split()))
+        text = METADATA_REF.sub(lambda m: m.group(0)[0] + "N", " ".join(ATTACHMENT.sub("", inst["text"]).split()))
         if node is None or node["type"] != INSTRUCTION:
             problems.append("node %r of %r is not an instruction" % (inst["node"], text))
             continue
