@@ -642,3 +642,41 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     file.write_all(text.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use llvm_plugin::inkwell::context::Context;
+    use llvm_plugin::inkwell::memory_buffer::MemoryBuffer;
+
+    const KERNELS: &str = r#"
+define spir_kernel void @k(ptr %p) {
+  ret void
+}
+define void @helper() {
+  ret void
+}
+"#;
+
+    fn annotated(task: &str, classes: &[&str], probabilities: &[f32]) -> (Result<usize, String>, String) {
+        let context = Context::create();
+        let buffer = MemoryBuffer::create_from_memory_range_copy(KERNELS.as_bytes(), "kernels");
+        let module = context.create_module_from_ir(buffer).unwrap();
+        let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
+        // SAFETY: the module lives through the call.
+        let n = unsafe { super::annotate_graph_level(module.as_mut_ptr(), task, &classes, probabilities) };
+        (n, module.print_to_string().to_string())
+    }
+
+    #[test]
+    fn graph_level_annotations() {
+        let (n, ir) = annotated("devmap", &["cpu", "gpu"], &[0.25, 0.75]);
+        assert_eq!(n, Ok(1));
+        assert!(ir.contains("define spir_kernel void @k(ptr %p) !programl.device !0"), "{ir}");
+        assert!(ir.contains("define void @helper() {"), "{ir}");
+        assert!(ir.contains("!0 = !{!\"gpu\", float 7.500000e-01}"), "{ir}");
+        let (n, ir) = annotated("poj104", &["a", "b", "c"], &[0.1, 0.2, 0.7]);
+        assert_eq!(n, Ok(1));
+        assert!(ir.contains("!programl.class = !{!0}") && ir.contains("!{!\"c\", float 0x3FE6666660000000}"), "{ir}");
+        assert!(annotated("devmap", &["cpu"], &[0.5, 0.5]).0.is_err());
+    }
+}
