@@ -34,7 +34,7 @@ pub use dataflow::FlowGraph;
 
 use std::fmt;
 
-use crate::graph::ProgramGraph;
+use crate::graph::{NodeKind, ProgramGraph, UNDEFINED_FUNCTION_TEXT};
 
 /// A DeepDataFlow task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -235,3 +235,18 @@ pub fn sample_roots(eligible: &[u32], nodes: usize, seed: u64) -> Vec<u32> {
 }
 
 pub use crate::hash::mix;
+
+/// The nodes `task` labels, ascending, given every node's kind and text:
+/// variables for liveness, instructions otherwise, never `[external]` (node
+/// 0) nor a `; undefined function` placeholder. Training, evaluation and the
+/// learned pass's `verify` all count over these nodes.
+pub fn labelled_nodes<'t>(task: Task, kinds: &[NodeKind], texts: impl IntoIterator<Item = &'t str>) -> Vec<u32> {
+    let want = if task == Task::Liveness { NodeKind::Variable } else { NodeKind::Instruction };
+    kinds
+        .iter()
+        .zip(texts)
+        .enumerate()
+        .filter(|&(i, (&k, text))| k == want && !(k == NodeKind::Instruction && (i == 0 || text == UNDEFINED_FUNCTION_TEXT)))
+        .map(|(i, _)| i as u32)
+        .collect()
+}

@@ -9,9 +9,9 @@ use programl::analysis::{Analyzer, Task};
 use programl::batch::{Batch, EdgeType, GraphInput, Sample};
 use programl::hash::Fnv1a;
 use programl::builder::{build, BuildOptions};
-use programl::graph::{NodeKind, UNDEFINED_FUNCTION_TEXT};
+use programl::graph::NodeKind;
 use programl::vocab::{Vocabulary, UNKNOWN_ID};
-use programl_dataset::{labels_kind, Dataset, Split, Subset};
+use programl_dataset::{Dataset, Split, Subset};
 use rayon::prelude::*;
 
 /// One graph: its model input and the nodes that carry a label for the task.
@@ -44,17 +44,7 @@ pub struct Examples {
     pub all_nodes: u64,
 }
 
-/// The labelled nodes of a graph given by kinds and texts.
-pub fn labelled_nodes<'t>(task: Task, kinds: &[NodeKind], texts: impl IntoIterator<Item = &'t str>) -> Vec<u32> {
-    let want = labels_kind(task);
-    kinds
-        .iter()
-        .zip(texts)
-        .enumerate()
-        .filter(|&(i, (&k, text))| k == want && !(k == NodeKind::Instruction && (i == 0 || text == UNDEFINED_FUNCTION_TEXT)))
-        .map(|(i, _)| i as u32)
-        .collect()
-}
+pub use programl::analysis::labelled_nodes;
 
 impl Examples {
     /// The examples of `task` in `split` and `subset` of a dataset store,

@@ -186,6 +186,9 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 bail!("{}: no such dataset or IR directory", data.display());
             };
+            if limit == Some(0) {
+                bail!("--limit 0: evaluate at least one example");
+            }
             let available = examples.examples.len();
             let ids: Vec<usize> = match limit {
                 Some(n) if n < available => {

@@ -35,8 +35,8 @@ use std::time::Instant;
 
 use llvm_plugin::inkwell::llvm_sys::core::*;
 use llvm_plugin::inkwell::llvm_sys::prelude::*;
-use petgraph::graph::NodeIndex;
-use programl::analysis::{Analyzer, Task};
+use programl::analysis::{labelled_nodes, Analyzer, Task};
+use programl::metrics::Confusion;
 use programl::batch::{Batch, Batcher, GraphInput, Sample};
 use programl::builder::{build_raw, BuildOptions, Mode};
 use programl::graph::{NodeKind, ProgramGraph};
@@ -82,57 +82,6 @@ pub struct Timings {
     pub total: f64,
 }
 
-/// Precision and recall counts over labelled nodes, pooled over roots.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Confusion {
-    pub tp: u64,
-    pub fp: u64,
-    pub fn_: u64,
-    pub tn: u64,
-}
-
-impl Confusion {
-    fn record(&mut self, predicted: bool, actual: bool) {
-        match (predicted, actual) {
-            (true, true) => self.tp += 1,
-            (true, false) => self.fp += 1,
-            (false, true) => self.fn_ += 1,
-            (false, false) => self.tn += 1,
-        }
-    }
-
-    /// TP / (TP + FP); 1 when nothing is predicted positive and nothing
-    /// is (as `programl-train eval` counts).
-    pub fn precision(&self) -> f64 {
-        ratio(self.tp, self.tp + self.fp, self.fn_ == 0)
-    }
-
-    /// TP / (TP + FN); 1 when there is no positive.
-    pub fn recall(&self) -> f64 {
-        ratio(self.tp, self.tp + self.fn_, true)
-    }
-
-    pub fn f1(&self) -> f64 {
-        let (p, r) = (self.precision(), self.recall());
-        if p + r == 0.0 {
-            0.0
-        } else {
-            2.0 * p * r / (p + r)
-        }
-    }
-}
-
-fn ratio(a: u64, b: u64, empty_is_perfect: bool) -> f64 {
-    if b == 0 {
-        if empty_is_perfect {
-            1.0
-        } else {
-            0.0
-        }
-    } else {
-        a as f64 / b as f64
-    }
-}
 
 /// Runs the pass on `module`; never panics or unwinds. A failure is one
 /// warning and the module is unchanged.
@@ -184,17 +133,6 @@ pub unsafe fn opaque_pointers(module: LLVMModuleRef) -> bool {
     LLVMPointerTypeIsOpaque(LLVMPointerType(LLVMInt8TypeInContext(context), 0)) != 0
 }
 
-/// The nodes a task labels (its positives are among them): variables for
-/// liveness, body instructions otherwise, as `programl-train` evaluates.
-pub fn labelled_nodes(task: Task, graph: &ProgramGraph) -> Vec<u32> {
-    let want = if task == Task::Liveness { NodeKind::Variable } else { NodeKind::Instruction };
-    (0..graph.graph.node_count() as u32)
-        .filter(|&n| {
-            let kind = graph.graph[NodeIndex::new(n as usize)].kind;
-            kind == want && (kind != NodeKind::Instruction || graph.is_body_instruction(n))
-        })
-        .collect()
-}
 
 /// The index of the positive class: `positive` by name, else 1 of 2.
 fn positive_class(classes: &[String]) -> Option<usize> {
@@ -315,7 +253,8 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let input = GraphInput::new(&graph, &bundle.vocabulary).map_err(|e| format!("not model input: {e}"))?;
     let mut analyzer = Analyzer::new(&graph);
     let roots = choose_roots(module, p, task, &anchors, &mut analyzer, &name);
-    let labelled = labelled_nodes(task, &graph);
+    let kinds: Vec<NodeKind> = graph.graph.node_weights().map(|n| n.kind).collect();
+    let labelled = labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));
     t.features = ms(clock);
 
     let steps = p.steps.unwrap_or(config.hyper.steps);
