@@ -57,11 +57,26 @@ fn five_nodes(vocab: &Vocabulary) -> GraphInput {
     GraphInput::from_parts(texts, edges, vocab).unwrap()
 }
 
-fn randomise(model: &Ggnn, seed: i64) {
-    tch::manual_seed(seed);
+/// Weights uniform in [-0.5, 0.5), a function of the seed and each
+/// parameter's name only. Not libtorch's global generator: the tests of this
+/// file run on parallel threads that share it, and the store's parameter
+/// order is a hash map's, so its draws would differ from run to run.
+fn randomise(model: &Ggnn, seed: u64) {
     tch::no_grad(|| {
-        for (_, t) in model.named_parameters() {
-            let _ = t.shallow_clone().uniform_(-0.5, 0.5);
+        for (name, t) in model.named_parameters() {
+            let mut state = name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let values: Vec<f32> = (0..t.numel())
+                .map(|_| {
+                    // splitmix64
+                    state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                    let mut z = state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                    z ^= z >> 31;
+                    (z >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect();
+            t.shallow_clone().copy_(&Tensor::from_slice(&values).view(t.size().as_slice()));
         }
     });
 }
