@@ -164,9 +164,14 @@ _programl_bootstrap() (
     fi
 )
 
-if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
+# Run as its own job, then wait: bash ignores `set -e` inside anything that
+# is the left side of `||` (subshells included), so `_programl_bootstrap ||`
+# would carry on past a failed step, a failed cargo build among them.
+_programl_bootstrap </dev/null &
+_programl_status=0
+wait $! || _programl_status=$?
+if [ "$_programl_status" != 0 ]; then
+    echo "[bootstrap] FAILED" >&2
     # Sourced: report failure without killing the caller's shell.
-    _programl_bootstrap || { echo "[bootstrap] FAILED" >&2; return 1; }
-else
-    _programl_bootstrap || { echo "[bootstrap] FAILED" >&2; exit 1; }
+    if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then return 1; else exit 1; fi
 fi
