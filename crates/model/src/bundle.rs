@@ -48,6 +48,18 @@ pub struct Config {
     pub classes: Vec<String>,
     pub hyper: Hyper,
     pub provenance: Provenance,
+    /// For models of source programs (device mapping, POJ-104): how the
+    /// sources were compiled to IR, so that new sources are compiled alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceCompile>,
+}
+
+/// The compiler and flags that turned the training sources into IR.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceCompile {
+    pub compiler: String,
+    pub flags: Vec<String>,
 }
 
 /// What the model predicts on.
@@ -213,6 +225,13 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
     if config.hyper.classes as usize != config.classes.len() {
         return Err(invalid(&path, format!("{} class names for {} classes", config.classes.len(), config.hyper.classes)));
     }
+    if (config.head == Head::Graph) != config.hyper.graph.is_some() {
+        let detail = match config.head {
+            Head::Graph => "head \"graph\" without hyper.graph (the graph head's settings)",
+            Head::Node => "head \"node\" with hyper.graph (settings of a graph head)",
+        };
+        return Err(invalid(&path, detail));
+    }
     if config.hyper.vocab_size == 0 || config.hyper.positions < 1 || config.hyper.classes < 1 {
         return Err(invalid(&path, "hyper: vocab_size, positions and classes must be positive"));
     }
@@ -222,7 +241,7 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
 /// Writes the model's parameters as safetensors (f32, on the CPU).
 pub fn save_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
     let tensors: Vec<(&str, Tensor)> =
-        model.named_parameters().into_iter().map(|(n, t)| (n, t.to_kind(Kind::Float).to_device(Device::Cpu))).collect();
+        model.named_tensors().into_iter().map(|(n, t)| (n, t.to_kind(Kind::Float).to_device(Device::Cpu))).collect();
     let staged = path.with_extension("safetensors.tmp");
     Tensor::write_safetensors(&tensors, &staged).map_err(|e| invalid(path, format!("cannot write weights: {e}")))?;
     std::fs::rename(&staged, path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })
@@ -237,7 +256,7 @@ pub fn load_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
     let mut found: BTreeMap<String, Tensor> = read.into_iter().collect();
     let mut problems = Vec::new();
     let mut checked = Vec::new();
-    for (name, shape) in model.hyper().parameter_shapes() {
+    for (name, shape) in model.hyper().tensor_shapes() {
         match found.remove(name) {
             None => problems.push(format!("missing tensor '{name}' (shape {shape:?})")),
             Some(t) if t.kind() != Kind::Float => problems.push(format!("tensor '{name}' is {:?}, expected Float (f32)", t.kind())),
@@ -252,12 +271,12 @@ pub fn load_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
         return Err(invalid(path, problems.join("; ")));
     }
     tch::no_grad(|| {
-        for ((name, target), (checked_name, source)) in model.named_parameters().into_iter().zip(checked) {
-            assert_eq!(name, checked_name, "parameter_shapes and named_parameters list the same names in the same order");
+        for ((name, target), (checked_name, source)) in model.named_tensors().into_iter().zip(checked) {
+            assert_eq!(name, checked_name, "tensor_shapes and named_tensors list the same names in the same order");
             target.shallow_clone().copy_(&source);
         }
     });
-    for (name, t) in model.named_parameters() {
+    for (name, t) in model.named_tensors() {
         let finite = bool::try_from(t.isfinite().all()).unwrap_or(false);
         if !finite {
             return Err(invalid(path, format!("tensor '{name}' holds NaN or infinite values")));

@@ -64,14 +64,51 @@ pub struct Hyper {
     pub steps: i64,
     /// Dropout on the GRU state during training.
     pub state_dropout: f64,
-    /// Classes per node.
+    /// Classes per node (and per graph, with a graph head).
     pub classes: i64,
+    /// The graph-level head, for graph tasks (absent: per-node predictions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphHead>,
 }
+
+/// A graph-level head (SPEC.md §3, "graph-level tasks"): the per-node
+/// readout is summed over each graph's nodes into C graph logits; where
+/// the task has auxiliary inputs, those logits and the inputs go through a
+/// small classifier:
+///
+/// ```text
+/// x = [Σ_v R_v ; log(1 + aux)]        (C + A)
+/// x̂ = batch-normalised x              (running statistics at inference)
+/// logits = W_2 relu(W_1 x̂ + b_1) + b_2   (C)
+/// ```
+///
+/// (upstream's auxiliary readout, in `programl/models/ggnn/` at v0.1.0,
+/// without its dropout). The auxiliary inputs are raw quantities (bytes,
+/// work-items): the model applies `log1p` itself, so that the trainer and
+/// the learned pass featurise them the same way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphHead {
+    /// Names of the auxiliary inputs, in input order (empty: none).
+    pub aux: Vec<String>,
+    /// Width of the auxiliary classifier's hidden layer.
+    pub aux_hidden: i64,
+}
+
+/// Batch-norm momentum and epsilon of the auxiliary classifier (PyTorch's
+/// `BatchNorm1d` defaults).
+const NORM_MOMENTUM: f64 = 0.1;
+const NORM_EPS: f64 = 1e-5;
 
 impl Hyper {
     /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
     pub fn spec(vocab_size: usize) -> Hyper {
-        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2 }
+        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2, graph: None }
+    }
+
+    /// The auxiliary inputs of a graph head (0 without one).
+    pub fn aux_inputs(&self) -> i64 {
+        self.graph.as_ref().map_or(0, |g| g.aux.len() as i64)
     }
 
     /// Every parameter's name and shape, in a fixed order.
@@ -92,6 +129,41 @@ impl Hyper {
             ("readout.transform.weight", vec![c, h]),
             ("readout.transform.bias", vec![c]),
         ]
+        .into_iter()
+        .chain(self.aux_shapes().into_iter().filter(|(n, _)| !n.starts_with("aux.norm.running")))
+        .collect()
+    }
+
+    /// The auxiliary classifier's tensors, trainable and not.
+    fn aux_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let (a, c) = (self.aux_inputs(), self.classes);
+        if a == 0 {
+            return Vec::new();
+        }
+        let hidden = self.graph.as_ref().map_or(0, |g| g.aux_hidden);
+        vec![
+            ("aux.norm.weight", vec![c + a]),
+            ("aux.norm.bias", vec![c + a]),
+            ("aux.norm.running_mean", vec![c + a]),
+            ("aux.norm.running_var", vec![c + a]),
+            ("aux.hidden.weight", vec![hidden, c + a]),
+            ("aux.hidden.bias", vec![hidden]),
+            ("aux.out.weight", vec![c, hidden]),
+            ("aux.out.bias", vec![c]),
+        ]
+    }
+
+    /// Non-trainable state saved with the weights (the auxiliary
+    /// classifier's running statistics), in [`Ggnn::named_buffers`] order.
+    pub fn buffer_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        self.aux_shapes().into_iter().filter(|(n, _)| n.starts_with("aux.norm.running")).collect()
+    }
+
+    /// Everything `weights.safetensors` holds: parameters, then buffers.
+    pub fn tensor_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let mut all = self.parameter_shapes();
+        all.extend(self.buffer_shapes());
+        all
     }
 
     /// Number of trainable parameters.
@@ -122,6 +194,20 @@ pub struct Ggnn {
     pub(crate) sinusoids: Tensor,
     /// The frozen selector rows, \[2, 2\].
     pub(crate) selector_table: Tensor,
+    /// The graph head's auxiliary classifier, if it has auxiliary inputs.
+    pub(crate) aux: Option<AuxNet>,
+}
+
+/// The auxiliary classifier of a [`GraphHead`].
+pub(crate) struct AuxNet {
+    norm_w: Tensor,
+    norm_b: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    hidden_w: Tensor,
+    hidden_b: Tensor,
+    out_w: Tensor,
+    out_b: Tensor,
 }
 
 /// Xavier (Glorot) uniform bound for a `fan_out × fan_in` weight.
@@ -159,6 +245,22 @@ impl Ggnn {
         let sinusoids = sinusoids(hyper.positions).to_device(device);
         let v = hyper.selector_value;
         let selector_table = Tensor::from_slice(&[v as f32, 0.0, 0.0, v as f32]).view([2, 2]).to_device(device);
+        let aux = (hyper.aux_inputs() > 0).then(|| {
+            let width = c + hyper.aux_inputs();
+            let hidden = hyper.graph.as_ref().map_or(0, |g| g.aux_hidden);
+            let p = &root / "aux";
+            let norm = &p / "norm";
+            AuxNet {
+                norm_w: norm.var("weight", &[width], nn::Init::Const(1.0)),
+                norm_b: norm.var("bias", &[width], nn::Init::Const(0.0)),
+                running_mean: norm.zeros_no_train("running_mean", &[width]),
+                running_var: norm.ones_no_train("running_var", &[width]),
+                hidden_w: (&p / "hidden").var("weight", &[hidden, width], xavier(hidden, width)),
+                hidden_b: (&p / "hidden").var("bias", &[hidden], nn::Init::Const(0.0)),
+                out_w: (&p / "out").var("weight", &[c, hidden], xavier(c, hidden)),
+                out_b: (&p / "out").var("bias", &[c], nn::Init::Const(0.0)),
+            }
+        });
         Ggnn {
             vs,
             hyper: hyper.clone(),
@@ -177,6 +279,7 @@ impl Ggnn {
             readout_b,
             sinusoids,
             selector_table,
+            aux,
         }
     }
 
@@ -249,14 +352,44 @@ impl Ggnn {
         self.readout(&h, &h0)
     }
 
-    /// Every parameter, in [`Hyper::parameter_shapes`] order.
+    /// Graph logits \[G, C\]: each graph's per-node logits after `steps`
+    /// steps, summed over its nodes (a graph head's pooling).
+    pub fn pooled_logits(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
+        let nodes = self.forward(input, steps, train);
+        Tensor::zeros([input.graphs, self.hyper.classes], (nodes.kind(), nodes.device())).index_add(0, &input.graph_index, &nodes)
+    }
+
+    /// A graph head's logits \[R, C\] for R rows, each a graph's pooled
+    /// logits (rows of [`Ggnn::pooled_logits`]) with its raw auxiliary
+    /// inputs \[R, A\]. Without auxiliary inputs, the pooled logits
+    /// themselves. In training (`train`), the normalisation uses the
+    /// rows' own statistics and updates the running ones.
+    pub fn graph_logits(&self, pooled: &Tensor, aux: Option<&Tensor>, train: bool) -> Tensor {
+        let (Some(net), Some(aux)) = (&self.aux, aux) else {
+            return pooled.shallow_clone();
+        };
+        let x = Tensor::cat(&[pooled, &aux.to_kind(pooled.kind()).clamp_min(0.0).log1p()], 1);
+        let x = x.batch_norm(
+            Some(&net.norm_w),
+            Some(&net.norm_b),
+            Some(&net.running_mean),
+            Some(&net.running_var),
+            train,
+            NORM_MOMENTUM,
+            NORM_EPS,
+            false,
+        );
+        x.linear(&net.hidden_w, Some(&net.hidden_b)).relu().linear(&net.out_w, Some(&net.out_b))
+    }
+
+    /// Every trainable parameter, in [`Hyper::parameter_shapes`] order.
     pub fn parameters(&self) -> Vec<&Tensor> {
         self.named_parameters().into_iter().map(|(_, t)| t).collect()
     }
 
     /// Every parameter with its name, in [`Hyper::parameter_shapes`] order.
     pub fn named_parameters(&self) -> Vec<(&'static str, &Tensor)> {
-        vec![
+        let mut all = vec![
             ("embedding.weight", &self.embedding),
             ("messages.weight", &self.messages_w),
             ("messages.bias", &self.messages_b),
@@ -270,7 +403,34 @@ impl Ggnn {
             ("readout.gate.bias", &self.readout_gate_b),
             ("readout.transform.weight", &self.readout_w),
             ("readout.transform.bias", &self.readout_b),
-        ]
+        ];
+        if let Some(a) = &self.aux {
+            all.extend([
+                ("aux.norm.weight", &a.norm_w),
+                ("aux.norm.bias", &a.norm_b),
+                ("aux.hidden.weight", &a.hidden_w),
+                ("aux.hidden.bias", &a.hidden_b),
+                ("aux.out.weight", &a.out_w),
+                ("aux.out.bias", &a.out_b),
+            ]);
+        }
+        all
+    }
+
+    /// Non-trainable saved state, in [`Hyper::buffer_shapes`] order.
+    pub fn named_buffers(&self) -> Vec<(&'static str, &Tensor)> {
+        match &self.aux {
+            Some(a) => vec![("aux.norm.running_mean", &a.running_mean), ("aux.norm.running_var", &a.running_var)],
+            None => Vec::new(),
+        }
+    }
+
+    /// Parameters then buffers: what `weights.safetensors` holds, in
+    /// [`Hyper::tensor_shapes`] order.
+    pub fn named_tensors(&self) -> Vec<(&'static str, &Tensor)> {
+        let mut all = self.named_parameters();
+        all.extend(self.named_buffers());
+        all
     }
 }
 
@@ -318,6 +478,9 @@ pub struct Prepared {
     /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
     /// `1 / indegree(v)` on the columns of `v`'s incoming edges.
     mean: Tensor,
+    /// The graph of every node, \[N\], and the number of graphs.
+    pub graph_index: Tensor,
+    pub graphs: i64,
     /// Nodes, edges.
     pub nodes: i64,
     pub edges: i64,
@@ -379,6 +542,8 @@ impl Prepared {
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
             mean,
+            graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
+            graphs: batch.graph_count() as i64,
             nodes: n as i64,
             edges: total as i64,
         }

@@ -29,7 +29,7 @@ mod bptt;
 mod ggnn;
 
 pub use bptt::Gradients;
-pub use ggnn::{sinusoids, Ggnn, Hyper, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
+pub use ggnn::{sinusoids, Ggnn, GraphHead, Hyper, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
 
 use std::fmt;
 use std::str::FromStr;
@@ -119,5 +119,28 @@ pub fn device_name(device: Device) -> String {
 pub fn node_probabilities(model: &Ggnn, batch: &programl::batch::Batch, steps: i64) -> Vec<f32> {
     let input = Prepared::new(batch, model.hyper(), model.device());
     let probs = tch::no_grad(|| model.forward(&input, steps, false).softmax(1, tch::Kind::Float).to_device(Device::Cpu));
+    Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")
+}
+
+/// The class probabilities of every graph of `batch` under a graph head,
+/// row-major \[G × C\] on the CPU, in evaluation mode without autograd
+/// state. `aux` holds each graph's raw auxiliary inputs, row-major
+/// \[G × A\] (A = [`Hyper::aux_inputs`]); `None` for a head without them.
+///
+/// Panics where `tch` does, or if the model has no graph head or `aux`
+/// does not fit it; the runtime checks first and catches panics.
+pub fn graph_probabilities(model: &Ggnn, batch: &programl::batch::Batch, aux: Option<&[f32]>, steps: i64) -> Vec<f32> {
+    assert!(model.hyper().graph.is_some(), "graph_probabilities needs a graph head");
+    let input = Prepared::new(batch, model.hyper(), model.device());
+    let a = model.hyper().aux_inputs();
+    let aux = aux.filter(|_| a > 0).map(|values| {
+        assert_eq!(values.len() as i64, input.graphs * a, "{a} auxiliary inputs per graph");
+        tch::Tensor::from_slice(values).view([input.graphs, a]).to_device(model.device())
+    });
+    assert!(a == 0 || aux.is_some(), "this graph head needs {a} auxiliary inputs per graph");
+    let probs = tch::no_grad(|| {
+        let pooled = model.pooled_logits(&input, steps, false);
+        model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, tch::Kind::Float).to_device(Device::Cpu)
+    });
     Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")
 }

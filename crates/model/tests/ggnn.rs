@@ -207,6 +207,7 @@ fn config_for(hyper: &Hyper) -> Config {
             dtype: "f32".into(),
             created_by: "test".into(),
         },
+        source: None,
     }
 }
 

@@ -444,6 +444,7 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
             dtype: "f32".into(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
+        source: None,
     }
 }
 
