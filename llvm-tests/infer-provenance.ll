@@ -20,13 +20,14 @@
 ; OTHER: programl-infer: typed.c: bundle {{.*}}other does not match this module: it was trained on programl-0.3 graphs, this pass builds paper graphs; it was trained on LLVM 15 IR, this is LLVM 16; its featurisation version is 2, this plugin's is 1; module unchanged
 ; OTHER-NOT: {{.}}
 ;
-; A graph-level bundle: refused with a word on why.
+; A bundle that claims a graph-level head without its settings: refused,
+; naming the file and what is missing.
 ; RUN: cp -r %models/reachability %t/graph
 ; RUN: %python %S/Inputs/infer/bundle_edit.py %t/graph head=graph opaque_pointers=false
 ; RUN: %opt -opaque-pointers=0 -passes='programl-infer<model=%t/graph;device=cpu>' %s -S -o %t/out.ll 2> %t/err
 ; RUN: diff %t/plain.ll %t/out.ll
 ; RUN: %FileCheck %s --check-prefix=GRAPH < %t/err
-; GRAPH: programl-infer: typed.c: bundle {{.*}}graph has a graph-level head; runtime ABI 1 predicts per node only {{.*}}; module unchanged
+; GRAPH: programl-infer: typed.c: cannot open bundle {{.*}}graph: {{.*}}graph/config.json: head "graph" without hyper.graph (the graph head's settings); module unchanged
 
 source_filename = "typed.c"
 

@@ -1,5 +1,5 @@
 /* programl_runtime.h: the C ABI of libprograml_runtime.so and
- * libprograml_runtime_cuda.so, version 1 (crates/runtime/src/abi.rs states
+ * libprograml_runtime_cuda.so, version 2 (crates/runtime/src/abi.rs states
  * the same in Rust; the two must agree, and any change bumps the version).
  *
  * The learned pass (programl-infer) dlopens a runtime with RTLD_LOCAL on
@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define PROGRAML_RUNTIME_ABI_VERSION 1u
+#define PROGRAML_RUNTIME_ABI_VERSION 2u
 
 /* The forward edges of one flow: edge k runs from sources[k] to targets[k]
  * with positions[k]. Pointers may be NULL when len is 0. */
@@ -52,7 +52,8 @@ uint32_t programl_runtime_abi_version(void);
 programl_model *programl_runtime_open(const char *bundle_dir, const char *device);
 
 /* A JSON object describing the open model: abi, runtime, bundle, task, head,
- * classes, steps, vocab_size, device, cuda_linked, provenance. Valid while
+ * classes, aux (the auxiliary input names of a graph head), steps,
+ * vocab_size, device, cuda_linked, provenance. Valid while
  * the model is open; NULL on failure. */
 const char *programl_runtime_info(const programl_model *model);
 
@@ -64,6 +65,15 @@ int32_t programl_runtime_set_threads(int32_t n);
  * exactly nodes * classes floats. 0 or -1. */
 int32_t programl_runtime_predict(programl_model *model, const programl_input *input, int64_t steps, float *out,
                                  size_t out_len);
+
+/* Class probabilities (softmax) of every graph of the input under a
+ * graph-level bundle (head "graph"), row-major into out, which must hold
+ * exactly graphs * classes floats. aux holds each graph's raw auxiliary
+ * inputs row-major (aux_len == graphs * A, A = info's "aux" count; NULL and
+ * 0 when A is 0). 0 or -1. programl_runtime_predict refuses graph-level
+ * bundles and this function node-level ones. (Added in ABI 2.) */
+int32_t programl_runtime_predict_graph(programl_model *model, const programl_input *input, const float *aux,
+                                       size_t aux_len, int64_t steps, float *out, size_t out_len);
 
 /* This thread's last error message: never NULL, empty if the last call
  * succeeded; valid until the thread's next call into the runtime. */

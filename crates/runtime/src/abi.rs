@@ -1,4 +1,4 @@
-// The model runtime's C ABI, version 1: the types and names both sides use.
+// The model runtime's C ABI, version 2 (2 added graph-level prediction): the types and names both sides use.
 //
 // This file is the one Rust statement of the ABI. The runtime compiles it
 // as its `abi` module; the pass plugin, which must not depend on the
@@ -8,7 +8,7 @@
 
 /// The ABI version; `programl_runtime_abi_version()` returns it and the
 /// plugin refuses a runtime whose version differs.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Exported symbol names, NUL-terminated for `dlsym`.
 pub const SYM_ABI_VERSION: &[u8] = b"programl_runtime_abi_version\0";
@@ -16,6 +16,7 @@ pub const SYM_OPEN: &[u8] = b"programl_runtime_open\0";
 pub const SYM_INFO: &[u8] = b"programl_runtime_info\0";
 pub const SYM_SET_THREADS: &[u8] = b"programl_runtime_set_threads\0";
 pub const SYM_PREDICT: &[u8] = b"programl_runtime_predict\0";
+pub const SYM_PREDICT_GRAPH: &[u8] = b"programl_runtime_predict_graph\0";
 pub const SYM_LAST_ERROR: &[u8] = b"programl_runtime_last_error\0";
 pub const SYM_CLOSE: &[u8] = b"programl_runtime_close\0";
 
@@ -72,6 +73,16 @@ pub type FnSetThreads = unsafe extern "C" fn(i32) -> i32;
 /// row-major into `out`, which must hold exactly `nodes × classes` floats.
 /// 0 on success, -1 on failure.
 pub type FnPredict = unsafe extern "C" fn(*mut RtModel, *const RtInput, i64, *mut f32, usize) -> i32;
+/// `int32_t programl_runtime_predict_graph(programl_model *, const programl_input *,
+/// const float *aux, size_t aux_len, int64_t steps, float *out, size_t out_len)`:
+/// class probabilities of every graph of the input under a graph-level
+/// bundle (head `graph`), row-major into `out`, which must hold exactly
+/// `graphs × classes` floats. `aux` holds each graph's raw auxiliary
+/// inputs row-major, `aux_len == graphs × A` for the bundle's A inputs
+/// (`info`'s `aux`); NULL and 0 when A is 0. 0 on success, -1 on failure.
+/// (`programl_runtime_predict` refuses graph-level bundles, and this
+/// function node-level ones.)
+pub type FnPredictGraph = unsafe extern "C" fn(*mut RtModel, *const RtInput, *const f32, usize, i64, *mut f32, usize) -> i32;
 /// `const char *programl_runtime_last_error(void)`: the message of this
 /// thread's last failure (never NULL; empty if none). Valid until the
 /// thread's next call into the runtime.

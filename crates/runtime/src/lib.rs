@@ -13,6 +13,9 @@
 //! int32_t         programl_runtime_set_threads(int32_t n);
 //! int32_t         programl_runtime_predict(programl_model *, const programl_input *,
 //!                                          int64_t steps, float *out, size_t out_len);
+//! int32_t         programl_runtime_predict_graph(programl_model *, const programl_input *,
+//!                                                const float *aux, size_t aux_len,
+//!                                                int64_t steps, float *out, size_t out_len);
 //! const char     *programl_runtime_last_error(void);
 //! void            programl_runtime_close(programl_model *);
 //! ```
@@ -20,7 +23,9 @@
 //! A `programl_input` is the arrays of one core [`Batch`], built by the
 //! caller with `programl::batch` (the code training uses); the runtime
 //! rebuilds the batch with [`Batch::from_arrays`], which refuses anything a
-//! batch cannot be, and runs [`programl_model::node_probabilities`] on it.
+//! batch cannot be, and runs [`programl_model::node_probabilities`] on it
+//! (node-level bundles) or [`programl_model::graph_probabilities`]
+//! (graph-level bundles, with the caller's auxiliary inputs).
 //!
 //! **Boundary rules.** Every export catches panics (`tch` panics on libtorch
 //! errors) and returns an error code or NULL; the message is kept per
@@ -178,11 +183,6 @@ fn open(dir: &str, device: &str) -> Result<Model, String> {
         other => select_device(other).map_err(|e| e.replace("--device cuda", "device=cuda"))?,
     };
     let bundle = Bundle::load(Path::new(dir), device).map_err(|e| e.to_string())?;
-    if bundle.config.head != Head::Node {
-        return Err(format!(
-            "{dir}: a graph-level bundle (head \"graph\"); this runtime (ABI {ABI_VERSION}) predicts with node-level bundles only"
-        ));
-    }
     warm_up(&bundle)?;
     let c = &bundle.config;
     let info = serde_json::json!({
@@ -190,8 +190,9 @@ fn open(dir: &str, device: &str) -> Result<Model, String> {
         "runtime": concat!("programl-runtime ", env!("CARGO_PKG_VERSION")),
         "bundle": dir,
         "task": c.task,
-        "head": "node",
+        "head": if c.head == Head::Graph { "graph" } else { "node" },
         "classes": c.classes,
+        "aux": c.hyper.graph.as_ref().map_or(&[][..], |g| &g.aux[..]),
         "steps": c.hyper.steps,
         "vocab_size": c.hyper.vocab_size,
         "device": device_name(device),
@@ -210,7 +211,13 @@ fn warm_up(bundle: &Bundle) -> Result<(), String> {
     let edge = EdgeArrays { sources: &[0], targets: &[1], positions: &[0] };
     let none = EdgeArrays { sources: &[], targets: &[], positions: &[] };
     let batch = Batch::from_arrays(&[0, 0], &[1, 0], &[0, 2], [edge, edge, none]).map_err(|e| e.to_string())?;
-    let probs = programl_model::node_probabilities(&bundle.model, &batch, 1);
+    let probs = match bundle.config.head {
+        Head::Node => programl_model::node_probabilities(&bundle.model, &batch, 1),
+        Head::Graph => {
+            let aux = vec![1.0; bundle.model.hyper().aux_inputs() as usize];
+            programl_model::graph_probabilities(&bundle.model, &batch, Some(&aux), 1)
+        }
+    };
     if probs.iter().all(|p| p.is_finite()) {
         Ok(())
     } else {
@@ -222,10 +229,8 @@ fn warm_up(bundle: &Bundle) -> Result<(), String> {
 /// that a panic inside the runtime is an error, never an abort.
 pub const ENV_PANIC_FOR_TESTING: &str = "PROGRAML_RUNTIME_PANIC_FOR_TESTING";
 
-fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
-    if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
-        panic!("{ENV_PANIC_FOR_TESTING} is set");
-    }
+/// The batch an `RtInput` states, checked.
+fn input_batch(input: &RtInput) -> Result<Batch, String> {
     // SAFETY: the caller passes arrays of the lengths it states (ABI).
     let (tokens, selector, offsets, edges) = unsafe {
         let edge = |e: &RtEdges, name: &str| -> Result<EdgeArrays<'_>, String> {
@@ -242,7 +247,20 @@ fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: u
             [edge(&input.edges[0], "control")?, edge(&input.edges[1], "data")?, edge(&input.edges[2], "call")?],
         )
     };
-    let batch = Batch::from_arrays(tokens, selector, offsets, edges).map_err(|e| e.to_string())?;
+    Batch::from_arrays(tokens, selector, offsets, edges).map_err(|e| e.to_string())
+}
+
+fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
+    if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
+        panic!("{ENV_PANIC_FOR_TESTING} is set");
+    }
+    if model.bundle.config.head != Head::Node {
+        return Err(format!(
+            "{}: a graph-level bundle (head \"graph\"): use programl_runtime_predict_graph",
+            model.bundle.dir.display()
+        ));
+    }
+    let batch = input_batch(input)?;
     let want = batch.node_count() * model.classes;
     if out_len != want || (want > 0 && out.is_null()) {
         return Err(format!("the output holds {out_len} floats; {} nodes × {} classes need {want}", batch.node_count(), model.classes));
@@ -252,6 +270,41 @@ fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: u
     }
     let steps = if steps > 0 { steps } else { model.bundle.model.hyper().steps };
     let probs = programl_model::node_probabilities(&model.bundle.model, &batch, steps);
+    if probs.len() != want {
+        return Err(format!("the model gave {} probabilities for {want}", probs.len()));
+    }
+    // SAFETY: `out` holds `out_len == want` floats (checked above).
+    unsafe { std::ptr::copy_nonoverlapping(probs.as_ptr(), out, want) };
+    Ok(())
+}
+
+fn predict_graph(model: &Model, input: &RtInput, aux: *const f32, aux_len: usize, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
+    if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
+        panic!("{ENV_PANIC_FOR_TESTING} is set");
+    }
+    if model.bundle.config.head != Head::Graph {
+        return Err(format!("{}: a node-level bundle: use programl_runtime_predict", model.bundle.dir.display()));
+    }
+    let batch = input_batch(input)?;
+    let graphs = batch.graph_count();
+    let want = graphs * model.classes;
+    if out_len != want || (want > 0 && out.is_null()) {
+        return Err(format!("the output holds {out_len} floats; {graphs} graphs × {} classes need {want}", model.classes));
+    }
+    let a = model.bundle.model.hyper().aux_inputs() as usize;
+    if aux_len != graphs * a || (aux_len > 0 && aux.is_null()) {
+        return Err(format!("{aux_len} auxiliary inputs given; {graphs} graphs × {a} inputs need {}", graphs * a));
+    }
+    if graphs == 0 {
+        return Ok(());
+    }
+    // SAFETY: `aux` holds `aux_len` floats (ABI), checked non-null above.
+    let aux: &[f32] = if aux_len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(aux, aux_len) } };
+    if let Some(bad) = aux.iter().find(|v| !v.is_finite() || **v < 0.0) {
+        return Err(format!("auxiliary input {bad} is not a finite non-negative number"));
+    }
+    let steps = if steps > 0 { steps } else { model.bundle.model.hyper().steps };
+    let probs = programl_model::graph_probabilities(&model.bundle.model, &batch, (a > 0).then_some(aux), steps);
     if probs.len() != want {
         return Err(format!("the model gave {} probabilities for {want}", probs.len()));
     }
@@ -316,6 +369,29 @@ pub unsafe extern "C" fn programl_runtime_predict(model: *mut RtModel, input: *c
         let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
         let input = input.as_ref().ok_or("the input is NULL")?;
         predict(model, input, steps, out, out_len).map(|()| 0)
+    })
+}
+
+/// See [`abi::FnPredictGraph`].
+///
+/// # Safety
+/// `model` comes from `programl_runtime_open`; `input`'s arrays hold the
+/// entries it states; `aux` holds `aux_len` floats; `out` holds `out_len`
+/// floats.
+#[no_mangle]
+pub unsafe extern "C" fn programl_runtime_predict_graph(
+    model: *mut RtModel,
+    input: *const RtInput,
+    aux: *const f32,
+    aux_len: usize,
+    steps: i64,
+    out: *mut f32,
+    out_len: usize,
+) -> i32 {
+    guarded(-1, || {
+        let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
+        let input = input.as_ref().ok_or("the input is NULL")?;
+        predict_graph(model, input, aux, aux_len, steps, out, out_len).map(|()| 0)
     })
 }
 

@@ -67,7 +67,10 @@ fn open_describe_predict_close() {
     let model = open(dir.to_str().unwrap(), "cpu");
     assert!(!model.is_null(), "{}", last_error());
     let info: serde_json::Value = serde_json::from_str(&unsafe { CStr::from_ptr(programl_runtime_info(model)) }.to_string_lossy()).unwrap();
-    assert_eq!((info["abi"].as_u64(), info["task"].as_str(), info["device"].as_str()), (Some(1), Some("reachability"), Some("cpu")));
+    assert_eq!(
+        (info["abi"].as_u64(), info["task"].as_str(), info["device"].as_str()),
+        (Some(u64::from(ABI_VERSION)), Some("reachability"), Some("cpu"))
+    );
     assert_eq!(info["classes"].as_array().unwrap().len(), 2);
     assert_eq!(programl_runtime_set_threads(1), 0);
 
@@ -145,4 +148,66 @@ fn bad_input_is_an_error_naming_it() {
     // And the model still works.
     assert_eq!(predict(&input(&batch), &mut out), 0, "{}", last_error());
     unsafe { programl_runtime_close(model) };
+}
+
+/// A graph-level bundle (device mapping, shipped in models/devmap-amd):
+/// one class distribution per graph, equal to the model crate's, with the
+/// auxiliary inputs the bundle names; each predict function refuses the
+/// other kind of bundle.
+#[test]
+fn graph_level_bundles_predict_per_graph() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/devmap-amd").canonicalize().unwrap();
+    let model = open(dir.to_str().unwrap(), "cpu");
+    assert!(!model.is_null(), "{}", last_error());
+    let info: serde_json::Value = serde_json::from_str(&unsafe { CStr::from_ptr(programl_runtime_info(model)) }.to_string_lossy()).unwrap();
+    assert_eq!((info["head"].as_str(), info["aux"].clone()), (Some("graph"), serde_json::json!(["transfer", "wgsize"])));
+
+    // The test kernel, compiled as the bundle's sources were.
+    let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
+    let source = reference.config.source.clone().expect("a device-mapping bundle records how its kernels were compiled");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../llvm-tests/Inputs/infer/kernel.cl");
+    let tmp = tempfile::tempdir().unwrap();
+    let ll = tmp.path().join("kernel.ll");
+    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+    let ok = std::process::Command::new(clang).args(&source.flags).arg("-o").arg(&ll).arg(&src).status().unwrap();
+    assert!(ok.success());
+    let graph = programl::builder::build_file(&ll, &Default::default()).unwrap();
+    let g = GraphInput::new(&graph, &reference.vocabulary).unwrap();
+    let batch =
+        Batch::from_samples(&[Sample { graph: &g, root: None, positives: None }, Sample { graph: &g, root: None, positives: None }])
+            .unwrap();
+    // Two copies of the kernel, moving 1 KiB and 1 GiB.
+    let aux = [1024f32, 64.0, 1073741824.0, 64.0];
+    let mut out = [0f32; 4];
+    let predict_graph = |aux: &[f32], out: &mut [f32]| unsafe {
+        programl_runtime_predict_graph(model, &input(&batch), aux.as_ptr(), aux.len(), 0, out.as_mut_ptr(), out.len())
+    };
+    assert_eq!(predict_graph(&aux, &mut out), 0, "{}", last_error());
+    for pair in out.chunks(2) {
+        assert!((pair[0] + pair[1] - 1.0).abs() < 1e-5, "{pair:?} is not a distribution");
+    }
+    let expected = programl_model::graph_probabilities(&reference.model, &batch, Some(&aux), reference.model.hyper().steps);
+    let worst = out.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "the runtime and the model crate differ by {worst}");
+    assert_ne!(out[..2], out[2..], "the auxiliary inputs make no difference");
+
+    assert_eq!(predict_graph(&aux[..3], &mut out), -1);
+    assert!(last_error().contains("3 auxiliary inputs given; 2 graphs × 2 inputs need 4"), "{}", last_error());
+    assert_eq!(predict_graph(&[1.0, f32::NAN, 1.0, 1.0], &mut out), -1);
+    assert!(last_error().contains("not a finite non-negative number"), "{}", last_error());
+    assert_eq!(predict_graph(&aux, &mut out[..3]), -1);
+    assert!(last_error().contains("2 graphs × 2 classes need 4"), "{}", last_error());
+    let mut per_node = vec![0f32; batch.node_count() * 2];
+    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, per_node.as_mut_ptr(), per_node.len()) }, -1);
+    assert!(last_error().contains("a graph-level bundle"), "{}", last_error());
+    unsafe { programl_runtime_close(model) };
+
+    let node_level = open(bundle().to_str().unwrap(), "cpu");
+    assert!(!node_level.is_null(), "{}", last_error());
+    let status =
+        unsafe { programl_runtime_predict_graph(node_level, &input(&batch), aux.as_ptr(), aux.len(), 0, out.as_mut_ptr(), out.len()) };
+    assert_eq!(status, -1);
+    assert!(last_error().contains("a node-level bundle"), "{}", last_error());
+    unsafe { programl_runtime_close(node_level) };
 }

@@ -6,10 +6,12 @@
 //! programl-train eval    --model BUNDLE --data DATA|IR_DIR [--subset ddf-30] [--steps T] [--json]
 //! programl-train predict --model BUNDLE FILE.ll [--roots sample|all|ID,...] [--json]
 //! programl-train bench   [--mode train|infer --steps T] [--json]
+//! programl-train devmap  --platform amd|nvidia [--folds 10] [--no-aux] [--out BUNDLE] [--json]
 //! ```
 
 mod bench;
 mod data;
+mod devmap;
 mod engine;
 mod metrics;
 mod optim;
@@ -115,6 +117,51 @@ enum Command {
         seed: u64,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// OpenCL device mapping (CPU or GPU): k-fold cross-validation on the
+    /// DevMap dataset, stratified (the paper's protocol) and grouped by
+    /// kernel; with --out, then a model trained on every row, as a bundle.
+    Devmap {
+        #[arg(long)]
+        platform: String,
+        /// The dataset directory (amd.csv, nvidia.csv); default
+        /// ../shared/datasets/devmap from the project root.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Where compiled kernels are cached (default $PROGRAML_CACHE/devmap).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        #[arg(long, default_value_t = 10)]
+        folds: usize,
+        /// Without the auxiliary inputs (transfer size, work-group size).
+        #[arg(long)]
+        no_aux: bool,
+        #[arg(long, default_value_t = 30)]
+        epochs: usize,
+        /// Message-passing steps.
+        #[arg(long, default_value_t = 30)]
+        steps: i64,
+        #[arg(long, default_value_t = 1e-3)]
+        lr: f64,
+        #[arg(long, default_value_t = 10_000)]
+        batch_nodes: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Only cross-validate this protocol (stratified or grouped).
+        #[arg(long)]
+        protocol: Option<String>,
+        /// Train a final model on every compiled row and save it here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Skip cross-validation (with --out: only the final model).
+        #[arg(long)]
+        no_cv: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        quiet: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -244,6 +291,29 @@ fn run(cli: Cli) -> Result<()> {
                 println!("  vocabulary coverage: {:.2}% of {} graph nodes", 100.0 * examples.vocab_coverage(), examples.all_nodes);
             }
             Ok(())
+        }
+        Command::Devmap {
+            platform,
+            data,
+            cache,
+            folds,
+            no_aux,
+            epochs,
+            steps,
+            lr,
+            batch_nodes,
+            seed,
+            protocol,
+            out,
+            no_cv,
+            json,
+            quiet,
+            runtime,
+        } => {
+            let device = runtime.apply()?;
+            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, seed };
+            let options = devmap::Options { platform, data, cache, folds, protocol, out, no_cv, json, quiet };
+            devmap::run(&options, &settings, device)
         }
         Command::Predict { model, file, roots, steps, seed, json, runtime } => {
             let device = runtime.apply()?;

@@ -34,6 +34,15 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Hyper {
     pub steps: i64,
+    /// A graph-level head (head `graph`).
+    #[serde(default)]
+    pub graph: Option<GraphHead>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct GraphHead {
+    /// The auxiliary inputs the model takes, by name (`transfer`, `wgsize`).
+    pub aux: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

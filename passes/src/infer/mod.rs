@@ -199,11 +199,11 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     if !mismatches.is_empty() {
         return Err(format!("bundle {shown} does not match this module: {}", mismatches.join("; ")));
     }
+    if config.head == "graph" {
+        return run_graph(module, p, site, bundle, start, t);
+    }
     if config.head != "node" {
-        return Err(format!(
-            "bundle {shown} has a graph-level head; runtime ABI {} predicts per node only (see passes/README.md, graph-level annotations)",
-            runtime::abi::ABI_VERSION
-        ));
+        return Err(format!("bundle {shown}: head '{}' is neither node nor graph", config.head));
     }
     let task = Task::parse(&config.task).ok_or_else(|| format!("bundle {shown}: task '{}' is not a DeepDataFlow task", config.task))?;
     let positive = positive_class(&config.classes)
@@ -212,37 +212,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
         log::debug!(target: PASS_NAME, "{name}: transfer= and wgsize= are inputs of graph-level device mapping; unused by a {task} bundle");
     }
 
-    let clock = Instant::now();
-    let (path, device) = runtime::runtime_path(p.device)?;
-    let (rt, fresh) = runtime::load(&path)?;
-    if fresh {
-        t.runtime_load = ms(clock);
-        log::debug!(target: PASS_NAME, "opened runtime {} in {:.1} ms", rt.path.display(), t.runtime_load);
-    }
-    let clock = Instant::now();
-    let (model, fresh) = runtime::open_model(rt, &bundle.dir, device).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
-    if fresh {
-        t.bundle_open = ms(clock);
-        log::debug!(
-            target: PASS_NAME,
-            "opened bundle {} on {} in {:.1} ms",
-            bundle.dir.display(),
-            model.info["device"].as_str().unwrap_or("?"),
-            t.bundle_open
-        );
-    }
-    if model.info["vocab_size"].as_u64() != Some(bundle.vocabulary.len() as u64) {
-        // The pass featurises with the vocabulary it read; the runtime's
-        // model must be the one trained with it.
-        return Err(format!(
-            "bundle {shown}: the vocabulary read here has {} ids, the runtime's model {}: was the bundle replaced meanwhile?",
-            bundle.vocabulary.len(),
-            model.info["vocab_size"]
-        ));
-    }
-    if model.classes != config.classes.len() {
-        return Err(format!("bundle {shown}: the runtime sees {} classes, config.json {}", model.classes, config.classes.len()));
-    }
+    let model = open_in_runtime(p, &bundle, &mut t)?;
 
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
@@ -350,6 +320,159 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
         t.inference,
         t.annotate,
         t.verify,
+        t.total
+    );
+    Ok(())
+}
+
+/// The runtime, and `bundle` opened in it (both once per process), checked
+/// against what the pass read of the bundle.
+fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings) -> Result<std::sync::Arc<runtime::Model>, String> {
+    let shown = bundle.dir.display();
+    let clock = Instant::now();
+    let (path, device) = runtime::runtime_path(p.device)?;
+    let (rt, fresh) = runtime::load(&path)?;
+    if fresh {
+        t.runtime_load = ms(clock);
+        log::debug!(target: PASS_NAME, "opened runtime {} in {:.1} ms", rt.path.display(), t.runtime_load);
+    }
+    let clock = Instant::now();
+    let (model, fresh) = runtime::open_model(rt, &bundle.dir, device).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
+    if fresh {
+        t.bundle_open = ms(clock);
+        log::debug!(target: PASS_NAME, "opened bundle {shown} on {} in {:.1} ms", model.info["device"].as_str().unwrap_or("?"), t.bundle_open);
+    }
+    if model.info["vocab_size"].as_u64() != Some(bundle.vocabulary.len() as u64) {
+        // The pass featurises with the vocabulary it read; the runtime's
+        // model must be the one trained with it.
+        return Err(format!(
+            "bundle {shown}: the vocabulary read here has {} ids, the runtime's model {}: was the bundle replaced meanwhile?",
+            bundle.vocabulary.len(),
+            model.info["vocab_size"]
+        ));
+    }
+    if model.classes != bundle.config.classes.len() {
+        return Err(format!("bundle {shown}: the runtime sees {} classes, config.json {}", model.classes, bundle.config.classes.len()));
+    }
+    Ok(model)
+}
+
+/// The auxiliary inputs `names` from the pass's parameters, or `None` if
+/// any is not given.
+fn aux_values(names: &[String], p: &Params) -> Result<Option<Vec<f32>>, String> {
+    let mut values = Vec::with_capacity(names.len());
+    for name in names {
+        let value = match name.as_str() {
+            "transfer" => p.transfer,
+            "wgsize" => p.wgsize,
+            other => return Err(format!("the bundle takes an auxiliary input '{other}' that the pass has no parameter for")),
+        };
+        match value {
+            Some(v) => values.push(v as f32),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(values))
+}
+
+/// A sidecar's (or stderr's) record of one graph-level decision.
+#[derive(Serialize)]
+struct GraphDecision<'a> {
+    kind: &'static str,
+    module: &'a str,
+    task: &'a str,
+    model: String,
+    steps: i64,
+    aux: BTreeMap<&'a str, f32>,
+    class: &'a str,
+    probabilities: BTreeMap<&'a str, f32>,
+}
+
+/// A graph-level bundle (device mapping, classification): one prediction
+/// for the module's graph, written by [`annotate_graph_level`]. A bundle
+/// with auxiliary inputs needs them as pass parameters (`transfer=`,
+/// `wgsize=`); without them the pass uses the bundle's `noaux/` variant,
+/// trained without them.
+///
+/// # Safety
+/// `module` is valid and may be modified.
+unsafe fn run_graph(module: LLVMModuleRef, p: &Params, site: Site, bundle: std::sync::Arc<bundle::Bundle>, start: Instant, mut t: Timings) -> Result<(), String> {
+    let name = module_name(module);
+    let names = bundle.config.hyper.graph.as_ref().map_or_else(Vec::new, |g| g.aux.clone());
+    let (bundle, aux) = match aux_values(&names, p)? {
+        Some(values) => (bundle, values),
+        None => {
+            let noaux = bundle.dir.join("noaux");
+            if !noaux.join("config.json").exists() {
+                return Err(format!(
+                    "bundle {} takes {} as inputs (pass parameters) and has no noaux/ variant to use without them",
+                    bundle.dir.display(),
+                    names.join(" and ")
+                ));
+            }
+            log::debug!(target: PASS_NAME, "{name}: {} not given: using {}", names.join(", "), noaux.display());
+            let b = bundle::read(&noaux).map_err(|e| format!("cannot use bundle {}: {e}", noaux.display()))?;
+            let facts = bundle::ModuleFacts { llvm_major: llvm_major(), opaque_pointers: opaque_pointers(module) };
+            let mismatches = bundle::mismatches(&b.config.provenance, facts);
+            if !mismatches.is_empty() {
+                return Err(format!("bundle {} does not match this module: {}", noaux.display(), mismatches.join("; ")));
+            }
+            if b.config.hyper.graph.as_ref().is_none_or(|g| !g.aux.is_empty()) {
+                return Err(format!("bundle {}: not a graph-level bundle without auxiliary inputs", noaux.display()));
+            }
+            (b, Vec::new())
+        }
+    };
+    let config = &bundle.config;
+    let model = open_in_runtime(p, &bundle, &mut t)?;
+
+    let clock = Instant::now();
+    let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
+    t.graph = ms(clock);
+    let clock = Instant::now();
+    let input = GraphInput::new(&graph, &bundle.vocabulary).map_err(|e| format!("not model input: {e}"))?;
+    let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).map_err(|e| e.to_string())?;
+    t.features = ms(clock);
+    let steps = p.steps.unwrap_or(config.hyper.steps);
+    let clock = Instant::now();
+    let probs = model.predict_graph(&batch, &aux, steps, p.threads)?;
+    t.inference = ms(clock);
+    if probs.len() != config.classes.len() {
+        return Err(format!("the runtime gave {} probabilities for {} classes", probs.len(), config.classes.len()));
+    }
+    let best = (0..probs.len()).max_by(|&a, &b| probs[a].total_cmp(&probs[b])).unwrap_or(0);
+    let record = GraphDecision {
+        kind: "decision",
+        module: &name,
+        task: &config.task,
+        model: bundle.dir.display().to_string(),
+        steps,
+        aux: names.iter().map(String::as_str).zip(aux.iter().copied()).collect(),
+        class: &config.classes[best],
+        probabilities: config.classes.iter().map(String::as_str).zip(probs.iter().copied()).collect(),
+    };
+    let line = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    // The sidecar first: if it cannot be written, the module stays as it was.
+    if let Some(path) = &p.sidecar {
+        append_lines(path, &[line]).map_err(|e| format!("sidecar {}: {e}", path.display()))?;
+    }
+    let clock = Instant::now();
+    let annotated = annotate_graph_level(module, &config.task, &config.classes, &probs)?;
+    t.annotate = ms(clock);
+    t.total = ms(start);
+    log::info!(
+        target: PASS_NAME,
+        "{name}: {} at {site:?}: {} (p {:.3}), {annotated} annotated, {} nodes; ms: runtime={:.2} bundle={:.2} graph={:.2} features={:.2} inference={:.2} annotate={:.2} total={:.2}",
+        config.task,
+        config.classes[best],
+        probs[best],
+        graph.graph.node_count(),
+        t.runtime_load,
+        t.bundle_open,
+        t.graph,
+        t.features,
+        t.inference,
+        t.annotate,
         t.total
     );
     Ok(())
@@ -531,10 +654,9 @@ unsafe fn annotate(
     Ok(())
 }
 
-/// Graph-level annotations, for a bundle whose head is `graph` (none ships
-/// yet, and runtime ABI 1 predicts per node, so nothing calls this but the
-/// tests): `probabilities` are one graph's class probabilities, `classes`
-/// their names. Device mapping (`task` `devmap`) puts
+/// Graph-level annotations, for a bundle whose head is `graph`:
+/// `probabilities` are one graph's class probabilities, `classes` their
+/// names. Device mapping (`task` `devmap` or `devmap-PLATFORM`) puts
 /// `!programl.device !{!"CLASS", float P}` (the likelier device) on each
 /// kernel (a function with the `spir_kernel`, `ptx_kernel` or
 /// `amdgpu_kernel` calling convention); any other task names the module's
@@ -550,7 +672,7 @@ pub unsafe fn annotate_graph_level(module: LLVMModuleRef, task: &str, classes: &
     let best = (0..classes.len()).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
     let w = metadata::Writer::new(module);
     let pair = w.node(&[w.string(&classes[best]), w.real(probabilities[best])]);
-    if task == "devmap" {
+    if task == "devmap" || task.starts_with("devmap-") {
         const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
         let kind = w.kind(metadata::DEVICE);
         let mut n = 0;

@@ -42,6 +42,7 @@ pub struct Runtime {
     info: abi::FnInfo,
     set_threads: abi::FnSetThreads,
     predict: abi::FnPredict,
+    predict_graph: abi::FnPredictGraph,
     last_error: abi::FnLastError,
 }
 
@@ -166,6 +167,7 @@ fn open_library(path: &Path) -> Result<Runtime, String> {
             info: std::mem::transmute::<*mut c_void, abi::FnInfo>(symbol(abi::SYM_INFO)?),
             set_threads: std::mem::transmute::<*mut c_void, abi::FnSetThreads>(symbol(abi::SYM_SET_THREADS)?),
             predict: std::mem::transmute::<*mut c_void, abi::FnPredict>(symbol(abi::SYM_PREDICT)?),
+            predict_graph: std::mem::transmute::<*mut c_void, abi::FnPredictGraph>(symbol(abi::SYM_PREDICT_GRAPH)?),
             last_error: std::mem::transmute::<*mut c_void, abi::FnLastError>(symbol(abi::SYM_LAST_ERROR)?),
         })
     }
@@ -224,7 +226,44 @@ fn open_in(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<Mode
     Ok(Model { runtime, handle: Mutex::new(ModelHandle(handle)), info, classes })
 }
 
+/// The ABI's view of `batch` (borrowing its arrays).
+fn input_of(batch: &Batch) -> RtInput {
+    let edges = |t: EdgeType| {
+        let e = batch.edges(t);
+        RtEdges { sources: e.sources.as_ptr(), targets: e.targets.as_ptr(), positions: e.positions.as_ptr(), len: e.len() }
+    };
+    RtInput {
+        nodes: batch.node_count(),
+        tokens: batch.tokens().as_ptr(),
+        selector: batch.selector().as_ptr(),
+        graphs: batch.graph_count(),
+        offsets: batch.offsets().as_ptr(),
+        edges: [edges(EdgeType::Control), edges(EdgeType::Data), edges(EdgeType::Call)],
+    }
+}
+
 impl Model {
+    /// Class probabilities of every graph of `batch` under a graph-level
+    /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
+    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32) -> Result<Vec<f32>, String> {
+        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+        let rt = self.runtime;
+        // SAFETY: plain call.
+        if unsafe { (rt.set_threads)(threads) } != 0 {
+            return Err(rt.last_error());
+        }
+        let input = input_of(batch);
+        let mut out = vec![0f32; batch.graph_count() * self.classes];
+        let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
+        // SAFETY: the arrays live across the call and hold what `input`
+        // says; `aux` holds aux.len() floats, `out` graphs × classes.
+        let status = unsafe { (rt.predict_graph)(handle.0, &input, aux_ptr, aux.len(), steps, out.as_mut_ptr(), out.len()) };
+        if status != 0 {
+            return Err(rt.last_error());
+        }
+        Ok(out)
+    }
+
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
     pub fn predict(&self, batch: &Batch, steps: i64, threads: i32) -> Result<Vec<f32>, String> {
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
@@ -233,18 +272,7 @@ impl Model {
         if unsafe { (rt.set_threads)(threads) } != 0 {
             return Err(rt.last_error());
         }
-        let edges = |t: EdgeType| {
-            let e = batch.edges(t);
-            RtEdges { sources: e.sources.as_ptr(), targets: e.targets.as_ptr(), positions: e.positions.as_ptr(), len: e.len() }
-        };
-        let input = RtInput {
-            nodes: batch.node_count(),
-            tokens: batch.tokens().as_ptr(),
-            selector: batch.selector().as_ptr(),
-            graphs: batch.graph_count(),
-            offsets: batch.offsets().as_ptr(),
-            edges: [edges(EdgeType::Control), edges(EdgeType::Data), edges(EdgeType::Call)],
-        };
+        let input = input_of(batch);
         let mut out = vec![0f32; batch.node_count() * self.classes];
         // SAFETY: the arrays live across the call and hold what `input`
         // says; `out` holds nodes × classes floats.

@@ -1,0 +1,942 @@
+//! OpenCL heterogeneous device mapping (SPEC.md §4): should a kernel run on
+//! the CPU or the GPU? A graph-level GGNN over each kernel's program graph,
+//! with the row's transfer size and work-group size as auxiliary inputs.
+//!
+//! The data is the DevMap dataset (`amd.csv`, `nvidia.csv`: 680 rows per
+//! platform, 256 kernels) read in place. Each row's `src` is compiled to
+//! LLVM IR with clang ([`CLANG`] and [`CLANG_FLAGS`]); the IR goes to a
+//! cache keyed by the source's hash, so a second run compiles nothing.
+//!
+//! **Sources that do not compile as given.** The dataset's sources were
+//! normalised (identifiers renamed to `A`, `B`, …, `a`, `b`, …) and lost
+//! their helper functions and macros, so a quarter of the kernels refer to
+//! names they no longer define, or call a helper whose new name collides
+//! with another function. [`compile_kernel`] repairs what clang reports,
+//! one round at a time, and never anything else:
+//! - an undeclared `__clc_f` (a libclc internal) becomes the builtin `f`;
+//! - another undeclared name that is called becomes `#define X(...) 0`
+//!   (the call is dropped), and one that is not, `#define X 1` (constants
+//!   are typed nodes without values in a program graph);
+//! - a call that does not fit the function its name now denotes (arity,
+//!   argument types, or a variable called as a function) is renamed to a
+//!   fresh stub, dropped the same way.
+//!
+//! Kernels that still fail are counted per cause, and their rows count as
+//! errors (the paper's figures cover every row).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context, Result};
+use programl::batch::{plan, Batch, GraphInput, Sample};
+use programl::builder::{build_file, BuildOptions};
+use programl::hash::Fnv1a;
+use programl::metrics::Confusion;
+use programl::vocab::{Counts, Vocabulary};
+use programl::ProgramGraph;
+use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
+use programl_model::{Ggnn, GraphHead, Hyper, Prepared};
+use rayon::prelude::*;
+use regex::Regex;
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::optim::AdamW;
+
+/// The compiler of the kernels (`PROGRAML_CLANG` overrides it).
+pub const CLANG: &str = "clang-16";
+/// OpenCL C 1.2 with the default header, for the generic 64-bit SPIR
+/// target (no vendor's builtins, the same IR whichever device runs the
+/// kernel), at -O1, whose pipeline the learned pass sees the end of under
+/// `clang -O1`.
+pub const CLANG_FLAGS: &[&str] =
+    &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1", "-emit-llvm", "-S"];
+/// The auxiliary inputs, in input order: the row's `transfer` (bytes moved
+/// to and from the device) and `wgsize` (work-group size).
+pub const AUX: [&str; 2] = ["transfer", "wgsize"];
+/// Classes, index = logit column; the positive class is the GPU.
+pub const CLASSES: [&str; 2] = ["cpu", "gpu"];
+/// Rounds of repair before a kernel counts as failed.
+const REPAIR_ROUNDS: usize = 12;
+
+/// One row of a DevMap CSV.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// `benchmark` (suite, benchmark and kernel name).
+    pub benchmark: String,
+    /// `dataset` (the input size's name).
+    pub dataset: String,
+    pub transfer: f64,
+    pub wgsize: f64,
+    /// The oracle: the GPU was faster.
+    pub gpu: bool,
+    pub src: String,
+}
+
+/// Reads a DevMap CSV (`amd.csv` or `nvidia.csv`).
+pub fn read_rows(path: &Path) -> Result<Vec<Row>> {
+    let mut reader = csv::Reader::from_path(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let headers = reader.headers().with_context(|| format!("{}: no header row", path.display()))?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).with_context(|| format!("{}: no column '{name}'", path.display()));
+    let (benchmark, dataset, transfer, wgsize, oracle, src) =
+        (column("benchmark")?, column("dataset")?, column("transfer")?, column("wgsize")?, column("oracle")?, column("src")?);
+    let mut rows = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let line = i + 2;
+        let record = record.with_context(|| format!("{}:{line}: not a CSV record", path.display()))?;
+        let field = |c: usize| record.get(c).unwrap_or("");
+        let number = |c: usize, name: &str| -> Result<f64> {
+            field(c)
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .with_context(|| format!("{}:{line}: {name} '{}' is not a non-negative number", path.display(), field(c)))
+        };
+        let gpu = match field(oracle) {
+            "GPU" => true,
+            "CPU" => false,
+            other => bail!("{}:{line}: oracle '{other}' is neither CPU nor GPU", path.display()),
+        };
+        rows.push(Row {
+            benchmark: field(benchmark).to_string(),
+            dataset: field(dataset).to_string(),
+            transfer: number(transfer, "transfer")?,
+            wgsize: number(wgsize, "wgsize")?,
+            gpu,
+            src: field(src).to_string(),
+        });
+    }
+    if rows.is_empty() {
+        bail!("{}: no rows", path.display());
+    }
+    Ok(rows)
+}
+
+/// The compiler to run: `PROGRAML_CLANG`, else [`CLANG`] on the PATH.
+pub fn clang() -> PathBuf {
+    std::env::var_os("PROGRAML_CLANG").map_or_else(|| PathBuf::from(CLANG), PathBuf::from)
+}
+
+/// What became of one kernel source.
+#[derive(Clone, Debug)]
+pub enum Compiled {
+    /// Its IR, and whether it needed repairs.
+    Ir { path: PathBuf, repaired: bool },
+    /// clang's first error, with quoted names replaced by `X` (the cause).
+    Failed { cause: String },
+}
+
+/// A hex key of a source text.
+pub fn source_key(src: &str) -> String {
+    let mut h = Fnv1a::default();
+    h.write(src.as_bytes());
+    format!("{:016x}", h.finish())
+}
+
+/// Compiles `src` to IR under `cache` (`<key>.ll`, or `<key>.fail` holding
+/// the cause), repairing as the module docs say. Cached results are reused;
+/// each file is written atomically. An error is returned only when clang
+/// cannot be run or the cache cannot be written.
+pub fn compile_kernel(src: &str, cache: &Path, clang: &Path) -> Result<Compiled> {
+    let key = source_key(src);
+    let ir = cache.join(format!("{key}.ll"));
+    let fail = cache.join(format!("{key}.fail"));
+    let repaired_mark = cache.join(format!("{key}.repaired"));
+    if ir.exists() {
+        return Ok(Compiled::Ir { repaired: repaired_mark.exists(), path: ir });
+    }
+    if let Ok(cause) = std::fs::read_to_string(&fail) {
+        return Ok(Compiled::Failed { cause: cause.trim().to_string() });
+    }
+    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
+    let work = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
+    let input = work.path().join("kernel.cl");
+    let output = work.path().join("kernel.ll");
+    let mut src = src.to_string();
+    let mut prelude: Vec<String> = Vec::new();
+    let mut stubs = 0;
+    let mut first_error = String::new();
+    for round in 0..REPAIR_ROUNDS {
+        let text = format!("{}\n#line 1 \"kernel.cl\"\n{src}", prelude.join("\n"));
+        std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
+        let run = Command::new(clang)
+            .args(CLANG_FLAGS)
+            .arg("-o")
+            .arg(&output)
+            .arg(&input)
+            .output()
+            .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))?;
+        if run.status.success() {
+            let repaired = round > 0;
+            if repaired {
+                std::fs::write(&repaired_mark, prelude.join("\n") + "\n")
+                    .with_context(|| format!("{}: cannot write", repaired_mark.display()))?;
+            }
+            std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
+            return Ok(Compiled::Ir { path: ir, repaired });
+        }
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        if round == 0 {
+            first_error = cause_of(&stderr);
+        }
+        if !repair(&stderr, &mut src, &mut prelude, &mut stubs) {
+            break;
+        }
+    }
+    let cause = if first_error.is_empty() { "clang failed without an error message".to_string() } else { first_error };
+    programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
+    Ok(Compiled::Failed { cause })
+}
+
+/// The first `error:` of clang's output, quoted names replaced by `X`.
+fn cause_of(stderr: &str) -> String {
+    static QUOTED: OnceLock<Regex> = OnceLock::new();
+    let quoted = QUOTED.get_or_init(|| Regex::new(r"'[^']*'").unwrap());
+    stderr
+        .lines()
+        .find_map(|l| l.split_once("error: ").map(|(_, m)| m))
+        .map(|m| quoted.replace_all(m, "X").into_owned())
+        .unwrap_or_default()
+}
+
+/// A diagnostic of `kernel.cl`: line (1-based), column (1-based), kind, text.
+struct Diagnostic<'a> {
+    line: usize,
+    column: usize,
+    error: bool,
+    message: &'a str,
+}
+
+fn diagnostics(stderr: &str) -> Vec<Diagnostic<'_>> {
+    static LINE: OnceLock<Regex> = OnceLock::new();
+    let re = LINE.get_or_init(|| Regex::new(r"kernel\.cl:(\d+):(\d+): (error|note): (.*)").unwrap());
+    re.captures_iter(stderr)
+        .map(|c| Diagnostic {
+            line: c[1].parse().unwrap_or(0),
+            column: c[2].parse().unwrap_or(0),
+            error: &c[3] == "error",
+            message: c.get(4).map_or("", |m| m.as_str()),
+        })
+        .collect()
+}
+
+/// Byte offset of (line, column), both 1-based, in `text`.
+fn offset(text: &str, line: usize, column: usize) -> Option<usize> {
+    let start: usize = text.split_inclusive('\n').take(line.checked_sub(1)?).map(str::len).sum();
+    (start <= text.len()).then(|| (start + column.saturating_sub(1)).min(text.len()))
+}
+
+/// Every call `name(` in `text`: (start of the name, end of the name, end
+/// of the closing parenthesis).
+fn calls(text: &str, name: &str) -> Vec<(usize, usize, usize)> {
+    let re = Regex::new(&format!(r"\b{}\s*\(", regex::escape(name))).unwrap();
+    let bytes = text.as_bytes();
+    re.find_iter(text)
+        .map(|m| {
+            let mut depth = 1;
+            let mut i = m.end();
+            while i < bytes.len() && depth > 0 {
+                match bytes[i] {
+                    b'(' => depth += 1,
+                    b')' => depth -= 1,
+                    _ => {}
+                }
+                i += 1;
+            }
+            (m.start(), m.start() + name.len(), i)
+        })
+        .collect()
+}
+
+/// The function whose parameter list is open at `at` (a note pointing at
+/// one of its parameters).
+fn function_open_at(text: &str, at: usize) -> Option<String> {
+    static NAME: OnceLock<Regex> = OnceLock::new();
+    let re = NAME.get_or_init(|| Regex::new(r"(\w+)\s*\(").unwrap());
+    let head = &text[..at.min(text.len())];
+    re.captures_iter(head)
+        .filter(|c| {
+            let rest = &head[c.get(0).unwrap().end()..];
+            let depth: i32 = rest.bytes().map(|b| (b == b'(') as i32 - (b == b')') as i32).sum();
+            depth >= 0
+        })
+        .last()
+        .map(|c| c[1].to_string())
+}
+
+/// One round of repairs from clang's `stderr`; false if nothing applies.
+fn repair(stderr: &str, src: &mut String, prelude: &mut Vec<String>, stubs: &mut usize) -> bool {
+    static UNDECLARED: OnceLock<Regex> = OnceLock::new();
+    let undeclared = UNDECLARED.get_or_init(|| Regex::new(r"use of undeclared identifier '(\w+)'").unwrap());
+    let mut changed = false;
+    let mut names: Vec<String> = undeclared.captures_iter(stderr).map(|c| c[1].to_string()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let called = !calls(src, &name).is_empty();
+        let define = match name.strip_prefix("__clc_") {
+            Some(builtin) if !builtin.is_empty() => format!("#define {name} {builtin}"),
+            _ if called => format!("#define {name}(...) 0"),
+            _ => format!("#define {name} 1"),
+        };
+        if !prelude.contains(&define) {
+            prelude.push(define);
+            changed = true;
+        }
+    }
+    // Calls that do not fit their callee: rename the call site to a stub.
+    let diags = diagnostics(stderr);
+    let mut sites: Vec<(usize, usize)> = Vec::new();
+    for (i, d) in diags.iter().enumerate() {
+        if !d.error {
+            continue;
+        }
+        let Some(at) = offset(src, d.line, d.column) else { continue };
+        let callee = if d.message.starts_with("called object type") {
+            static IDENT: OnceLock<Regex> = OnceLock::new();
+            let ident = IDENT.get_or_init(|| Regex::new(r"^\w+").unwrap());
+            ident.find(&src[at..]).map(|m| m.as_str().to_string())
+        } else if d.message.starts_with("too few arguments to function call")
+            || d.message.starts_with("too many arguments to function call")
+            || d.message.contains("to parameter of")
+        {
+            diags[i + 1..].iter().take_while(|n| !n.error).find_map(|n| {
+                if let Some(name) = n.message.strip_suffix("' declared here").and_then(|m| m.strip_prefix('\'')) {
+                    Some(name.to_string())
+                } else if n.message.starts_with("passing argument to parameter") {
+                    offset(src, n.line, n.column).and_then(|o| function_open_at(src, o))
+                } else {
+                    None
+                }
+            })
+        } else {
+            None
+        };
+        let Some(callee) = callee else { continue };
+        // The last call of the callee that starts at or before the error
+        // and is not its definition.
+        let site =
+            calls(src, &callee).into_iter().filter(|&(start, _, close)| start <= at && !src[close..].trim_start().starts_with('{')).last();
+        if let Some((start, end, _)) = site {
+            if !sites.contains(&(start, end)) {
+                sites.push((start, end));
+            }
+        }
+    }
+    sites.sort_unstable_by(|a, b| b.cmp(a));
+    for (start, end) in sites {
+        *stubs += 1;
+        let stub = format!("__programl_stub{stubs}");
+        src.replace_range(start..end, &stub);
+        prelude.push(format!("#define {stub}(...) 0"));
+        changed = true;
+    }
+    changed
+}
+
+/// The kernels of a platform's rows, compiled and built into graphs.
+pub struct Kernels {
+    /// Unique sources in first-seen order; `row_kernel[r]` indexes it.
+    pub graphs: Vec<Option<ProgramGraph>>,
+    pub row_kernel: Vec<usize>,
+    /// Failure causes with their kernel counts.
+    pub failures: BTreeMap<String, usize>,
+    pub repaired: usize,
+}
+
+impl Kernels {
+    /// Compiles (or reads from `cache`) every distinct source of `rows`.
+    pub fn build(rows: &[Row], cache: &Path, quiet: bool) -> Result<Kernels> {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut sources: Vec<&str> = Vec::new();
+        let row_kernel = rows
+            .iter()
+            .map(|r| {
+                *index.entry(r.src.as_str()).or_insert_with(|| {
+                    sources.push(r.src.as_str());
+                    sources.len() - 1
+                })
+            })
+            .collect();
+        let clang = clang();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let start = std::time::Instant::now();
+        let compiled: Vec<Result<Compiled>> = sources
+            .par_iter()
+            .map(|src| {
+                let c = compile_kernel(src, cache, &clang);
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if !quiet && (n % 25 == 0 || n == sources.len()) {
+                    let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                    eprintln!(
+                        "devmap: compiled {n}/{} kernels ({rate:.1}/s, ETA {:.0}s)",
+                        sources.len(),
+                        (sources.len() - n) as f64 / rate
+                    );
+                }
+                c
+            })
+            .collect();
+        let mut graphs = Vec::with_capacity(sources.len());
+        let mut failures = BTreeMap::new();
+        let mut repaired = 0;
+        for c in compiled {
+            match c? {
+                Compiled::Ir { path, repaired: r } => {
+                    repaired += r as usize;
+                    match build_file(&path, &BuildOptions::default()) {
+                        Ok(g) => graphs.push(Some(g)),
+                        Err(e) => {
+                            *failures.entry(format!("IR does not load: {e}")).or_insert(0) += 1;
+                            graphs.push(None);
+                        }
+                    }
+                }
+                Compiled::Failed { cause } => {
+                    *failures.entry(cause).or_insert(0) += 1;
+                    graphs.push(None);
+                }
+            }
+        }
+        Ok(Kernels { graphs, row_kernel, failures, repaired })
+    }
+
+    /// Whether row `r`'s kernel has a graph.
+    pub fn compiled(&self, r: usize) -> bool {
+        self.graphs[self.row_kernel[r]].is_some()
+    }
+}
+
+/// The vocabulary of the graphs of `kernels` (every text seen once or more).
+pub fn vocabulary_of<'g>(graphs: impl IntoIterator<Item = &'g ProgramGraph>) -> Vocabulary {
+    let mut counts = Counts::default();
+    for g in graphs {
+        for n in g.graph.node_weights() {
+            *counts.texts.entry(n.text.clone()).or_default() += 1;
+            counts.total += 1;
+        }
+    }
+    Vocabulary::from_counts(&counts, 1, None)
+}
+
+/// Folds of `rows`: the paper's protocol, stratified by label (each
+/// label's rows, shuffled by `seed`, dealt round-robin), or grouped by
+/// kernel (rows of one benchmark kernel, or of one source, stay together;
+/// groups, shuffled, then largest first, go to the fold with fewest rows).
+pub fn folds(rows: &[Row], k: usize, grouped: bool, seed: u64) -> Vec<usize> {
+    let mut fold = vec![0; rows.len()];
+    if !grouped {
+        let mut next = 0;
+        for label in [false, true] {
+            let ids: Vec<usize> = (0..rows.len()).filter(|&r| rows[r].gpu == label).collect();
+            for &p in &programl::batch::permutation(ids.len(), programl::hash::mix(seed ^ label as u64)) {
+                fold[ids[p]] = next % k;
+                next += 1;
+            }
+        }
+        return fold;
+    }
+    // Union-find over rows sharing a benchmark or a source.
+    let mut parent: Vec<usize> = (0..rows.len()).collect();
+    fn find(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for (r, row) in rows.iter().enumerate() {
+        for key in [row.benchmark.as_str(), row.src.as_str()] {
+            let other = *first.entry(key).or_insert(r);
+            let (a, b) = (find(&mut parent, r), find(&mut parent, other));
+            parent[a] = b;
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for r in 0..rows.len() {
+        let g = find(&mut parent, r);
+        groups.entry(g).or_default().push(r);
+    }
+    let groups: Vec<Vec<usize>> = groups.into_values().collect();
+    let mut order: Vec<usize> = programl::batch::permutation(groups.len(), programl::hash::mix(seed ^ 0x6772_6f75_70));
+    order.sort_by_key(|&g| std::cmp::Reverse(groups[g].len())); // stable: shuffled within a size
+    let mut sizes = vec![0usize; k];
+    for g in order {
+        let f = (0..k).min_by_key(|&f| (sizes[f], f)).unwrap();
+        sizes[f] += groups[g].len();
+        for &r in &groups[g] {
+            fold[r] = f;
+        }
+    }
+    fold
+}
+
+/// Training settings of a device-mapping model.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub aux: bool,
+    pub epochs: usize,
+    pub steps: i64,
+    pub lr: f64,
+    pub batch_nodes: usize,
+    pub aux_hidden: i64,
+    pub seed: u64,
+}
+
+/// A model trained on some rows, with the vocabulary it reads.
+pub struct Trained {
+    pub model: Ggnn,
+    pub vocabulary: Vocabulary,
+    pub hyper: Hyper,
+    pub rows_seen: u64,
+}
+
+fn aux_tensor(rows: &[&Row], device: Device) -> Tensor {
+    let values: Vec<f32> = rows.iter().flat_map(|r| [r.transfer as f32, r.wgsize as f32]).collect();
+    Tensor::from_slice(&values).view([rows.len() as i64, AUX.len() as i64]).to_device(device)
+}
+
+/// Trains on the compiled rows among `train` (row indices).
+pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Settings, device: Device) -> Trained {
+    let train: Vec<usize> = train.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let mut kernel_ids: Vec<usize> = train.iter().map(|&r| kernels.row_kernel[r]).collect();
+    kernel_ids.sort_unstable();
+    kernel_ids.dedup();
+    let vocabulary = vocabulary_of(kernel_ids.iter().filter_map(|&k| kernels.graphs[k].as_ref()));
+    let inputs: HashMap<usize, GraphInput> = kernel_ids
+        .iter()
+        .map(|&k| (k, GraphInput::new(kernels.graphs[k].as_ref().unwrap(), &vocabulary).expect("a built graph is a valid input")))
+        .collect();
+    let mut rows_of: HashMap<usize, Vec<usize>> = HashMap::new();
+    for &r in &train {
+        rows_of.entry(kernels.row_kernel[r]).or_default().push(r);
+    }
+    let head = GraphHead { aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() }, aux_hidden: s.aux_hidden };
+    let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
+    tch::manual_seed(programl::hash::mix(s.seed) as i64);
+    let model = Ggnn::new(&hyper, device);
+    let params = model.parameters();
+    let mut opt = AdamW::new(&params, s.lr);
+    let mut rows_seen = 0;
+    for epoch in 0..s.epochs {
+        let order: Vec<usize> = programl::batch::permutation(kernel_ids.len(), programl::hash::mix(s.seed ^ (epoch as u64 + 1)))
+            .into_iter()
+            .map(|i| kernel_ids[i])
+            .collect();
+        for range in plan(order.iter().map(|k| inputs[k].node_count()), s.batch_nodes) {
+            let batch_kernels = &order[range];
+            let batch_rows: Vec<(i64, usize)> =
+                batch_kernels.iter().enumerate().flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r))).collect();
+            if batch_rows.len() < 2 {
+                continue; // batch statistics need two rows
+            }
+            let samples: Vec<Sample<'_>> =
+                batch_kernels.iter().map(|k| Sample { graph: &inputs[k], root: None, positives: None }).collect();
+            let batch = Batch::from_samples(&samples).expect("valid inputs");
+            let prepared = Prepared::new(&batch, &hyper, device);
+            let pooled = model.pooled_logits(&prepared, hyper.steps, true);
+            let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);
+            let picked: Vec<&Row> = batch_rows.iter().map(|&(_, r)| &rows[r]).collect();
+            let aux = s.aux.then(|| aux_tensor(&picked, device));
+            let logits = model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), true);
+            let labels = Tensor::from_slice(&picked.iter().map(|r| r.gpu as i64).collect::<Vec<_>>()).to_device(device);
+            let loss = logits.cross_entropy_for_logits(&labels);
+            AdamW::zero_grad(&params);
+            loss.backward();
+            opt.step(&params);
+            rows_seen += picked.len() as u64;
+        }
+    }
+    Trained { model, vocabulary, hyper, rows_seen }
+}
+
+/// GPU probabilities of `rows` (indices) whose kernels compiled.
+pub fn predict(t: &Trained, rows: &[Row], kernels: &Kernels, ids: &[usize], batch_nodes: usize) -> HashMap<usize, f64> {
+    let device = t.model.device();
+    let ids: Vec<usize> = ids.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let mut out = HashMap::new();
+    let _guard = tch::no_grad_guard();
+    let inputs: Vec<GraphInput> = ids
+        .iter()
+        .map(|&r| GraphInput::new(kernels.graphs[kernels.row_kernel[r]].as_ref().unwrap(), &t.vocabulary).expect("valid input"))
+        .collect();
+    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
+        let samples: Vec<Sample<'_>> = inputs[range.clone()].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).expect("valid inputs");
+        let prepared = Prepared::new(&batch, &t.hyper, device);
+        let pooled = t.model.pooled_logits(&prepared, t.hyper.steps, false);
+        let picked: Vec<&Row> = ids[range.clone()].iter().map(|&r| &rows[r]).collect();
+        let aux = t.hyper.aux_inputs().gt(&0).then(|| aux_tensor(&picked, device));
+        let probs = t.model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, Kind::Float).to_device(Device::Cpu);
+        for (i, &r) in ids[range].iter().enumerate() {
+            out.insert(r, probs.double_value(&[i as i64, 1]));
+        }
+    }
+    out
+}
+
+/// Figures of one protocol.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Figures {
+    pub rows: usize,
+    pub rows_failed: usize,
+    pub errors: usize,
+    pub error: f64,
+    pub static_error: f64,
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    pub per_fold: Vec<FoldFigures>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FoldFigures {
+    pub fold: usize,
+    pub rows: usize,
+    pub rows_failed: usize,
+    pub error: f64,
+    pub static_error: f64,
+    pub f1: f64,
+}
+
+/// k-fold cross-validation: a model per fold, trained on the other folds.
+/// Rows whose kernel failed to compile count as errors where they are
+/// tested. The static mapping predicts the training folds' majority device.
+pub fn cross_validate(
+    rows: &[Row],
+    kernels: &Kernels,
+    fold_of: &[usize],
+    k: usize,
+    s: &Settings,
+    device: Device,
+    mut progress: impl FnMut(usize, &FoldFigures),
+) -> Figures {
+    let mut total = Confusion::default();
+    let (mut errors, mut static_errors, mut failed) = (0, 0, 0);
+    let mut per_fold = Vec::new();
+    for f in 0..k {
+        let train: Vec<usize> = (0..rows.len()).filter(|&r| fold_of[r] != f).collect();
+        let test: Vec<usize> = (0..rows.len()).filter(|&r| fold_of[r] == f).collect();
+        if test.is_empty() {
+            continue;
+        }
+        let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
+        let trained = train_model(rows, kernels, &train, &settings, device);
+        let probs = predict(&trained, rows, kernels, &test, s.batch_nodes);
+        let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
+        let mut fold = Confusion::default();
+        let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
+        for &r in &test {
+            // A failed kernel: the wrong device.
+            let predicted = probs.get(&r).map_or(!rows[r].gpu, |&p| p >= 0.5);
+            fold.record(predicted, rows[r].gpu);
+            fold_errors += (predicted != rows[r].gpu) as usize;
+            fold_static += (majority_gpu != rows[r].gpu) as usize;
+            fold_failed += !probs.contains_key(&r) as usize;
+        }
+        let figures = FoldFigures {
+            fold: f,
+            rows: test.len(),
+            rows_failed: fold_failed,
+            error: fold_errors as f64 / test.len() as f64,
+            static_error: fold_static as f64 / test.len() as f64,
+            f1: fold.f1(),
+        };
+        progress(f, &figures);
+        per_fold.push(figures);
+        total.add(&fold);
+        errors += fold_errors;
+        static_errors += fold_static;
+        failed += fold_failed;
+    }
+    let n = rows.len();
+    Figures {
+        rows: n,
+        rows_failed: failed,
+        errors,
+        error: errors as f64 / n as f64,
+        static_error: static_errors as f64 / n as f64,
+        precision: total.precision(),
+        recall: total.recall(),
+        f1: total.f1(),
+        per_fold,
+    }
+}
+
+/// A hash of the rows a model is trained on.
+pub fn rows_hash(rows: &[Row]) -> String {
+    let mut h = Fnv1a::default();
+    for r in rows {
+        for field in [&r.benchmark, &r.dataset, &r.src] {
+            h.write(field.as_bytes());
+            h.write_u8(0);
+        }
+        h.write(&r.transfer.to_le_bytes());
+        h.write(&r.wgsize.to_le_bytes());
+        h.write_u8(r.gpu as u8);
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// Saves `t` as a graph-head bundle for `platform`.
+pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s: f64) -> Result<()> {
+    let config = Config {
+        format: bundle::FORMAT.into(),
+        version: bundle::VERSION,
+        task: format!("devmap-{platform}"),
+        head: Head::Graph,
+        classes: CLASSES.iter().map(|c| c.to_string()).collect(),
+        hyper: t.hyper.clone(),
+        provenance: Provenance {
+            graph_mode: programl_dataset::export::GRAPH_MODE.into(),
+            llvm_major: programl::LLVM_MAJOR.parse().unwrap_or(0),
+            // clang 16 and later emit opaque pointers only.
+            opaque_pointers: programl::LLVM_MAJOR.parse::<u32>().unwrap_or(0) >= 16,
+            featurisation_version: programl::batch::LAYOUT_VERSION,
+            training_data_hash: rows_hash(rows),
+            examples_seen: t.rows_seen,
+            wall_time_s: (wall_s * 10.0).round() / 10.0,
+            dtype: "f32".into(),
+            created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+        },
+        source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect() }),
+    };
+    Bundle::save(dir, &config, &t.model, &t.vocabulary).with_context(|| format!("{}: cannot save the bundle", dir.display()))
+}
+
+/// What `programl-train devmap` was asked for.
+pub struct Options {
+    pub platform: String,
+    pub data: Option<PathBuf>,
+    pub cache: Option<PathBuf>,
+    pub folds: usize,
+    pub protocol: Option<String>,
+    pub out: Option<PathBuf>,
+    pub no_cv: bool,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+/// `../shared/datasets/<name>` from the project root: the current
+/// directory's, else the one this binary was built in (`target/<profile>/`).
+pub fn default_dataset(name: &str) -> PathBuf {
+    let relative = Path::new("../shared/datasets").join(name);
+    let from_exe = std::env::current_exe().ok().and_then(|exe| exe.parent()?.parent()?.parent().map(|root| root.join(&relative)));
+    match from_exe {
+        Some(p) if !relative.exists() && p.exists() => p,
+        _ => relative,
+    }
+}
+
+/// The cache directory: `$PROGRAML_CACHE`, else `~/.cache/programl-rs`.
+pub fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PROGRAML_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("programl-rs")
+}
+
+pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
+    if !matches!(o.platform.as_str(), "amd" | "nvidia") {
+        bail!("--platform '{}': expected amd or nvidia", o.platform);
+    }
+    if o.folds < 2 {
+        bail!("--folds {}: at least 2", o.folds);
+    }
+    if s.epochs == 0 || s.steps < 1 {
+        bail!("--epochs and --steps must be at least 1");
+    }
+    crate::engine::tune_allocator();
+    let data = o.data.clone().unwrap_or_else(|| default_dataset("devmap"));
+    let csv = data.join(format!("{}.csv", o.platform));
+    let rows = read_rows(&csv)?;
+    let cache = o.cache.clone().unwrap_or_else(|| cache_root().join("devmap"));
+    let start = std::time::Instant::now();
+    let kernels = Kernels::build(&rows, &cache, o.quiet)?;
+    let failed_kernels: usize = kernels.failures.values().sum();
+    let rows_failed = (0..rows.len()).filter(|&r| !kernels.compiled(r)).count();
+    if !o.json {
+        println!(
+            "{}: {} rows, {} kernels: {} compiled ({} after repairs), {} failed ({} rows)",
+            csv.display(),
+            rows.len(),
+            kernels.graphs.len(),
+            kernels.graphs.len() - failed_kernels,
+            kernels.repaired,
+            failed_kernels,
+            rows_failed
+        );
+        for (cause, n) in &kernels.failures {
+            println!("  failed: {n} x {cause}");
+        }
+    }
+    let protocols: Vec<bool> = match o.protocol.as_deref() {
+        None => vec![false, true],
+        Some("stratified") => vec![false],
+        Some("grouped") => vec![true],
+        Some(other) => bail!("--protocol '{other}': expected stratified or grouped"),
+    };
+    let mut results: Vec<(bool, Figures)> = Vec::new();
+    if !o.no_cv {
+        for &grouped in &protocols {
+            let name = if grouped { "grouped by kernel" } else { "stratified (the paper's protocol)" };
+            let fold_of = folds(&rows, o.folds, grouped, s.seed);
+            let t0 = std::time::Instant::now();
+            let figures = cross_validate(&rows, &kernels, &fold_of, o.folds, s, device, |f, fig| {
+                // Progress on stderr, also with --json (stdout).
+                if !o.quiet {
+                    let done = f + 1;
+                    let per = t0.elapsed().as_secs_f64() / done as f64;
+                    eprintln!(
+                        "devmap {} {name}: fold {done}/{}: {} rows ({} failed), error {:.3}, static {:.3}, F1 {:.3} ({per:.0}s/fold, ETA {:.0}s)",
+                        o.platform,
+                        o.folds,
+                        fig.rows,
+                        fig.rows_failed,
+                        fig.error,
+                        fig.static_error,
+                        fig.f1,
+                        per * (o.folds - done) as f64
+                    );
+                }
+            });
+            if !o.json {
+                println!(
+                    "{name}, {} folds, aux {}: error {:.4} ({} of {} rows, {} failed to compile), static mapping {:.4}, precision {:.4} recall {:.4} F1 {:.4} (GPU positive)",
+                    o.folds,
+                    s.aux,
+                    figures.error,
+                    figures.errors,
+                    figures.rows,
+                    figures.rows_failed,
+                    figures.static_error,
+                    figures.precision,
+                    figures.recall,
+                    figures.f1
+                );
+            }
+            results.push((grouped, figures));
+        }
+    }
+    if o.json {
+        let get = |g: bool| results.iter().find(|(x, _)| *x == g).map(|(_, f)| f);
+        let main = get(false).or(get(true));
+        let out = serde_json::json!({
+            "platform": o.platform,
+            "folds": o.folds,
+            "aux": s.aux,
+            "rows": rows.len(),
+            "rows_failed": rows_failed,
+            "kernels": kernels.graphs.len(),
+            "kernels_failed": failed_kernels,
+            "kernels_repaired": kernels.repaired,
+            "compile_failures": kernels.failures,
+            "error": get(false).map(|f| f.error),
+            "error_grouped": get(true).map(|f| f.error),
+            "static_error": main.map(|f| f.static_error),
+            "precision": get(false).map(|f| f.precision),
+            "recall": get(false).map(|f| f.recall),
+            "f1": get(false).map(|f| f.f1),
+            "per_fold": get(false).map(|f| &f.per_fold),
+            "per_fold_grouped": get(true).map(|f| &f.per_fold),
+            "epochs": s.epochs,
+            "steps": s.steps,
+            "wall_s": start.elapsed().as_secs_f64(),
+        });
+        println!("{out}");
+    }
+    if let Some(dir) = &o.out {
+        let t0 = std::time::Instant::now();
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let trained = train_model(&rows, &kernels, &all, s, device);
+        save_bundle(dir, &trained, &o.platform, &rows, t0.elapsed().as_secs_f64())?;
+        if !o.json {
+            println!("saved {} (trained on every compiled row, {:.0}s)", dir.display(), t0.elapsed().as_secs_f64());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clang() -> PathBuf {
+        Path::new(programl::LLVM_BINDIR).join("clang")
+    }
+
+    fn row(benchmark: &str, src: &str, gpu: bool) -> Row {
+        Row { benchmark: benchmark.into(), dataset: "default".into(), transfer: 1.0, wgsize: 1.0, gpu, src: src.into() }
+    }
+
+    /// The kinds of damage the dataset's normalisation left, each repaired:
+    /// a libclc internal, a helper that lost its definition, a constant that
+    /// lost its macro, and a call whose helper was renamed onto the kernel.
+    #[test]
+    fn repairs_what_clang_reports_and_caches_the_outcome() {
+        let cache = tempfile::tempdir().unwrap();
+        let src = "__kernel void A(__global float* a, int b) {\n  int c = get_global_id(0);\n  a[c] = __clc_pow(2.0f, 3.0f) + K;\n  B(a, c);\n  A(a);\n}\n";
+        let Compiled::Ir { path, repaired } = compile_kernel(src, cache.path(), &clang()).unwrap() else {
+            panic!("not repaired: {:?}", compile_kernel(src, cache.path(), &clang()).unwrap());
+        };
+        assert!(repaired);
+        let ir = std::fs::read_to_string(&path).unwrap();
+        assert!(ir.contains("spir_kernel void @A("), "{ir}");
+        let defines = std::fs::read_to_string(cache.path().join(format!("{}.repaired", source_key(src)))).unwrap();
+        for d in ["#define __clc_pow pow", "#define B(...) 0", "#define K 1", "#define __programl_stub1(...) 0"] {
+            assert!(defines.contains(d), "{d} missing from {defines}");
+        }
+        // A source as given compiles unrepaired.
+        let clean = "__kernel void A(__global int* a) { a[get_global_id(0)] = 1; }\n";
+        assert!(matches!(compile_kernel(clean, cache.path(), &clang()).unwrap(), Compiled::Ir { repaired: false, .. }));
+        // What cannot be repaired is a failure with its cause, cached.
+        let broken = "__kernel void A(__global int* a) { a[0] = ; }\n";
+        let Compiled::Failed { cause } = compile_kernel(broken, cache.path(), &clang()).unwrap() else { panic!("compiled") };
+        assert_eq!(cause, "expected expression");
+        let Compiled::Failed { cause: again } = compile_kernel(broken, cache.path(), Path::new("/no/clang")).unwrap() else { panic!() };
+        assert_eq!(again, cause, "the second time comes from the cache, without clang");
+        assert!(
+            compile_kernel("__kernel void Z() {}", cache.path(), Path::new("/no/clang")).is_err(),
+            "a missing clang is an error, not a failure"
+        );
+    }
+
+    #[test]
+    fn stratified_folds_balance_labels_and_grouped_folds_keep_kernels_together() {
+        // 12 kernels, 5 rows each; kernel 0's source is also kernel 1's,
+        // so those two are one group.
+        let rows: Vec<Row> = (0..60)
+            .map(|i| {
+                let k = if i == 0 { 1 } else { i % 12 };
+                row(&format!("suite-b{}-k", i % 12), &format!("src{k}"), i % 3 == 0)
+            })
+            .collect();
+        let f = folds(&rows, 5, false, 7);
+        for label in [false, true] {
+            let counts: Vec<usize> = (0..5).map(|k| (0..60).filter(|&r| f[r] == k && rows[r].gpu == label).count()).collect();
+            assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "{label}: {counts:?}");
+        }
+        assert_eq!(f, folds(&rows, 5, false, 7), "seeded");
+        assert_ne!(f, folds(&rows, 5, false, 8));
+        let g = folds(&rows, 5, true, 7);
+        for a in 0..60 {
+            for b in 0..60 {
+                if rows[a].benchmark == rows[b].benchmark || rows[a].src == rows[b].src {
+                    assert_eq!(g[a], g[b], "rows {a} and {b} share a kernel");
+                }
+            }
+        }
+        assert_eq!(g[0], g[1]);
+        // 11 groups over 5 folds: none empty, sizes within one group's.
+        let sizes: Vec<usize> = (0..5).map(|k| g.iter().filter(|&&f| f == k).count()).collect();
+        assert!(sizes.iter().all(|&n| n > 0) && sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 10, "{sizes:?}");
+    }
+}

@@ -1,0 +1,137 @@
+//! `programl-train devmap` end to end on a slice of the real DevMap data
+//! (`../shared/datasets/devmap/amd.csv`, read in place) plus one row whose
+//! kernel cannot compile: cross-validation figures with the failed row
+//! counted as an error, the static baseline, both protocols, and a bundle
+//! the model crate loads as a graph-level device-mapping model.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use programl_model::bundle::{Bundle, Head};
+
+fn dataset() -> Option<PathBuf> {
+    let csv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets/devmap/amd.csv");
+    if csv.exists() {
+        Some(csv)
+    } else {
+        programl_testkit::skip_unless_ci("devmap", &format!("{} is missing (the shared datasets)", csv.display()));
+        None
+    }
+}
+
+/// The rows of the first `kernels` distinct sources of `csv`, then one row
+/// whose source is broken; returns the CPU/GPU counts.
+fn slice(csv: &Path, out: &Path, kernels: usize) -> (usize, usize) {
+    let mut reader = csv::Reader::from_path(csv).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let src = headers.iter().position(|h| h == "src").unwrap();
+    let oracle = headers.iter().position(|h| h == "oracle").unwrap();
+    let mut writer = csv::Writer::from_path(out).unwrap();
+    writer.write_record(&headers).unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    let mut last = None;
+    let (mut cpu, mut gpu) = (0, 0);
+    for record in reader.records() {
+        let record = record.unwrap();
+        let s = record[src].to_string();
+        if !seen.contains(&s) {
+            if seen.len() == kernels {
+                continue;
+            }
+            seen.push(s);
+        }
+        if &record[oracle] == "GPU" {
+            gpu += 1;
+        } else {
+            cpu += 1;
+        }
+        writer.write_record(&record).unwrap();
+        last = Some(record);
+    }
+    let mut broken: Vec<String> = last.unwrap().iter().map(str::to_string).collect();
+    broken[src] = "__kernel void A(__global int* a) { a[0] = ; }".into();
+    broken[oracle] = "CPU".into();
+    writer.write_record(&broken).unwrap();
+    writer.flush().unwrap();
+    (cpu + 1, gpu)
+}
+
+fn devmap(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .arg("devmap")
+        .args(["--platform", "amd", "--epochs", "2", "--steps", "2", "--threads", "1", "--device", "cpu", "--json", "--quiet"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
+    let Some(csv) = dataset() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let (cpu, gpu) = slice(&csv, &data.join("amd.csv"), 12);
+    let rows = cpu + gpu;
+    let cache = tmp.path().join("cache");
+    let bundle = tmp.path().join("bundle");
+    let (d, c, b) = (data.to_str().unwrap(), cache.to_str().unwrap(), bundle.to_str().unwrap());
+
+    let j = devmap(&["--data", d, "--cache", c, "--folds", "3", "--out", b]);
+    assert_eq!((j["platform"].as_str(), j["folds"].as_u64(), j["aux"].as_bool()), (Some("amd"), Some(3), Some(true)));
+    assert_eq!(j["rows"].as_u64(), Some(rows as u64));
+    assert_eq!((j["rows_failed"].as_u64(), j["kernels_failed"].as_u64()), (Some(1), Some(1)), "{j}");
+    assert_eq!(j["compile_failures"]["expected expression"].as_u64(), Some(1), "{j}");
+    for key in ["error", "error_grouped", "static_error", "precision", "recall", "f1"] {
+        let v = j[key].as_f64().unwrap_or_else(|| panic!("{key} missing: {j}"));
+        assert!((0.0..=1.0).contains(&v), "{key} = {v}");
+    }
+    // The failed row is an error wherever it is tested.
+    assert!(j["error"].as_f64().unwrap() >= 1.0 / rows as f64);
+    let folds = j["per_fold"].as_array().unwrap();
+    assert_eq!(folds.len(), 3);
+    assert_eq!(folds.iter().map(|f| f["rows"].as_u64().unwrap()).sum::<u64>(), rows as u64);
+    assert_eq!(folds.iter().map(|f| f["rows_failed"].as_u64().unwrap()).sum::<u64>(), 1);
+    // Static mapping: the training folds' majority device, here always the
+    // same one (the slice is far from balanced), so its error is the
+    // minority's share.
+    assert!(cpu.abs_diff(gpu) * 3 > rows, "the slice should be unbalanced: {cpu} CPU, {gpu} GPU");
+    let minority = cpu.min(gpu) as f64 / rows as f64;
+    assert!((j["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{j}");
+
+    let loaded = Bundle::load(&bundle, programl_model::tch::Device::Cpu).unwrap();
+    assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));
+    assert_eq!(loaded.config.classes, ["cpu", "gpu"]);
+    assert_eq!(loaded.model.hyper().graph.as_ref().unwrap().aux, ["transfer", "wgsize"]);
+    assert!(loaded.config.source.unwrap().flags.iter().any(|f| f == "spir64"));
+    // Every compiled row, once per epoch.
+    assert_eq!(loaded.config.provenance.examples_seen, 2 * (rows as u64 - 1));
+
+    // Without the auxiliary inputs, one protocol; the kernels come from the cache.
+    let n = devmap(&["--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped"]);
+    assert_eq!(n["aux"].as_bool(), Some(false));
+    assert!(n["error"].is_null() && n["error_grouped"].is_f64(), "{n}");
+}
+
+#[test]
+fn bad_arguments_and_data_are_errors_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = |args: &[&str], expect: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_programl-train")).arg("devmap").args(args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(expect), "{args:?}: {err}");
+    };
+    let d = tmp.path().to_str().unwrap();
+    bad(&["--platform", "intel", "--data", d], "--platform 'intel': expected amd or nvidia");
+    bad(&["--platform", "amd", "--data", d], "amd.csv: cannot open");
+    std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,transfer,wgsize,oracle,src\nb,d,12,4,TPU,x\n").unwrap();
+    bad(&["--platform", "amd", "--data", d], "amd.csv:2: oracle 'TPU' is neither CPU nor GPU");
+    std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,transfer,wgsize,oracle,src\nb,d,-3,4,GPU,x\n").unwrap();
+    bad(&["--platform", "amd", "--data", d], "amd.csv:2: transfer '-3' is not a non-negative number");
+    std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,wgsize,oracle,src\n").unwrap();
+    bad(&["--platform", "amd", "--data", d], "no column 'transfer'");
+    bad(&["--platform", "amd", "--data", d, "--folds", "1"], "--folds 1: at least 2");
+}
