@@ -281,6 +281,11 @@ fn graph_files_past_a_size_limit_are_whole_or_absent() {
         assert!(bytes == &expected[p], "{}: differs from the graph written without a limit", p.display());
     }
     assert_no_temporaries(dir.path());
+    println!(
+        "faults graph -o DIR: {PROGRAMS} inputs, RLIMIT_FSIZE {limit} B: {} failed, each named; {} written whole",
+        too_large.len(),
+        written.len()
+    );
 
     // Standard output redirected to a file: the limit is an error too,
     // where the default SIGXFSZ would have killed the process silently.
@@ -342,6 +347,11 @@ fn dataset_build_with_a_manifest_past_a_size_limit_resumes() {
     for r in &partial {
         assert!(reference.contains(r), "{}: a committed record differs from the clean build's", r.path);
     }
+    println!(
+        "faults dataset build: manifest limited to {limit} of {manifest_bytes} B: {} of {} records committed, 1 shard uncommitted",
+        partial.len(),
+        reference.len()
+    );
     let out = dataset_from(ir.path(), data.path(), None);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("removed 1 uncommitted shard(s)"), "{}", stderr(&out));
@@ -420,6 +430,11 @@ fn dataset_export_past_a_size_limit_leaves_complete_files() {
         assert!(expected.get(p) == Some(bytes), "{}: differs from the export without a limit", p.display());
     }
     assert_no_temporaries(fresh.path());
+    println!(
+        "faults dataset export: RLIMIT_FSIZE {limit} B: stopped after {} of {} files, all whole",
+        written.len(),
+        expected.len()
+    );
 
     // Over a complete export: every file stays as it was.
     let out = export(reference.path(), Some(limit));
