@@ -9,6 +9,9 @@
 # deferred to the end of the top-level directory, when every target exists.
 # Each target's graphs go to <dir>/<target>/, so the same source compiled
 # into two targets (a shared and a static library) cannot collide.
+# With -DPROGRAML_ATTACH_MODEL=<bundle> instead, every target gets the
+# learned pass (programl_add_inference, on the CPU, its decisions appended
+# to <dir>/decisions.jsonl) and no graph pass.
 # scripts/thirdparty.sh uses it (issue 12, part 4).
 get_property(_programl_attached GLOBAL PROPERTY PROGRAML_ATTACH_INCLUDED)
 if(_programl_attached)
@@ -21,7 +24,12 @@ function(_programl_attach_all dir)
   get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
   foreach(_t IN LISTS _targets)
     get_target_property(_type ${_t} TYPE)
-    if(_type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY)$")
+    if(NOT _type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY)$")
+      continue()
+    endif()
+    if(PROGRAML_ATTACH_MODEL)
+      programl_add_inference(${_t} MODEL "${PROGRAML_ATTACH_MODEL}" DEVICE cpu SIDECAR "${PROGRAML_ATTACH_GRAPHS}/decisions.jsonl")
+    else()
       programl_add_graphs(${_t} DIR "${PROGRAML_ATTACH_GRAPHS}/${_t}")
     endif()
   endforeach()
@@ -32,6 +40,6 @@ function(_programl_attach_all dir)
 endfunction()
 
 if(NOT PROGRAML_ATTACH_GRAPHS)
-  message(FATAL_ERROR "thirdparty-attach.cmake: set PROGRAML_ATTACH_GRAPHS to the graphs' directory")
+  message(FATAL_ERROR "thirdparty-attach.cmake: set PROGRAML_ATTACH_GRAPHS to the output directory")
 endif()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _programl_attach_all "${CMAKE_SOURCE_DIR}")

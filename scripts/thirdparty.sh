@@ -17,6 +17,10 @@
 #   bash scripts/thirdparty.sh                 # static libs off: 43 units
 #   THIRDPARTY_STATIC=ON bash scripts/thirdparty.sh   # the full build: 56
 #   JOBS=2 (make -j), PROGRAML_CACHE (where the source and builds live)
+#   THIRDPARTY_MODEL=models/reachability: a third build, with the learned
+#   pass on every target instead (needs libprograml_runtime.so): no crash,
+#   one decision line per unit, and the objects compared with the plain
+#   build's (the pass changes metadata only).
 #
 # Needs: the plugin built (cargo build --release -p programl-passes) and the
 # CLI (-p programl-cli); clang-16; cmake; valgrind (unless USE_VALGRIND=0);
@@ -146,4 +150,28 @@ say "$pkg $version: $units translation units in $targets targets (static libs $s
 say "graphs: $total_graphs, one per unit, each in its target's directory, all read back ($nodes nodes)"
 say "objects: $identical of $units byte-identical with and without the graph pass"
 say "test suite: plain $plain_tests; with the pass $graph_tests"
+if [ -n "${THIRDPARTY_MODEL:-}" ]; then
+    model="$(cd "$THIRDPARTY_MODEL" && pwd)"
+    [ -f "$target_dir/release/libprograml_runtime.so" ] || missing "libprograml_runtime.so (cargo build --release -p programl-runtime)"
+    rm -rf "$build" "$work/infer"
+    PROGRAML_PLUGIN="$plugin" configure \
+        -DCMAKE_PROJECT_INCLUDE="$root/scripts/thirdparty-attach.cmake" -DPROGRAML_ATTACH_GRAPHS="$work/infer" \
+        -DPROGRAML_ATTACH_MODEL="$model"
+    read -r infer_time infer_cpu < <(timed_make)
+    infer_tests=$(run_tests infer)
+    if grep -q -i 'warning.*programl' "$work/make.log"; then
+        grep -i 'warning.*programl' "$work/make.log" | head -n 3
+        fail "the learned pass warned (see $work/make.log)"
+    fi
+    decisions=$(grep -c '"kind":"decisions"' "$work/infer/decisions.jsonl" || true)
+    [ "$decisions" = "$units" ] || fail "$decisions decision lines for $units units"
+    same=0
+    differ=()
+    while IFS= read -r o; do
+        if cmp -s "$build/$o" "$plain_objects/$o"; then same=$((same + 1)); else differ+=("$o"); fi
+    done < <(objects)
+    say "learned pass ($(basename "$model")): $decisions units annotated, no warning; objects: $same of $units byte-identical to the plain build's${differ[*]:+; differ: ${differ[*]}}"
+    say "test suite with the learned pass: $infer_tests"
+    say "build time with the learned pass: ${infer_time} s ($(added "$plain_time" "$infer_time")); CPU ${infer_cpu} s ($(added "$plain_cpu" "$infer_cpu"))"
+fi
 say "build time: plain ${plain_time} s, with the graph pass ${graph_time} s ($(added "$plain_time" "$graph_time")); CPU ${plain_cpu} s and ${graph_cpu} s ($(added "$plain_cpu" "$graph_cpu"))"

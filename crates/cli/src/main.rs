@@ -275,8 +275,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
                 bar.inc(1);
                 return;
             }
-            let result = render(&job.input, format, options)
-                .and_then(|bytes| write_atomically(&target, &bytes).map_err(Into::into));
+            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(&target, &bytes).map_err(Into::into));
             if let Err(e) = result {
                 failed.fetch_add(1, Ordering::Relaxed);
                 bar.suspend(|| eprintln!("programl: {}", message(&e)));

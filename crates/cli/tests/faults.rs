@@ -247,7 +247,10 @@ fn graph_files_past_a_size_limit_are_whole_or_absent() {
     let file = dir.path().join("one.json");
     ok(programl().args(["graph", "--format", "json"]).arg(input(4)).arg("-o").arg(&file));
     let before = std::fs::read(&file).unwrap();
-    let out = run_limited(programl().args(["graph", "--format", "json", "--compat", "programl-0.3"]).arg(input(4)).arg("-o").arg(&file), Some(100));
+    let out = run_limited(
+        programl().args(["graph", "--format", "json", "--compat", "programl-0.3"]).arg(input(4)).arg("-o").arg(&file),
+        Some(100),
+    );
     assert_fails(&out, 2, &format!("{}: cannot write: {EFBIG}", file.display()));
     assert_eq!(std::fs::read(&file).unwrap(), before, "the earlier complete graph was changed");
     let fresh = dir.path().join("fresh.pb");
@@ -309,7 +312,8 @@ fn dataset_build_past_a_size_limit_commits_nothing_partial_and_resumes() {
     let data = tempfile::tempdir().unwrap();
     let out = dataset(data.path(), Some(smallest - 1));
     assert_fails(&out, 2, &format!("{}: cannot write: {EFBIG}", data.path().join("shard-000001.pgds").display()));
-    let mut names: Vec<String> = std::fs::read_dir(data.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(data.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, [".lock", "manifest.jsonl"]);
     assert_eq!(Dataset::open(data.path()).unwrap().record_count(), 0);
@@ -430,11 +434,7 @@ fn dataset_export_past_a_size_limit_leaves_complete_files() {
         assert!(expected.get(p) == Some(bytes), "{}: differs from the export without a limit", p.display());
     }
     assert_no_temporaries(fresh.path());
-    println!(
-        "faults dataset export: RLIMIT_FSIZE {limit} B: stopped after {} of {} files, all whole",
-        written.len(),
-        expected.len()
-    );
+    println!("faults dataset export: RLIMIT_FSIZE {limit} B: stopped after {} of {} files, all whole", written.len(), expected.len());
 
     // Over a complete export: every file stays as it was.
     let out = export(reference.path(), Some(limit));

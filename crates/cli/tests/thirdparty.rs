@@ -19,12 +19,7 @@ fn json_c_builds_with_the_graph_pass_byte_identical_and_passes_its_tests() {
     let bin = Path::new(env!("CARGO_BIN_EXE_programl"));
     let target_dir = bin.parent().and_then(Path::parent).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/thirdparty.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .env("CARGO_TARGET_DIR", target_dir)
-        .env("USE_VALGRIND", "0")
-        .output()
-        .unwrap();
+    let out = Command::new("bash").arg(&script).env("CARGO_TARGET_DIR", target_dir).env("USE_VALGRIND", "0").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(3) {
