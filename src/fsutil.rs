@@ -7,6 +7,16 @@
 //! [`Durability::Synced`] the file is fsynced before the rename and the
 //! directory after it, so the rename survives a power cut too (the dataset
 //! store's commit protocol needs that; graph files do not).
+//!
+//! A target that exists and is not a regular file or a directory (a device
+//! such as `/dev/null` or `/dev/stdout`, a FIFO) is written in place: renaming
+//! over it would replace the device node with a file (as root, `-o
+//! /dev/null` would have replaced `/dev/null`).
+//!
+//! A failed write (a full disk: `ENOSPC`; a file size limit: `EFBIG`, when
+//! the process ignores `SIGXFSZ`) is an error naming the target, never the
+//! temporary file, and leaves the target as it was: a complete earlier
+//! version, or nothing.
 
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -26,6 +36,9 @@ pub enum Durability {
 /// temporary file is removed and `path` is untouched. Errors name the path.
 pub fn write_atomically(path: &Path, durability: Durability, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
     let named = |what: &str, p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {what}: {e}", p.display()));
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return write_in_place(path, durability, write).map_err(|e| named("cannot write", path, e));
+    }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| named("cannot create directory", dir, e))?;
     let mut builder = tempfile::Builder::new();
@@ -41,9 +54,12 @@ pub fn write_atomically(path: &Path, durability: Durability, write: impl FnOnce(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| named("cannot create a temporary file", dir, e))?;
-    let mut out = BufWriter::new(tmp);
+    // Through the `File`, not the `NamedTempFile`, whose errors name the
+    // temporary file, which is gone by the time the user reads them. On
+    // every error below, dropping `tmp` deletes the temporary file.
+    let mut out = BufWriter::new(tmp.as_file());
     write(&mut out).and_then(|()| out.flush()).map_err(|e| named("cannot write", path, e))?;
-    let tmp = out.into_inner().map_err(|e| named("cannot write", path, e.into_error()))?;
+    drop(out);
     if durability == Durability::Synced {
         tmp.as_file().sync_all().map_err(|e| named("cannot sync", path, e))?;
     }
@@ -52,6 +68,35 @@ pub fn write_atomically(path: &Path, durability: Durability, write: impl FnOnce(
         sync_dir(dir)?;
     }
     Ok(())
+}
+
+/// Writes into an existing special file (device, FIFO) without replacing it.
+fn write_in_place(path: &Path, durability: Durability, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    let mut out = BufWriter::new(&file);
+    write(&mut out)?;
+    out.flush()?;
+    drop(out);
+    if durability == Durability::Synced {
+        // Devices and FIFOs may not support fsync; there is nothing to
+        // make durable in them.
+        match file.sync_all() {
+            Err(e) if e.kind() != io::ErrorKind::InvalidInput => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The text of an error of this module without its leading `PATH: `, for
+/// callers whose own error type names the path (so that it is not named
+/// twice); other errors' texts unchanged.
+pub fn cause(path: &Path, error: &io::Error) -> String {
+    let text = error.to_string();
+    match text.strip_prefix(&format!("{}: ", path.display())) {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }
 
 /// Writes `bytes` to `path` atomically.
@@ -85,6 +130,44 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"first", "a failed write leaves the old file");
         let left: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
+    }
+
+    #[test]
+    fn errors_name_the_target_not_the_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.txt");
+        let e = write_atomically(&path, Durability::Synced, |w| {
+            w.write_all(&[b'x'; 100_000])?;
+            Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"))
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(e.to_string(), format!("{}: cannot write: disk full", path.display()));
+        assert_eq!(cause(&path, &e), "cannot write: disk full");
+        assert_eq!(cause(Path::new("other"), &e), e.to_string(), "another path's error is kept whole");
+        assert!(!path.exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no temporary file left behind");
+    }
+
+    /// A FIFO stands for the devices (`/dev/null`, `/dev/stdout`): written
+    /// in place, never replaced by a regular file.
+    #[cfg(unix)]
+    #[test]
+    fn special_files_are_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(status.success());
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_bytes_atomically(&fifo, Durability::Synced, b"through the pipe").unwrap();
+        // Checked before joining: a reader of a replaced FIFO waits forever.
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file");
     }
 
     #[cfg(unix)]

@@ -26,8 +26,9 @@ use crate::fsutil::{write_bytes_atomically, Durability};
 /// Why a vocabulary file could not be read or written; names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum VocabError {
-    /// An I/O error on `path`.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error on `path` (named once, also when `source` comes from
+    /// [`crate::fsutil`], whose errors name it already).
+    #[error("{}: {}", path.display(), crate::fsutil::cause(path, source))]
     Io {
         /// The vocabulary file.
         path: PathBuf,

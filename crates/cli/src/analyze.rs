@@ -45,7 +45,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<bool> {
         Some(r) => vec![r],
         None => analyzer.sampled_roots(args.task, args.seed),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     for root in roots {
         let labels = analyzer.analyze(args.task, root).with_context(|| format!("{}", args.file.display()))?;
         let line = Line { task: args.task.name(), root, steps: labels.steps, positives: &labels.positives };

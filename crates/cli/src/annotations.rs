@@ -325,7 +325,7 @@ pub unsafe fn read_module(module: LLVMModuleRef, file: &str) -> Value {
 }
 
 pub fn run(args: &AnnotationsArgs) -> Result<bool> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     let mut ok = true;
     for file in &args.files {
         let context = inkwell::context::Context::create();

@@ -215,7 +215,7 @@ fn build(args: &BuildArgs) -> Result<bool> {
     bar.finish_and_clear();
     let report = report?;
 
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     writeln!(out, "dataset {}:", args.out.display())?;
     writeln!(
         out,
@@ -259,7 +259,7 @@ fn build(args: &BuildArgs) -> Result<bool> {
 fn stats(args: &StatsArgs) -> Result<bool> {
     let dataset = Dataset::open(&args.data)?;
     let stats = Stats::collect(&dataset);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     writeln!(out, "dataset {}: seed {}, IR from {}", dataset.dir().display(), dataset.info().seed, dataset.info().ir.display())?;
     write!(out, "{}", stats.render())?;
     for f in dataset.failures() {
@@ -309,7 +309,7 @@ fn export(args: &ExportArgs) -> Result<bool> {
     bar.finish_and_clear();
     let report = report.with_context(|| format!("exporting {} to {}", args.data.display(), args.out.display()))?;
 
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     writeln!(
         out,
         "export {}: {} split of {}, subset {}, graphs in the store's mode {GRAPH_MODE:?} (the paper's: one node per value)",
@@ -351,7 +351,7 @@ fn vocab(args: &VocabArgs) -> Result<bool> {
     let (vocab, report) = programl_dataset::vocab::build(&dataset, args.min_count, args.max_size)?;
     let output = args.output.clone().unwrap_or_else(|| args.data.join("vocab.json"));
     vocab.save(&output).with_context(|| format!("saving the vocabulary of {}", args.data.display()))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout();
     writeln!(out, "vocabulary: {} texts + the unknown token (id 0), from the train split -> {}", vocab.len() - 1, output.display())?;
     for split in Split::ALL {
         let Some(c) = report.covered.iter().find(|c| c.0 == split) else { continue };

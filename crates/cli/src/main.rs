@@ -108,6 +108,12 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 }
 
 fn main() -> ExitCode {
+    // Past a file size limit (`ulimit -f`), write() fails with EFBIG once
+    // SIGXFSZ is ignored, and the write's error names the file; by default
+    // the signal kills the process, without a word on which file. An atomic
+    // write cut short either way leaves the target as it was.
+    // SAFETY: setting a signal's disposition to SIG_IGN, before any thread.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Graph(args) => graph(&args),
@@ -117,11 +123,14 @@ fn main() -> ExitCode {
         Command::Dataset(command) => dataset::run_dataset(command),
         Command::Vocab(command) => dataset::run_vocab(command),
         Command::Annotations(args) => annotations::run(&args),
-        Command::PluginPath => plugin_path().map(|p| {
-            println!("{}", p.display());
-            true
+        Command::PluginPath => plugin_path().and_then(|p| {
+            writeln!(stdout(), "{}", p.display())?;
+            Ok(true)
         }),
     };
+    // Rust flushes stdout at exit and drops the error: a tail lost to a full
+    // disk would go unnoticed.
+    let result = result.and_then(|ok| stdout().flush().map(|()| ok).map_err(Into::into));
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
@@ -130,9 +139,51 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("programl: {e:#}");
+            eprintln!("programl: {}", message(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// `e` and its causes on one line, as `{e:#}` prints them, without a cause
+/// its message already ends with (errors that name a file and quote their
+/// source, such as the dataset's, would otherwise say it twice).
+fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.ends_with(&part) {
+            text = format!("{text}: {part}");
+        }
+    }
+    text
+}
+
+/// Standard output, locked; its write errors name it (`<stdout>: cannot
+/// write: ...`), keeping their kind (a closed pipe stays one).
+pub(crate) struct Stdout(std::io::StdoutLock<'static>);
+
+pub(crate) fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+impl Stdout {
+    fn named(e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("<stdout>: cannot write: {e}"))
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(Stdout::named)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf).map_err(Stdout::named)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(Stdout::named)
     }
 }
 
@@ -159,7 +210,8 @@ fn collect_inputs(args: &[PathBuf]) -> Result<Vec<Job>> {
     Ok(jobs)
 }
 
-/// Writes `bytes` to `path` atomically, so readers never see a partial graph.
+/// Writes `bytes` to `path` atomically, so readers never see a partial graph;
+/// its errors name `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, bytes)
 }
@@ -185,13 +237,13 @@ fn graph(args: &GraphArgs) -> Result<bool> {
         return match render(input, format, options) {
             Ok(bytes) => {
                 match output {
-                    Some(path) => write_atomically(path, &bytes).with_context(|| format!("{}: cannot write", path.display()))?,
-                    None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+                    Some(path) => write_atomically(path, &bytes)?,
+                    None => stdout().write_all(&bytes)?,
                 }
                 Ok(true)
             }
             Err(e) => {
-                eprintln!("programl: {e:#}");
+                eprintln!("programl: {}", message(&e));
                 Ok(false)
             }
         };
@@ -223,11 +275,10 @@ fn graph(args: &GraphArgs) -> Result<bool> {
                 bar.inc(1);
                 return;
             }
-            let result = render(&job.input, format, options)
-                .and_then(|bytes| write_atomically(&target, &bytes).with_context(|| format!("{}: cannot write", target.display())));
+            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(&target, &bytes).map_err(Into::into));
             if let Err(e) = result {
                 failed.fetch_add(1, Ordering::Relaxed);
-                bar.suspend(|| eprintln!("programl: {e:#}"));
+                bar.suspend(|| eprintln!("programl: {}", message(&e)));
             }
             bar.inc(1);
         })
@@ -246,11 +297,12 @@ fn graph(args: &GraphArgs) -> Result<bool> {
 
 fn summary(files: &[PathBuf]) -> Result<bool> {
     let mut ok = true;
+    let mut out = stdout();
     for path in files {
         match summarize(path) {
-            Ok(text) => print!("{text}"),
+            Ok(text) => out.write_all(text.as_bytes())?,
             Err(e) => {
-                eprintln!("programl: {e:#}");
+                eprintln!("programl: {}", message(&e));
                 ok = false;
             }
         }
@@ -272,15 +324,15 @@ fn convert(path: &Path, format: Format, output: Option<&Path>) -> Result<bool> {
     let g = match read_graph_file(path) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("programl: {e:#}");
+            eprintln!("programl: {}", message(&e));
             return Ok(false);
         }
     };
     let mut bytes = Vec::new();
     write_graph(&g, format, &mut bytes).with_context(|| format!("{}: writing {format}", path.display()))?;
     match output {
-        Some(out) => write_atomically(out, &bytes).with_context(|| format!("{}: cannot write", out.display()))?,
-        None => std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?,
+        Some(out) => write_atomically(out, &bytes)?,
+        None => stdout().write_all(&bytes)?,
     }
     Ok(true)
 }

@@ -251,7 +251,7 @@ fn export_record(
     // Errors name the input and the file.
     let failed = |path: &Path, e: io::Error| DatasetError::Io {
         path: path.to_path_buf(),
-        source: io::Error::new(e.kind(), format!("exporting {}: {e}", r.path)),
+        source: io::Error::new(e.kind(), format!("exporting {}: {}", r.path, programl::fsutil::cause(path, &e))),
     };
     let node_count = r.graph.node_count();
     let per_task: Vec<(Task, Vec<GraphFeatures>)> = config

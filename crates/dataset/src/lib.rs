@@ -104,8 +104,9 @@ pub const MANIFEST: &str = "manifest.jsonl";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DatasetError {
-    /// An I/O error on `path`.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error on `path` (named once, also when `source` comes from
+    /// `programl::fsutil`, whose errors name it already).
+    #[error("{}: {}", path.display(), programl::fsutil::cause(path, source))]
     Io {
         /// The file or directory concerned.
         path: PathBuf,

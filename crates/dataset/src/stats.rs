@@ -309,7 +309,15 @@ impl Stats {
             PlotFont::Auto => load_font(None),
             PlotFont::File(f) => load_font(Some(f)),
         };
-        plot::draw(self, path, font.is_some()).map_err(|detail| DatasetError::Plot { path: path.to_path_buf(), detail })?;
+        // Drawn into a temporary PNG (plotters writes the file it is given
+        // piecemeal, and picks the encoder by the name's extension), then
+        // written atomically: a failed write leaves no partial image under
+        // `path`, and a device such as /dev/null is written, not replaced.
+        let plot_error = |detail: String| DatasetError::Plot { path: path.to_path_buf(), detail };
+        let tmp = tempfile::Builder::new().prefix(".programl-stats.").suffix(".png").tempfile().map_err(|e| plot_error(e.to_string()))?;
+        plot::draw(self, tmp.path(), font.is_some()).map_err(plot_error)?;
+        let png = std::fs::read(tmp.path()).map_err(|e| plot_error(e.to_string()))?;
+        programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, &png).map_err(DatasetError::io(path))?;
         Ok(PlotOutcome { font })
     }
 }

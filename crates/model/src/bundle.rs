@@ -34,6 +34,12 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
 pub const VOCABULARY_FILE: &str = "vocabulary.json";
 
+/// The largest `hyper.positions` a bundle may have (the position table then
+/// takes 8.9 MB; SPEC.md §3's is 1024 rows).
+pub const MAX_POSITIONS: i64 = 1 << 16;
+/// The largest `hyper.steps` a bundle may have (SPEC.md §3: 30).
+pub const MAX_STEPS: i64 = 10_000;
+
 /// `config.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -234,6 +240,17 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
     }
     if config.hyper.vocab_size == 0 || config.hyper.positions < 1 || config.hyper.classes < 1 {
         return Err(invalid(&path, "hyper: vocab_size, positions and classes must be positive"));
+    }
+    // `Ggnn::new` allocates the position table (positions × 34 f32) before
+    // any weight is read, and inference runs `steps` steps unless told
+    // otherwise: unbounded, a corrupt number is an allocation failure,
+    // which aborts the process (the compiler, under the learned pass), or
+    // a prediction that never ends (found by tests/fuzz_bundle.rs).
+    if config.hyper.positions > MAX_POSITIONS {
+        return Err(invalid(&path, format!("hyper.positions {} is above {MAX_POSITIONS}", config.hyper.positions)));
+    }
+    if !(1..=MAX_STEPS).contains(&config.hyper.steps) {
+        return Err(invalid(&path, format!("hyper.steps {} is outside 1..={MAX_STEPS}", config.hyper.steps)));
     }
     Ok(config)
 }
