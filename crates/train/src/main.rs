@@ -199,6 +199,12 @@ enum Command {
 }
 
 fn main() {
+    // Past a file size limit (RLIMIT_FSIZE), SIGXFSZ would kill the process
+    // without a word on which file; ignored, the write fails with EFBIG and
+    // the error names the file. Every output is written atomically, so a
+    // write cut short leaves the previous file (or none) in place.
+    // SAFETY: setting a signal's disposition, before any thread starts.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("programl-train: {e:#}");

@@ -1,8 +1,9 @@
 //! `programl-train` end to end on a small fixture: generated C programs
 //! compiled by clang, a dataset store built from them, a short training run
 //! that must beat the trivial classifiers, a SIGKILLed run that resumes to
-//! the very same weights, `eval` on IR files, `predict`, and clear errors for
-//! broken bundles.
+//! the very same weights, a run past a file size limit that fails naming
+//! the file and completes after, `eval` on IR files, `predict`, and clear
+//! errors for broken bundles.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -323,4 +324,61 @@ fn a_run_resumes_on_a_rebuilt_store_and_refuses_other_data() {
     let refused = trainer().args(train_args(&other, &out, "450")).output().unwrap();
     assert!(!refused.status.success(), "a run accepted other training data");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("training data changed"), "{}", String::from_utf8_lossy(&refused.stderr));
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A full disk, as root meets it (writes cannot be denied by permissions):
+/// a file size limit. The run fails with an error naming the file, leaves no
+/// partial file under a final name, and the same command without the limit
+/// then completes.
+#[test]
+fn a_write_failure_names_the_file_and_the_run_completes_after() {
+    use std::os::unix::process::CommandExt;
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let args = train_args(data, &out, "300");
+    let mut limited = trainer();
+    limited.args(&args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    unsafe {
+        limited.pre_exec(|| {
+            let l = libc::rlimit { rlim_cur: 40 * 1024, rlim_max: 40 * 1024 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let failed = limited.output().unwrap();
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "not an error exit (SIGXFSZ?): {err}");
+    assert!(err.contains(&out.display().to_string()) && err.contains("File too large"), "{err}");
+    for f in files_under(&out) {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp"), "{} left behind", f.display());
+        if name.ends_with(".safetensors") {
+            assert!(tch::Tensor::read_safetensors(&f).is_ok(), "{} is partial", f.display());
+        } else if name.ends_with(".json") {
+            let text = std::fs::read_to_string(&f).unwrap();
+            assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok(), "{} is partial", f.display());
+        }
+    }
+    run(trainer().args(&args));
+    let bundle = programl_model::bundle::Bundle::load(&out.join("model"), tch::Device::Cpu).unwrap();
+    assert!(bundle.config.provenance.examples_seen >= 300);
 }
