@@ -184,3 +184,18 @@ mod tests {
         assert_eq!(mode, 0o666 & !umask, "mode {mode:o} with umask {umask:o}");
     }
 }
+
+/// The project's cache directory (derived data: corpora, datasets, compiled
+/// kernels): `$PROGRAML_CACHE`, else `$XDG_CACHE_HOME/programl-rs`, else
+/// `$HOME/.cache/programl-rs`, as `scripts/bootstrap.sh` sets it.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("PROGRAML_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("programl-rs");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".cache/programl-rs")
+}

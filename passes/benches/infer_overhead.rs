@@ -147,12 +147,7 @@ fn workspace() -> PathBuf {
 }
 
 fn cache_dir() -> PathBuf {
-    std::env::var_os("PROGRAML_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        base.join("programl-rs")
-    })
+    programl::fsutil::cache_dir()
 }
 
 fn units(projects: &[String]) -> Vec<Unit> {

@@ -336,18 +336,9 @@ pub struct Oracle {
     pub bin_dir: PathBuf,
 }
 
-/// The project's cache directory:
-/// `$PROGRAML_CACHE`, else `$XDG_CACHE_HOME/programl-rs`, else
-/// `$HOME/.cache/programl-rs` (as in `scripts/bootstrap.sh`).
+/// The project's cache directory ([`programl::fsutil::cache_dir`]).
 pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PROGRAML_CACHE").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("programl-rs");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-    PathBuf::from(home).join(".cache/programl-rs")
+    programl::fsutil::cache_dir()
 }
 
 /// Where `scripts/bootstrap.sh` unpacks the wheel's binaries.

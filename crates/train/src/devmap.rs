@@ -554,25 +554,37 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     Trained { model, vocabulary, hyper, rows_seen }
 }
 
-/// GPU probabilities of `rows` (indices) whose kernels compiled.
+/// GPU probabilities of `rows` (indices) whose kernels compiled. Each
+/// kernel's graph runs once; its rows differ only in their auxiliary inputs.
 pub fn predict(t: &Trained, rows: &[Row], kernels: &Kernels, ids: &[usize], batch_nodes: usize) -> HashMap<usize, f64> {
     let device = t.model.device();
-    let ids: Vec<usize> = ids.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let mut rows_of: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &r in ids.iter().filter(|&&r| kernels.compiled(r)) {
+        rows_of.entry(kernels.row_kernel[r]).or_default().push(r);
+    }
+    let kernel_ids: Vec<usize> = rows_of.keys().copied().collect();
+    let inputs: Vec<GraphInput> = kernel_ids
+        .iter()
+        .map(|&k| GraphInput::new(kernels.graphs[k].as_ref().unwrap(), &t.vocabulary).expect("a built graph is a valid input"))
+        .collect();
     let mut out = HashMap::new();
     let _guard = tch::no_grad_guard();
-    let inputs: Vec<GraphInput> = ids
-        .iter()
-        .map(|&r| GraphInput::new(kernels.graphs[kernels.row_kernel[r]].as_ref().unwrap(), &t.vocabulary).expect("valid input"))
-        .collect();
     for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
         let samples: Vec<Sample<'_>> = inputs[range.clone()].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
         let batch = Batch::from_samples(&samples).expect("valid inputs");
         let prepared = Prepared::new(&batch, &t.hyper, device);
         let pooled = t.model.pooled_logits(&prepared, t.hyper.steps, false);
-        let picked: Vec<&Row> = ids[range.clone()].iter().map(|&r| &rows[r]).collect();
-        let aux = t.hyper.aux_inputs().gt(&0).then(|| aux_tensor(&picked, device));
-        let probs = t.model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, Kind::Float).to_device(Device::Cpu);
-        for (i, &r) in ids[range].iter().enumerate() {
+        let batch_rows: Vec<(i64, usize)> = kernel_ids[range]
+            .iter()
+            .enumerate()
+            .flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r)))
+            .collect();
+        let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);
+        let picked: Vec<&Row> = batch_rows.iter().map(|&(_, r)| &rows[r]).collect();
+        let aux = (t.hyper.aux_inputs() > 0).then(|| aux_tensor(&picked, device));
+        let logits = t.model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), false);
+        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
+        for (i, &(_, r)) in batch_rows.iter().enumerate() {
             out.insert(r, probs.double_value(&[i as i64, 1]));
         }
     }
@@ -732,18 +744,6 @@ pub fn default_dataset(name: &str) -> PathBuf {
     }
 }
 
-/// The cache directory: `$PROGRAML_CACHE`, else `~/.cache/programl-rs`.
-pub fn cache_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PROGRAML_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("programl-rs")
-}
-
 pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     if !matches!(o.platform.as_str(), "amd" | "nvidia") {
         bail!("--platform '{}': expected amd or nvidia", o.platform);
@@ -758,7 +758,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     let data = o.data.clone().unwrap_or_else(|| default_dataset("devmap"));
     let csv = data.join(format!("{}.csv", o.platform));
     let rows = read_rows(&csv)?;
-    let cache = o.cache.clone().unwrap_or_else(|| cache_root().join("devmap"));
+    let cache = o.cache.clone().unwrap_or_else(|| programl::fsutil::cache_dir().join("devmap"));
     let start = std::time::Instant::now();
     let kernels = Kernels::build(&rows, &cache, o.quiet)?;
     let failed_kernels: usize = kernels.failures.values().sum();

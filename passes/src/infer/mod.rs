@@ -192,13 +192,8 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let name = module_name(module);
     let shown = p.model.display();
 
-    let bundle = bundle::read(&p.model).map_err(|e| format!("cannot use bundle {shown}: {e}"))?;
+    let bundle = read_matching(module, &p.model)?;
     let config = &bundle.config;
-    let facts = bundle::ModuleFacts { llvm_major: llvm_major(), opaque_pointers: opaque_pointers(module) };
-    let mismatches = bundle::mismatches(&config.provenance, facts);
-    if !mismatches.is_empty() {
-        return Err(format!("bundle {shown} does not match this module: {}", mismatches.join("; ")));
-    }
     if config.head == "graph" {
         return run_graph(module, p, site, bundle, start, t);
     }
@@ -325,6 +320,23 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     Ok(())
 }
 
+/// The bundle in `dir` (read once per process), if its provenance matches
+/// `module`: graph mode, LLVM major version, opaque pointers,
+/// featurisation version.
+///
+/// # Safety
+/// `module` is valid.
+unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::Arc<bundle::Bundle>, String> {
+    let shown = dir.display();
+    let bundle = bundle::read(dir).map_err(|e| format!("cannot use bundle {shown}: {e}"))?;
+    let facts = bundle::ModuleFacts { llvm_major: llvm_major(), opaque_pointers: opaque_pointers(module) };
+    let mismatches = bundle::mismatches(&bundle.config.provenance, facts);
+    if !mismatches.is_empty() {
+        return Err(format!("bundle {shown} does not match this module: {}", mismatches.join("; ")));
+    }
+    Ok(bundle)
+}
+
 /// The runtime, and `bundle` opened in it (both once per process), checked
 /// against what the pass read of the bundle.
 fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings) -> Result<std::sync::Arc<runtime::Model>, String> {
@@ -411,12 +423,7 @@ unsafe fn run_graph(module: LLVMModuleRef, p: &Params, site: Site, bundle: std::
                 ));
             }
             log::debug!(target: PASS_NAME, "{name}: {} not given: using {}", names.join(", "), noaux.display());
-            let b = bundle::read(&noaux).map_err(|e| format!("cannot use bundle {}: {e}", noaux.display()))?;
-            let facts = bundle::ModuleFacts { llvm_major: llvm_major(), opaque_pointers: opaque_pointers(module) };
-            let mismatches = bundle::mismatches(&b.config.provenance, facts);
-            if !mismatches.is_empty() {
-                return Err(format!("bundle {} does not match this module: {}", noaux.display(), mismatches.join("; ")));
-            }
+            let b = read_matching(module, &noaux)?;
             if b.config.hyper.graph.as_ref().is_none_or(|g| !g.aux.is_empty()) {
                 return Err(format!("bundle {}: not a graph-level bundle without auxiliary inputs", noaux.display()));
             }

@@ -243,15 +243,22 @@ fn input_of(batch: &Batch) -> RtInput {
 }
 
 impl Model {
-    /// Class probabilities of every graph of `batch` under a graph-level
-    /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
-    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32) -> Result<Vec<f32>, String> {
+    /// The model's handle, locked for one call, with the runtime's threads
+    /// set to `threads`.
+    fn locked(&self, threads: i32) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         let rt = self.runtime;
         // SAFETY: plain call.
         if unsafe { (rt.set_threads)(threads) } != 0 {
             return Err(rt.last_error());
         }
+        Ok((handle, rt))
+    }
+
+    /// Class probabilities of every graph of `batch` under a graph-level
+    /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
+    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32) -> Result<Vec<f32>, String> {
+        let (handle, rt) = self.locked(threads)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.graph_count() * self.classes];
         let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
@@ -266,12 +273,7 @@ impl Model {
 
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
     pub fn predict(&self, batch: &Batch, steps: i64, threads: i32) -> Result<Vec<f32>, String> {
-        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
-        let rt = self.runtime;
-        // SAFETY: plain call.
-        if unsafe { (rt.set_threads)(threads) } != 0 {
-            return Err(rt.last_error());
-        }
+        let (handle, rt) = self.locked(threads)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.node_count() * self.classes];
         // SAFETY: the arrays live across the call and hold what `input`
