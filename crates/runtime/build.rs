@@ -5,8 +5,8 @@
 // LD_LIBRARY_PATH (crates/runtime-cuda links CUDA for real).
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
-    let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")
-        .expect("torch-sys exports DEP_TCH_LIBTORCH_LIB (a direct torch-sys dependency is needed)");
+    let lib =
+        std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB (a direct torch-sys dependency is needed)");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
     println!("cargo:rustc-env=PROGRAML_LIBTORCH_LIB={lib}");
 }

@@ -60,13 +60,7 @@ const PROJECTS: &[Project] = &[
         flags: &["-I.", "-D_LARGEFILE64_SOURCE=1", "-DHAVE_UNISTD_H", "-DHAVE_STDARG_H"],
     },
     Project { name: "bzip2", package: "bzip2", sources: &["."], exclude: &[], flags: &["-I.", "-D_FILE_OFFSET_BITS=64"] },
-    Project {
-        name: "lua",
-        package: "lua5.4",
-        sources: &["src"],
-        exclude: &[],
-        flags: &["-Isrc", "-DLUA_COMPAT_5_3", "-DLUA_USE_LINUX"],
-    },
+    Project { name: "lua", package: "lua5.4", sources: &["src"], exclude: &[], flags: &["-Isrc", "-DLUA_COMPAT_5_3", "-DLUA_USE_LINUX"] },
 ];
 
 struct Unit {
@@ -154,8 +148,7 @@ fn units(projects: &[String]) -> Vec<Unit> {
     let src = cache_dir().join("corpus-src");
     let mut out = Vec::new();
     for p in PROJECTS.iter().filter(|p| projects.iter().any(|n| n == p.name)) {
-        let Some(dir) = std::fs::read_dir(src.join(p.package)).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|e| e.is_dir()))
-        else {
+        let Some(dir) = std::fs::read_dir(src.join(p.package)).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|e| e.is_dir())) else {
             eprintln!("{}: no sources under {} (run scripts/corpus.sh); skipped", p.name, src.join(p.package).display());
             continue;
         };
@@ -344,8 +337,13 @@ fn opt_load_cost(plugin: &Path, runs: usize) {
         plain.push(timed(Command::new(&opt).args(["-passes=verify", "-disable-output"]).arg(&tmp)).0);
         let d = children_cpu_ms();
         loaded.push(
-            timed(Command::new(&opt).arg(format!("-load-pass-plugin={}", plugin.display())).args(["-passes=verify", "-disable-output"]).arg(&tmp))
-                .0,
+            timed(
+                Command::new(&opt)
+                    .arg(format!("-load-pass-plugin={}", plugin.display()))
+                    .args(["-passes=verify", "-disable-output"])
+                    .arg(&tmp),
+            )
+            .0,
         );
         plain_cpu.push(d - c);
         loaded_cpu.push(children_cpu_ms() - d);

@@ -195,7 +195,12 @@ pub unsafe fn read_module(module: LLVMModuleRef, file: &str) -> Value {
             .iter()
             .map(|&t| {
                 let n = t.name();
-                (t, kind(context, &format!("programl.{n}")), kind(context, &format!("programl.{n}.roots")), kind(context, &format!("programl.{n}.args")))
+                (
+                    t,
+                    kind(context, &format!("programl.{n}")),
+                    kind(context, &format!("programl.{n}.roots")),
+                    kind(context, &format!("programl.{n}.args")),
+                )
             })
             .collect(),
     };
@@ -253,11 +258,20 @@ pub unsafe fn read_module(module: LLVMModuleRef, file: &str) -> Value {
                             _ => None,
                         })
                         .collect();
-                    fjson.insert(format!("{}_args", task.name()), json!(triples.iter().map(|&(r, a, p)| json!([r, a, round(p)])).collect::<Vec<_>>()));
+                    fjson.insert(
+                        format!("{}_args", task.name()),
+                        json!(triples.iter().map(|&(r, a, p)| json!([r, a, round(p)])).collect::<Vec<_>>()),
+                    );
                     // Positives among the arguments, as their variable ids.
                     for &(r, a, p) in &triples {
                         if let Some(&var) = args.get(a as usize).filter(|&&v| v >= 0) {
-                            by_root.entry(task.name()).or_default().entry(r).or_insert_with(|| (fname.clone(), Vec::new())).1.push((var, p));
+                            by_root
+                                .entry(task.name())
+                                .or_default()
+                                .entry(r)
+                                .or_insert_with(|| (fname.clone(), Vec::new()))
+                                .1
+                                .push((var, p));
                         }
                     }
                 }
@@ -286,7 +300,13 @@ pub unsafe fn read_module(module: LLVMModuleRef, file: &str) -> Value {
                         let positive = if task == Task::Liveness { value } else { node };
                         if let Some(n) = positive {
                             for &(r, p) in &ps {
-                                by_root.entry(task.name()).or_default().entry(r).or_insert_with(|| (fname.clone(), Vec::new())).1.push((n, p));
+                                by_root
+                                    .entry(task.name())
+                                    .or_default()
+                                    .entry(r)
+                                    .or_insert_with(|| (fname.clone(), Vec::new()))
+                                    .1
+                                    .push((n, p));
                             }
                         }
                     }

@@ -169,8 +169,7 @@ impl Ggnn {
             let _ = d_gates.addcmul_(&d_edge, &s.gathered);
             let _ = d_edge.g_mul_(&gates);
             // d(fused) = [scatter of d_edge | dgh], [N, 306].
-            let (d_fused, _, _, _) =
-                Tensor::embedding_bag(&d_edge, &order, &offsets, false, 0, false, None::<Tensor>, false);
+            let (d_fused, _, _, _) = Tensor::embedding_bag(&d_edge, &order, &offsets, false, 0, false, None::<Tensor>, false);
             let d_fused = d_fused.view([n, FUSED_BLOCKS * HIDDEN]);
             let d_gh = d_fused.narrow(1, hm, 3 * HIDDEN);
             let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);

@@ -66,6 +66,10 @@ pub struct Config {
 pub struct SourceCompile {
     pub compiler: String,
     pub flags: Vec<String>,
+    /// Text force-included before every source (POJ-104's headers and
+    /// `using namespace std;`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prelude: Option<String>,
 }
 
 /// What the model predicts on.

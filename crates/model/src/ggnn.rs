@@ -93,6 +93,26 @@ pub struct GraphHead {
     pub aux: Vec<String>,
     /// Width of the auxiliary classifier's hidden layer.
     pub aux_hidden: i64,
+    /// How node logits become graph logits: `sum` (upstream's, the
+    /// default) or `mean` (logits that do not grow with the graph, which
+    /// many-class tasks such as POJ-104 need to train stably).
+    #[serde(default, skip_serializing_if = "Pool::is_sum")]
+    pub pool: Pool,
+}
+
+/// A graph head's pooling of node logits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pool {
+    #[default]
+    Sum,
+    Mean,
+}
+
+impl Pool {
+    fn is_sum(&self) -> bool {
+        *self == Pool::Sum
+    }
 }
 
 /// Batch-norm momentum and epsilon of the auxiliary classifier (PyTorch's
@@ -353,10 +373,20 @@ impl Ggnn {
     }
 
     /// Graph logits \[G, C\]: each graph's per-node logits after `steps`
-    /// steps, summed over its nodes (a graph head's pooling).
+    /// steps, summed (or averaged, as the head's [`Pool`] says) over its
+    /// nodes.
     pub fn pooled_logits(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
         let nodes = self.forward(input, steps, train);
-        Tensor::zeros([input.graphs, self.hyper.classes], (nodes.kind(), nodes.device())).index_add(0, &input.graph_index, &nodes)
+        let options = (nodes.kind(), nodes.device());
+        let sum = Tensor::zeros([input.graphs, self.hyper.classes], options).index_add(0, &input.graph_index, &nodes);
+        match self.hyper.graph.as_ref().map_or(Pool::Sum, |g| g.pool) {
+            Pool::Sum => sum,
+            Pool::Mean => {
+                let ones = Tensor::ones([input.graph_index.size()[0], 1], options);
+                let counts = Tensor::zeros([input.graphs, 1], options).index_add(0, &input.graph_index, &ones).clamp_min(1.0);
+                sum / counts
+            }
+        }
     }
 
     /// A graph head's logits \[R, C\] for R rows, each a graph's pooled

@@ -24,12 +24,12 @@
 //! or on plotting; with the trainer and the runtime it is one of the three
 //! crates that name `tch`.
 
-pub mod bundle;
 mod bptt;
+pub mod bundle;
 mod ggnn;
 
 pub use bptt::Gradients;
-pub use ggnn::{sinusoids, Ggnn, GraphHead, Hyper, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
+pub use ggnn::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
 
 use std::fmt;
 use std::str::FromStr;

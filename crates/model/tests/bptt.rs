@@ -112,8 +112,12 @@ fn random_batch(seed: u64) -> (Vocabulary, Batch) {
         inputs.push(GraphInput::from_parts(nodes, edges, &vocab).unwrap());
     }
     let labels: Vec<Vec<u32>> = inputs.iter().map(|g| (0..g.node_count() as u32).filter(|_| rng.below(4) == 0).collect()).collect();
-    let samples: Vec<Sample<'_>> =
-        inputs.iter().zip(&labels).enumerate().map(|(i, (g, l))| Sample { graph: g, root: Some(i as u32 * 7), positives: Some(l) }).collect();
+    let samples: Vec<Sample<'_>> = inputs
+        .iter()
+        .zip(&labels)
+        .enumerate()
+        .map(|(i, (g, l))| Sample { graph: g, root: Some(i as u32 * 7), positives: Some(l) })
+        .collect();
     (vocab, Batch::from_samples(&samples).unwrap())
 }
 

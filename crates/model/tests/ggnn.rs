@@ -5,7 +5,7 @@ use programl::batch::{Batch, GraphInput, Sample};
 use programl::graph::{Edge, Flow};
 use programl::vocab::{Counts, Vocabulary};
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
-use programl_model::{sinusoids, Ggnn, Hyper, Prepared, HIDDEN};
+use programl_model::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, HIDDEN};
 use tch::{Device, Kind, Tensor};
 
 fn vocabulary(texts: &[&str]) -> Vocabulary {
@@ -170,6 +170,39 @@ fn batching_does_not_change_a_graphs_logits() {
     let b = model.forward(&Prepared::new(&many, &hyper, Device::Cpu), 10, false);
     assert!(a.allclose(&b.narrow(0, 5, 5), 1e-5, 1e-6, false));
     assert!(!a.allclose(&b.narrow(0, 0, 5), 1e-3, 1e-3, false), "the root changes the logits");
+}
+
+/// A graph head pools each graph's node logits: their sum, or with
+/// `Pool::Mean` their mean; a config without `pool` means the sum.
+#[test]
+fn graph_heads_sum_or_average_each_graphs_node_logits() {
+    let vocab = vocabulary(&["br", "add", "ret", "i32", "i64"]);
+    let input = five_nodes(&vocab);
+    let small = GraphInput::from_parts(["ret", "i32"], [(1, 0, Edge { flow: Flow::Data, position: 0 })], &vocab).unwrap();
+    let batch = Batch::from_samples(&[
+        Sample { graph: &input, root: None, positives: None },
+        Sample { graph: &small, root: None, positives: None },
+    ])
+    .unwrap();
+    let _guard = tch::no_grad_guard();
+    for pool in [Pool::Sum, Pool::Mean] {
+        let hyper = Hyper { classes: 3, graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool }), ..Hyper::spec(vocab.len()) };
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        randomise(&model, 5);
+        let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+        let nodes = model.forward(&prepared, 4, false);
+        let pooled = model.pooled_logits(&prepared, 4, false);
+        assert_eq!(pooled.size(), [2, 3]);
+        let (a, b) =
+            (nodes.narrow(0, 0, 5).sum_dim_intlist(0, false, Kind::Float), nodes.narrow(0, 5, 2).sum_dim_intlist(0, false, Kind::Float));
+        let (a, b) = if pool == Pool::Mean { (a / 5.0, b / 2.0) } else { (a, b) };
+        assert!(pooled.get(0).allclose(&a, 1e-5, 1e-6, false), "{pool:?}");
+        assert!(pooled.get(1).allclose(&b, 1e-5, 1e-6, false), "{pool:?}");
+        let json = serde_json::to_string(&hyper).unwrap();
+        assert_eq!(json.contains("\"pool\":\"mean\""), pool == Pool::Mean, "{json}");
+        let back: Hyper = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, hyper);
+    }
 }
 
 #[test]

@@ -255,10 +255,7 @@ fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: u
         panic!("{ENV_PANIC_FOR_TESTING} is set");
     }
     if model.bundle.config.head != Head::Node {
-        return Err(format!(
-            "{}: a graph-level bundle (head \"graph\"): use programl_runtime_predict_graph",
-            model.bundle.dir.display()
-        ));
+        return Err(format!("{}: a graph-level bundle (head \"graph\"): use programl_runtime_predict_graph", model.bundle.dir.display()));
     }
     let batch = input_batch(input)?;
     let want = batch.node_count() * model.classes;
@@ -278,7 +275,15 @@ fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: u
     Ok(())
 }
 
-fn predict_graph(model: &Model, input: &RtInput, aux: *const f32, aux_len: usize, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
+fn predict_graph(
+    model: &Model,
+    input: &RtInput,
+    aux: *const f32,
+    aux_len: usize,
+    steps: i64,
+    out: *mut f32,
+    out_len: usize,
+) -> Result<(), String> {
     if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
         panic!("{ENV_PANIC_FOR_TESTING} is set");
     }
@@ -364,7 +369,13 @@ pub extern "C" fn programl_runtime_set_threads(n: i32) -> i32 {
 /// `model` comes from `programl_runtime_open`; `input`'s arrays hold the
 /// entries it states; `out` holds `out_len` floats.
 #[no_mangle]
-pub unsafe extern "C" fn programl_runtime_predict(model: *mut RtModel, input: *const RtInput, steps: i64, out: *mut f32, out_len: usize) -> i32 {
+pub unsafe extern "C" fn programl_runtime_predict(
+    model: *mut RtModel,
+    input: *const RtInput,
+    steps: i64,
+    out: *mut f32,
+    out_len: usize,
+) -> i32 {
     guarded(-1, || {
         let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
         let input = input.as_ref().ok_or("the input is NULL")?;

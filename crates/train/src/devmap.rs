@@ -37,7 +37,7 @@ use programl::metrics::Confusion;
 use programl::vocab::{Counts, Vocabulary};
 use programl::ProgramGraph;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
-use programl_model::{Ggnn, GraphHead, Hyper, Prepared};
+use programl_model::{Ggnn, GraphHead, Hyper, Pool, Prepared};
 use rayon::prelude::*;
 use regex::Regex;
 use serde::Serialize;
@@ -515,7 +515,11 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     for &r in &train {
         rows_of.entry(kernels.row_kernel[r]).or_default().push(r);
     }
-    let head = GraphHead { aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() }, aux_hidden: s.aux_hidden };
+    let head = GraphHead {
+        aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() },
+        aux_hidden: s.aux_hidden,
+        pool: Pool::Sum,
+    };
     let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
     tch::manual_seed(programl::hash::mix(s.seed) as i64);
     let model = Ggnn::new(&hyper, device);
@@ -574,11 +578,8 @@ pub fn predict(t: &Trained, rows: &[Row], kernels: &Kernels, ids: &[usize], batc
         let batch = Batch::from_samples(&samples).expect("valid inputs");
         let prepared = Prepared::new(&batch, &t.hyper, device);
         let pooled = t.model.pooled_logits(&prepared, t.hyper.steps, false);
-        let batch_rows: Vec<(i64, usize)> = kernel_ids[range]
-            .iter()
-            .enumerate()
-            .flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r)))
-            .collect();
+        let batch_rows: Vec<(i64, usize)> =
+            kernel_ids[range].iter().enumerate().flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r))).collect();
         let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);
         let picked: Vec<&Row> = batch_rows.iter().map(|&(_, r)| &rows[r]).collect();
         let aux = (t.hyper.aux_inputs() > 0).then(|| aux_tensor(&picked, device));
@@ -715,7 +716,7 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s
             dtype: "f32".into(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
-        source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect() }),
+        source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect(), prelude: None }),
     };
     Bundle::save(dir, &config, &t.model, &t.vocabulary).with_context(|| format!("{}: cannot save the bundle", dir.display()))
 }

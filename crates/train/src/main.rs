@@ -7,6 +7,8 @@
 //! programl-train predict --model BUNDLE FILE.ll [--roots sample|all|ID,...] [--json]
 //! programl-train bench   [--mode train|infer --steps T] [--json]
 //! programl-train devmap  --platform amd|nvidia [--folds 10] [--no-aux] [--out BUNDLE] [--json]
+//! programl-train poj104  --out RUN [--levels O0] [--epochs N] [--budget 45m] [--json]
+//! programl-train eval    --model POJ104_BUNDLE --data DIR   (DIR/<class>/<n>.cpp)
 //! ```
 
 mod bench;
@@ -16,6 +18,7 @@ mod engine;
 mod metrics;
 mod optim;
 mod plot;
+mod poj104;
 mod train;
 
 use std::path::{Path, PathBuf};
@@ -165,6 +168,62 @@ enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    /// POJ-104 algorithm classification: compiles the programs (resumable,
+    /// cached), trains a graph-level model (resumable: run the same command
+    /// again), keeps the best on validation in RUN/model, and reports its
+    /// test accuracy.
+    Poj104 {
+        /// The run directory (checkpoint/, model/, log.csv, results.json).
+        #[arg(long)]
+        out: PathBuf,
+        /// DIR/<class>/<n>.cpp, or a directory holding poj104.tar.xz; default
+        /// the dataset's tarball (../shared/datasets/poj104), unpacked into
+        /// the cache.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Where sources are unpacked and IR is cached (default $PROGRAML_CACHE/poj104).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        /// -O levels, comma-separated: all train; the first is validated,
+        /// tested and recorded in the bundle.
+        #[arg(long, default_value = "O0")]
+        levels: String,
+        #[arg(long, default_value_t = 10)]
+        epochs: usize,
+        #[arg(long, default_value_t = 6)]
+        steps: i64,
+        #[arg(long, default_value_t = 1e-3)]
+        lr: f64,
+        #[arg(long, default_value_t = 10_000)]
+        batch_nodes: usize,
+        #[arg(long, default_value_t = 10_000)]
+        max_nodes: usize,
+        /// How node logits pool into graph logits: mean or sum (upstream's).
+        #[arg(long, default_value = "mean")]
+        pool: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop training after this long (45m, 2h, 90s); run again to continue.
+        #[arg(long)]
+        budget: Option<train::Budget>,
+        /// Stop compiling after this long; run again to continue.
+        #[arg(long)]
+        compile_budget: Option<train::Budget>,
+        /// Compile and report failures only.
+        #[arg(long)]
+        compile_only: bool,
+        /// Only the first N programs of each class (a quick run).
+        #[arg(long)]
+        per_class: Option<usize>,
+        #[arg(long, default_value_t = 300.0)]
+        checkpoint_every: f64,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        quiet: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
     /// Training and inference speed on a seeded synthetic batch.
     Bench {
         /// train or infer; without it, all three modes (train T=30, infer
@@ -227,6 +286,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval { model, data, subset, steps, split, seed, batch_nodes, limit, json, runtime } => {
             let device = runtime.apply()?;
             let bundle = Bundle::load(&model, device)?;
+            if bundle.config.task == poj104::TASK {
+                if data.join(programl_dataset::MANIFEST).exists() || !data.is_dir() {
+                    bail!("{}: a POJ-104 bundle evaluates a directory of sources, DIR/<class>/<n>.cpp", data.display());
+                }
+                return poj104::eval_dir(&bundle, &data, None, steps, batch_nodes, json);
+            }
             let task = train::parse_task(&bundle.config.task)?;
             let subset = parse_subset(&subset)?;
             let steps = steps.unwrap_or(bundle.model.hyper().steps);
@@ -320,6 +385,56 @@ fn run(cli: Cli) -> Result<()> {
             let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, seed };
             let options = devmap::Options { platform, data, cache, folds, protocol, out, no_cv, json, quiet };
             devmap::run(&options, &settings, device)
+        }
+        Command::Poj104 {
+            out,
+            data,
+            cache,
+            levels,
+            epochs,
+            steps,
+            lr,
+            batch_nodes,
+            max_nodes,
+            pool,
+            seed,
+            budget,
+            compile_budget,
+            compile_only,
+            per_class,
+            checkpoint_every,
+            json,
+            quiet,
+            runtime,
+        } => {
+            let device = runtime.apply()?;
+            let seconds = |b: Option<train::Budget>, flag: &str| -> Result<Option<f64>> {
+                match b {
+                    None => Ok(None),
+                    Some(train::Budget::Seconds(s)) => Ok(Some(s)),
+                    Some(train::Budget::Examples(_)) => bail!("--{flag}: a duration (45m, 2h, 90s)"),
+                }
+            };
+            let levels = levels.split(',').map(|l| l.trim().trim_start_matches('-').to_string()).filter(|l| !l.is_empty()).collect();
+            let pool = match pool.as_str() {
+                "mean" => programl_model::Pool::Mean,
+                "sum" => programl_model::Pool::Sum,
+                other => bail!("--pool '{other}': expected mean or sum"),
+            };
+            let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed };
+            let options = poj104::Options {
+                data,
+                cache,
+                out,
+                budget_s: seconds(budget, "budget")?,
+                compile_budget_s: seconds(compile_budget, "compile-budget")?,
+                compile_only,
+                per_class,
+                checkpoint_every_s: checkpoint_every,
+                json,
+                quiet,
+            };
+            poj104::run(&options, &settings, device)
         }
         Command::Predict { model, file, roots, steps, seed, json, runtime } => {
             let device = runtime.apply()?;

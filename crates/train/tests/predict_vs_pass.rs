@@ -38,11 +38,7 @@ fn workspace() -> PathBuf {
 
 fn built(name: &str) -> PathBuf {
     let p = profile_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build --release -p programl-passes -p programl-runtime -p programl-cli first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: cargo build --release -p programl-passes -p programl-runtime -p programl-cli first", p.display());
     p
 }
 

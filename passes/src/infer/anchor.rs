@@ -99,10 +99,7 @@ impl Anchors {
         let mut result = HashMap::new();
         let mut defs = HashMap::new();
         for e in g.edge_references() {
-            if e.weight().flow == Flow::Data
-                && g[e.source()].kind == NodeKind::Instruction
-                && g[e.target()].kind == NodeKind::Variable
-            {
+            if e.weight().flow == Flow::Data && g[e.source()].kind == NodeKind::Instruction && g[e.target()].kind == NodeKind::Variable {
                 result.insert(e.source().index() as u32, e.target().index() as u32);
                 defs.insert(e.target().index() as u32, Def::Inst(e.source().index() as u32));
             }
@@ -148,7 +145,10 @@ impl Anchors {
                 slots.push(var);
             }
             if let Some(extra) = vars.next() {
-                return Err(mismatch(format!("function {}: variable node {extra} is neither a result nor an argument", graph.functions[fi].name)));
+                return Err(mismatch(format!(
+                    "function {}: variable node {extra} is neither a result nor an argument",
+                    graph.functions[fi].name
+                )));
             }
             args.push(slots);
         }

@@ -125,11 +125,7 @@ pub fn mismatches(p: &Provenance, module: ModuleFacts) -> Vec<String> {
         out.push(format!("it was trained on {} IR, this module has {} IR", kind(p.opaque_pointers), kind(module.opaque_pointers)));
     }
     if p.featurisation_version != programl::batch::LAYOUT_VERSION {
-        out.push(format!(
-            "its featurisation version is {}, this plugin's is {}",
-            p.featurisation_version,
-            programl::batch::LAYOUT_VERSION
-        ));
+        out.push(format!("its featurisation version is {}, this plugin's is {}", p.featurisation_version, programl::batch::LAYOUT_VERSION));
     }
     out
 }

@@ -36,10 +36,10 @@ use std::time::Instant;
 use llvm_plugin::inkwell::llvm_sys::core::*;
 use llvm_plugin::inkwell::llvm_sys::prelude::*;
 use programl::analysis::{labelled_nodes, Analyzer, Task};
-use programl::metrics::Confusion;
 use programl::batch::{Batch, Batcher, GraphInput, Sample};
 use programl::builder::{build_raw, BuildOptions, Mode};
 use programl::graph::{NodeKind, ProgramGraph};
+use programl::metrics::Confusion;
 use serde::Serialize;
 
 use anchor::{Anchors, Def};
@@ -82,7 +82,6 @@ pub struct Timings {
     pub total: f64,
 }
 
-
 /// Runs the pass on `module`; never panics or unwinds. A failure is one
 /// warning and the module is unchanged.
 ///
@@ -105,7 +104,8 @@ pub unsafe fn run_pass(module: LLVMModuleRef, params: &Params, site: Site) {
 pub unsafe fn module_name(module: LLVMModuleRef) -> String {
     let mut len = 0usize;
     let p = LLVMGetSourceFileName(module, &mut len);
-    let mut name = if p.is_null() { String::new() } else { String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned() };
+    let mut name =
+        if p.is_null() { String::new() } else { String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned() };
     if name.is_empty() {
         let p = LLVMGetModuleIdentifier(module, &mut len);
         if !p.is_null() {
@@ -132,7 +132,6 @@ pub unsafe fn opaque_pointers(module: LLVMModuleRef) -> bool {
     // In an opaque-pointer context every pointer type is `ptr`.
     LLVMPointerTypeIsOpaque(LLVMPointerType(LLVMInt8TypeInContext(context), 0)) != 0
 }
-
 
 /// The index of the positive class: `positive` by name, else 1 of 2.
 fn positive_class(classes: &[String]) -> Option<usize> {
@@ -201,8 +200,8 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
         return Err(format!("bundle {shown}: head '{}' is neither node nor graph", config.head));
     }
     let task = Task::parse(&config.task).ok_or_else(|| format!("bundle {shown}: task '{}' is not a DeepDataFlow task", config.task))?;
-    let positive = positive_class(&config.classes)
-        .ok_or_else(|| format!("bundle {shown}: classes {:?} have no positive class", config.classes))?;
+    let positive =
+        positive_class(&config.classes).ok_or_else(|| format!("bundle {shown}: classes {:?} have no positive class", config.classes))?;
     if p.transfer.is_some() || p.wgsize.is_some() {
         log::debug!(target: PASS_NAME, "{name}: transfer= and wgsize= are inputs of graph-level device mapping; unused by a {task} bundle");
     }
@@ -266,11 +265,11 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     };
     t.verify = ms(clock);
 
-
     let mut lines = Vec::new();
     if p.sidecar.is_some() {
         let roots: Vec<SidecarRoot<'_>> = results.iter().map(|r| SidecarRoot { root: r.root, nodes: &r.probabilities }).collect();
-        let record = Decisions { kind: "decisions", module: &name, task: task.name(), model: shown.to_string(), steps, threshold: 0.5, roots };
+        let record =
+            Decisions { kind: "decisions", module: &name, task: task.name(), model: shown.to_string(), steps, threshold: 0.5, roots };
         lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
     }
     if let Some(c) = verify {
@@ -408,7 +407,14 @@ struct GraphDecision<'a> {
 ///
 /// # Safety
 /// `module` is valid and may be modified.
-unsafe fn run_graph(module: LLVMModuleRef, p: &Params, site: Site, bundle: std::sync::Arc<bundle::Bundle>, start: Instant, mut t: Timings) -> Result<(), String> {
+unsafe fn run_graph(
+    module: LLVMModuleRef,
+    p: &Params,
+    site: Site,
+    bundle: std::sync::Arc<bundle::Bundle>,
+    start: Instant,
+    mut t: Timings,
+) -> Result<(), String> {
     let name = module_name(module);
     let names = bundle.config.hyper.graph.as_ref().map_or_else(Vec::new, |g| g.aux.clone());
     let (bundle, aux) = match aux_values(&names, p)? {
@@ -522,7 +528,9 @@ unsafe fn choose_roots(
                 match root {
                     Some(r) if eligible.binary_search(&r).is_ok() => roots.push(r),
                     Some(r) => log::info!(target: PASS_NAME, "{name}: marked node {r} is not an eligible {task} root; skipped"),
-                    None => log::info!(target: PASS_NAME, "{name}: marked instruction {node} defines no value, so no datadep root; skipped"),
+                    None => {
+                        log::info!(target: PASS_NAME, "{name}: marked instruction {node} defines no value, so no datadep root; skipped")
+                    }
                 }
             }
             if roots.is_empty() {
@@ -546,7 +554,6 @@ unsafe fn annotate(
     anchors: &Anchors,
     results: &[RootResult],
 ) -> Result<(), String> {
-
     // Instruction node → (root, p) pairs, by root; root lists and argument
     // predictions by function.
     let mut predictions: BTreeMap<u32, Vec<(u32, f32)>> = BTreeMap::new();
@@ -654,7 +661,8 @@ unsafe fn annotate(
             w.set_function(function, args_kind, w.ints(args.iter().map(|a| a.map_or(-1, i64::from))));
         }
         if let Some(triples) = by_function.get(&f) {
-            let ops: Vec<_> = triples.iter().flat_map(|&(root, index, prob)| [w.int(root.into()), w.int(index.into()), w.real(prob)]).collect();
+            let ops: Vec<_> =
+                triples.iter().flat_map(|&(root, index, prob)| [w.int(root.into()), w.int(index.into()), w.real(prob)]).collect();
             w.set_function(function, arg_task_kind, w.node(&ops));
         }
     }

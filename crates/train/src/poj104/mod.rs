@@ -1,0 +1,865 @@
+//! Algorithm classification on POJ-104 (SPEC.md §4): which of 104
+//! programming problems does a student's program solve? A graph-level GGNN
+//! over each program's graph, with one class per problem.
+//!
+//! The data is `poj104/<class>/<n>.cpp` (the dataset's tarball unpacked
+//! into the cache, or any directory laid out the same way). Programs are
+//! compiled by [`compile::Harness`] at the chosen -O levels; the split is
+//! by program (a hash of `<class>/<file>`: 80% train, 10% validation, 10%
+//! test), so every -O variant of a program is in one split. Training uses
+//! every level's graphs of the training programs; validation and test use
+//! the first level, which is also what the bundle records for compiling
+//! new programs (`eval --data DIR`).
+//!
+//! Runs are resumable: `RUN/checkpoint/` (weights, AdamW moments, the
+//! position in the epoch) is replaced whole every few minutes and at
+//! every epoch's end, and the command run again continues from it.
+
+pub mod compile;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use programl::batch::{plan, Batch, GraphInput, Sample};
+use programl::builder::{build_file, BuildOptions};
+use programl::graph::Edge;
+use programl::hash::Fnv1a;
+use programl::vocab::{Counts, Vocabulary};
+use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
+use programl_model::{Ggnn, GraphHead, Hyper, Pool, Prepared};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use crate::optim::AdamW;
+use compile::{Compiled, Harness};
+
+/// The task name in bundles.
+pub const TASK: &str = "poj104";
+/// Extensions of program files.
+const EXTENSIONS: [&str; 5] = ["cpp", "cc", "cxx", "c", "C"];
+
+/// A program of a class directory.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub class: usize,
+    /// `<class>/<file>`: the split's key.
+    pub rel: String,
+    pub path: PathBuf,
+}
+
+/// Which split a program is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Val,
+    Test,
+}
+
+/// The split of the program `<class>/<file>`: by a hash of that name.
+pub fn split_of(rel: &str) -> Split {
+    let mut h = Fnv1a::default();
+    h.write(rel.as_bytes());
+    match programl::hash::mix(h.finish()) % 10 {
+        0 => Split::Test,
+        1 => Split::Val,
+        _ => Split::Train,
+    }
+}
+
+/// The classes (subdirectories, numerically ordered where every name is a
+/// number) and programs of `dir`. Files that are not sources are skipped.
+pub fn list(dir: &Path) -> Result<(Vec<String>, Vec<Program>)> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot read the directory", dir.display()))?;
+    let mut classes: Vec<String> = Vec::new();
+    for e in entries {
+        let e = e.with_context(|| format!("{}: cannot read the directory", dir.display()))?;
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            classes.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    if classes.is_empty() {
+        bail!("{}: no class subdirectories (expected DIR/<class>/<n>.cpp)", dir.display());
+    }
+    sort_names(&mut classes);
+    let mut programs = Vec::new();
+    for (c, class) in classes.iter().enumerate() {
+        let sub = dir.join(class);
+        let mut files: Vec<String> = std::fs::read_dir(&sub)
+            .with_context(|| format!("{}: cannot read the directory", sub.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| Path::new(f).extension().is_some_and(|x| EXTENSIONS.iter().any(|e| x == *e)))
+            .collect();
+        sort_names(&mut files);
+        for f in files {
+            programs.push(Program { class: c, rel: format!("{class}/{f}"), path: sub.join(&f) });
+        }
+    }
+    if programs.is_empty() {
+        bail!("{}: no programs (*.cpp, *.cc, *.c) in its class subdirectories", dir.display());
+    }
+    Ok((classes, programs))
+}
+
+/// Numeric order where a name's stem is a number, then by name.
+fn sort_names(names: &mut [String]) {
+    names.sort_by_key(|n| {
+        let stem = n.split('.').next().unwrap_or(n);
+        (stem.parse::<u64>().unwrap_or(u64::MAX), n.clone())
+    });
+}
+
+/// A graph as node text ids (into an [`Interner`]) and edges: compact, so
+/// 100k of them fit in memory.
+pub struct Encoded {
+    texts: Vec<u32>,
+    edges: Vec<(u32, u32, Edge)>,
+}
+
+impl Encoded {
+    pub fn nodes(&self) -> usize {
+        self.texts.len()
+    }
+}
+
+/// Node texts, each stored once.
+#[derive(Default)]
+pub struct Interner {
+    ids: HashMap<String, u32>,
+    texts: Vec<String>,
+}
+
+impl Interner {
+    fn id(&mut self, text: &str) -> u32 {
+        if let Some(&id) = self.ids.get(text) {
+            return id;
+        }
+        let id = self.texts.len() as u32;
+        self.texts.push(text.to_string());
+        self.ids.insert(text.to_string(), id);
+        id
+    }
+}
+
+/// What became of one program at one level.
+pub enum Outcome {
+    Graph(Encoded),
+    Failed(String),
+    /// Not attempted: the compile budget ran out.
+    Skipped,
+}
+
+/// Programs compiled at each level and built into graphs.
+pub struct Corpus {
+    pub classes: Vec<String>,
+    pub programs: Vec<Program>,
+    /// `outcomes[level][program]`.
+    pub outcomes: Vec<Vec<Outcome>>,
+    pub interner: Interner,
+    pub repaired: usize,
+}
+
+impl Corpus {
+    /// Compiles (or reads from the harnesses' caches) and encodes every
+    /// program at every harness's level, in parallel, with progress on
+    /// stderr. Past `budget_s` seconds, the rest is skipped: run again to
+    /// continue (the cache keeps what is done).
+    pub fn build(
+        classes: Vec<String>,
+        programs: Vec<Program>,
+        harnesses: &[Harness],
+        budget_s: Option<f64>,
+        quiet: bool,
+    ) -> Result<Corpus> {
+        let interner = Mutex::new(Interner::default());
+        let total = programs.len() * harnesses.len();
+        let done = AtomicUsize::new(0);
+        let repaired = AtomicUsize::new(0);
+        let start = Instant::now();
+        let last = Mutex::new(Instant::now());
+        let mut outcomes = Vec::new();
+        for h in harnesses {
+            let level: Vec<Outcome> = programs
+                .par_iter()
+                .map(|p| -> Result<Outcome> {
+                    if budget_s.is_some_and(|b| start.elapsed().as_secs_f64() > b) {
+                        return Ok(Outcome::Skipped);
+                    }
+                    let source = std::fs::read(&p.path).with_context(|| format!("{}: cannot read", p.path.display()))?;
+                    let outcome = match h.compile(&source)? {
+                        Compiled::Ir { path, repaired: r } => {
+                            repaired.fetch_add(r as usize, Ordering::Relaxed);
+                            match build_file(&path, &BuildOptions::default()) {
+                                Ok(g) => {
+                                    let texts: Vec<&str> = g.graph.node_weights().map(|n| n.text.as_str()).collect();
+                                    let edges = g
+                                        .graph
+                                        .edge_references()
+                                        .map(|e| {
+                                            use petgraph::visit::EdgeRef;
+                                            (e.source().index() as u32, e.target().index() as u32, *e.weight())
+                                        })
+                                        .collect();
+                                    let mut i = interner.lock().unwrap();
+                                    Outcome::Graph(Encoded { texts: texts.iter().map(|t| i.id(t)).collect(), edges })
+                                }
+                                Err(e) => Outcome::Failed(format!("IR does not load: {e}")),
+                            }
+                        }
+                        Compiled::Failed { cause } => Outcome::Failed(cause),
+                    };
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if !quiet {
+                        let mut last = last.lock().unwrap();
+                        if last.elapsed().as_secs_f64() >= 10.0 || n == total {
+                            *last = Instant::now();
+                            let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                            eprintln!(
+                                "poj104: {n}/{total} programs compiled and built ({rate:.1}/s, ETA {:.0}s)",
+                                (total - n) as f64 / rate
+                            );
+                        }
+                    }
+                    Ok(outcome)
+                })
+                .collect::<Result<_>>()?;
+            outcomes.push(level);
+        }
+        Ok(Corpus { classes, programs, outcomes, interner: interner.into_inner().unwrap(), repaired: repaired.into_inner() })
+    }
+
+    /// Failure causes (first level) with their program counts.
+    pub fn failures(&self, level: usize) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for o in &self.outcomes[level] {
+            if let Outcome::Failed(cause) = o {
+                *out.entry(cause.clone()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    pub fn count(&self, level: usize, f: impl Fn(&Outcome) -> bool) -> usize {
+        self.outcomes[level].iter().filter(|o| f(o)).count()
+    }
+
+    fn graph(&self, level: usize, program: usize) -> Option<&Encoded> {
+        match &self.outcomes[level][program] {
+            Outcome::Graph(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The model input of an encoded graph under `vocab`.
+    pub fn input(&self, g: &Encoded, vocab: &Vocabulary) -> GraphInput {
+        GraphInput::from_parts(g.texts.iter().map(|&t| self.interner.texts[t as usize].as_str()), g.edges.iter().copied(), vocab)
+            .expect("a built graph is a valid input")
+    }
+
+    /// The vocabulary of the training programs' graphs at every level.
+    pub fn vocabulary(&self, train: &[usize]) -> Vocabulary {
+        let mut per_text = vec![0u64; self.interner.texts.len()];
+        let mut total = 0;
+        for level in 0..self.outcomes.len() {
+            for &p in train {
+                if let Some(g) = self.graph(level, p) {
+                    for &t in &g.texts {
+                        per_text[t as usize] += 1;
+                    }
+                    total += g.texts.len() as u64;
+                }
+            }
+        }
+        let mut counts = Counts::default();
+        for (t, &n) in per_text.iter().enumerate() {
+            if n > 0 {
+                counts.texts.insert(self.interner.texts[t].clone(), n);
+            }
+        }
+        counts.total = total;
+        Vocabulary::from_counts(&counts, 1, None)
+    }
+}
+
+/// Training settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    pub levels: Vec<String>,
+    pub epochs: usize,
+    pub steps: i64,
+    pub lr: f64,
+    pub batch_nodes: usize,
+    /// Training graphs larger than this are left out (they are rare and
+    /// make batches of one).
+    pub max_nodes: usize,
+    pub pool: Pool,
+    pub seed: u64,
+}
+
+/// `RUN/checkpoint/state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct State {
+    version: u32,
+    settings: Settings,
+    data_hash: String,
+    epoch: usize,
+    /// Batches of `epoch` already trained.
+    batch: usize,
+    examples_seen: u64,
+    wall_s: f64,
+    adam_step: i64,
+    best_val: f64,
+    log: Vec<LogRow>,
+}
+
+const STATE_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct LogRow {
+    epoch: usize,
+    examples: u64,
+    wall_s: f64,
+    train_loss: f64,
+    val_accuracy: f64,
+}
+
+/// Class predictions (argmax) and their probabilities for `graphs`.
+pub fn predict(model: &Ggnn, hyper: &Hyper, inputs: &[GraphInput], steps: i64, batch_nodes: usize) -> Vec<(usize, f32)> {
+    let device = model.device();
+    let _guard = tch::no_grad_guard();
+    let mut out = Vec::with_capacity(inputs.len());
+    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
+        let samples: Vec<Sample<'_>> = inputs[range].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).expect("valid inputs");
+        let prepared = Prepared::new(&batch, hyper, device);
+        let logits = model.graph_logits(&model.pooled_logits(&prepared, steps, false), None, false);
+        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
+        let (best_p, best) = probs.max_dim(1, false);
+        let best: Vec<i64> = Vec::try_from(best).expect("class ids");
+        let best_p: Vec<f32> = Vec::try_from(best_p).expect("probabilities");
+        out.extend(best.into_iter().map(|c| c as usize).zip(best_p));
+    }
+    out
+}
+
+fn accuracy(predicted: &[(usize, f32)], labels: &[usize]) -> f64 {
+    let right = predicted.iter().zip(labels).filter(|((p, _), l)| p == *l).count();
+    right as f64 / labels.len().max(1) as f64
+}
+
+/// A hash of what training reads: the programs' names and the graphs'
+/// sizes (a corpus rebuilt alike resumes the run).
+fn data_hash(corpus: &Corpus, train: &[usize]) -> String {
+    let mut h = Fnv1a::default();
+    for &p in train {
+        h.write(corpus.programs[p].rel.as_bytes());
+        for level in 0..corpus.outcomes.len() {
+            h.write(&(corpus.graph(level, p).map_or(0, |g| g.nodes() + 1) as u64).to_le_bytes());
+        }
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// The bundle config of a POJ-104 model.
+pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>, data_hash: &str, examples: u64, wall_s: f64) -> Config {
+    Config {
+        format: bundle::FORMAT.into(),
+        version: bundle::VERSION,
+        task: TASK.into(),
+        head: Head::Graph,
+        classes: classes.to_vec(),
+        hyper: hyper.clone(),
+        provenance: Provenance {
+            graph_mode: programl_dataset::export::GRAPH_MODE.into(),
+            llvm_major: programl::LLVM_MAJOR.parse().unwrap_or(0),
+            opaque_pointers: programl::LLVM_MAJOR.parse::<u32>().unwrap_or(0) >= 16,
+            featurisation_version: programl::batch::LAYOUT_VERSION,
+            training_data_hash: data_hash.into(),
+            examples_seen: examples,
+            wall_time_s: (wall_s * 10.0).round() / 10.0,
+            dtype: "f32".into(),
+            created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+        },
+        source: Some(SourceCompile { compiler: compile::CLANG.into(), flags: level_flags, prelude: Some(compile::PRELUDE.into()) }),
+    }
+}
+
+/// What `programl-train poj104` was asked for.
+pub struct Options {
+    pub data: Option<PathBuf>,
+    pub cache: Option<PathBuf>,
+    pub out: PathBuf,
+    pub budget_s: Option<f64>,
+    pub compile_budget_s: Option<f64>,
+    pub compile_only: bool,
+    pub per_class: Option<usize>,
+    pub checkpoint_every_s: f64,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+/// The program directory: `--data`, else the dataset's tarball unpacked
+/// once into `cache/poj104/` (atomically: into a temporary directory, then
+/// renamed).
+fn programs_dir(o: &Options, cache: &Path) -> Result<PathBuf> {
+    if let Some(d) = &o.data {
+        if d.is_file() {
+            bail!("{}: expected a directory of <class>/<n>.cpp (unpack the tarball, or leave --data out)", d.display());
+        }
+        if d.join("poj104.tar.xz").is_file() && !d.join("poj104").is_dir() {
+            return unpack(&d.join("poj104.tar.xz"), cache);
+        }
+        return Ok(if d.join("poj104").is_dir() { d.join("poj104") } else { d.clone() });
+    }
+    let tar = crate::devmap::default_dataset("poj104").join("poj104.tar.xz");
+    unpack(&tar, cache)
+}
+
+fn unpack(tar: &Path, cache: &Path) -> Result<PathBuf> {
+    let dir = cache.join("poj104");
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    if !tar.is_file() {
+        bail!("{}: not found (give --data DIR with DIR/<class>/<n>.cpp)", tar.display());
+    }
+    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
+    let tmp = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
+    eprintln!("poj104: unpacking {} into {}", tar.display(), cache.display());
+    let status = std::process::Command::new("tar").arg("-xJf").arg(tar).arg("-C").arg(tmp.path()).status().context("cannot run tar")?;
+    if !status.success() || !tmp.path().join("poj104").is_dir() {
+        bail!("{}: tar -xJf failed or held no poj104/ directory", tar.display());
+    }
+    std::fs::rename(tmp.path().join("poj104"), &dir).with_context(|| format!("{}: cannot write", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
+    if s.levels.is_empty() {
+        bail!("--levels: at least one -O level");
+    }
+    for l in &s.levels {
+        if !matches!(l.as_str(), "O0" | "O1" | "O2" | "O3" | "Os" | "Oz") {
+            bail!("--levels: '{l}' is not one of O0 O1 O2 O3 Os Oz");
+        }
+    }
+    if s.epochs == 0 || s.steps < 1 || s.batch_nodes == 0 {
+        bail!("--epochs, --steps and --batch-nodes must be at least 1");
+    }
+    crate::engine::tune_allocator();
+    let cache = o.cache.clone().unwrap_or_else(|| programl::fsutil::cache_dir().join("poj104"));
+    let dir = programs_dir(o, &cache)?;
+    let (classes, mut programs) = list(&dir)?;
+    if let Some(k) = o.per_class {
+        let mut seen = vec![0usize; classes.len()];
+        programs.retain(|p| {
+            seen[p.class] += 1;
+            seen[p.class] <= k
+        });
+    }
+    let clang = compile::clang();
+    let harnesses: Vec<Harness> =
+        s.levels.iter().map(|l| Harness::new(&clang, &compile::flags(l), compile::PRELUDE, &cache.join("ir"))).collect::<Result<_>>()?;
+    let t0 = Instant::now();
+    let corpus = Corpus::build(classes, programs, &harnesses, o.compile_budget_s, o.quiet)?;
+    let n = corpus.programs.len();
+    let report = compile_report(&corpus, &s.levels);
+    if !o.json {
+        eprintln!("{}", report.text);
+    }
+    let skipped = corpus.count(0, |o| matches!(o, Outcome::Skipped));
+    if o.compile_only || skipped > 0 {
+        if skipped > 0 {
+            eprintln!("poj104: the compile budget ran out ({:.0}s); run again to continue", t0.elapsed().as_secs_f64());
+        }
+        if o.json {
+            println!("{}", report.json);
+        }
+        return Ok(());
+    }
+    let split: Vec<Split> = corpus.programs.iter().map(|p| split_of(&p.rel)).collect();
+    let ids = |want: Split| -> Vec<usize> { (0..n).filter(|&p| split[p] == want).collect() };
+    let (train, val, test) = (ids(Split::Train), ids(Split::Val), ids(Split::Test));
+    let vocabulary = corpus.vocabulary(&train);
+    let hyper = Hyper {
+        steps: s.steps,
+        state_dropout: 0.0,
+        classes: corpus.classes.len() as i64,
+        graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 32, pool: s.pool }),
+        ..Hyper::spec(vocabulary.len())
+    };
+    // Training examples: (program, level) with a graph, within max_nodes.
+    let examples: Vec<(usize, usize)> = train
+        .iter()
+        .flat_map(|&p| (0..s.levels.len()).map(move |l| (p, l)))
+        .filter(|&(p, l)| corpus.graph(l, p).is_some_and(|g| g.nodes() <= s.max_nodes))
+        .collect();
+    let inputs: Vec<GraphInput> = examples.iter().map(|&(p, l)| corpus.input(corpus.graph(l, p).unwrap(), &vocabulary)).collect();
+    let val_ids: Vec<usize> = val.iter().copied().filter(|&p| corpus.graph(0, p).is_some()).collect();
+    let val_inputs: Vec<GraphInput> = val_ids.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &vocabulary)).collect();
+    let val_labels: Vec<usize> = val_ids.iter().map(|&p| corpus.programs[p].class).collect();
+    let hash = data_hash(&corpus, &train);
+    if !o.quiet {
+        eprintln!(
+            "poj104: {} classes; {} train programs ({} graphs over {} levels), {} val, {} test; vocabulary {}",
+            corpus.classes.len(),
+            train.len(),
+            inputs.len(),
+            s.levels.len(),
+            val_ids.len(),
+            test.len(),
+            vocabulary.len()
+        );
+    }
+
+    // The run: resume or start.
+    std::fs::create_dir_all(&o.out).with_context(|| format!("{}: cannot create", o.out.display()))?;
+    let ckpt = o.out.join("checkpoint");
+    tch::manual_seed(programl::hash::mix(s.seed) as i64);
+    let model = Ggnn::new(&hyper, device);
+    let params = model.parameters();
+    let names: Vec<&str> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+    let mut opt = AdamW::new(&params, s.lr);
+    let mut state = if ckpt.join("state.json").exists() {
+        let text = std::fs::read_to_string(ckpt.join("state.json")).with_context(|| format!("{}: cannot read", ckpt.display()))?;
+        let st: State = serde_json::from_str(&text).with_context(|| format!("{}/state.json: not a checkpoint", ckpt.display()))?;
+        if st.version != STATE_VERSION {
+            bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), st.version);
+        }
+        if st.settings != *s {
+            bail!(
+                "{}: the run was started with other settings ({:?}); use another --out or the same settings",
+                o.out.display(),
+                st.settings
+            );
+        }
+        if st.data_hash != hash {
+            bail!("{}: the run was trained on other data (hash {} here {hash})", o.out.display(), st.data_hash);
+        }
+        bundle::load_weights(&model, &ckpt.join("weights.safetensors"))?;
+        let saved =
+            Tensor::read_safetensors(ckpt.join("optimizer.safetensors")).with_context(|| format!("{}: optimizer state", ckpt.display()))?;
+        opt.restore(&names, saved, st.adam_step).map_err(anyhow::Error::msg)?;
+        if !o.quiet {
+            eprintln!("poj104: resuming {} at epoch {}, batch {}", o.out.display(), st.epoch + 1, st.batch);
+        }
+        st
+    } else {
+        State {
+            version: STATE_VERSION,
+            settings: s.clone(),
+            data_hash: hash.clone(),
+            epoch: 0,
+            batch: 0,
+            examples_seen: 0,
+            wall_s: 0.0,
+            adam_step: 0,
+            best_val: -1.0,
+            log: Vec::new(),
+        }
+    };
+    let level_flags = compile::flags(&s.levels[0]);
+    let save_checkpoint = |state: &mut State, model: &Ggnn, opt: &AdamW, wall0: f64, run_start: Instant| -> Result<()> {
+        state.wall_s = wall0 + run_start.elapsed().as_secs_f64();
+        state.adam_step = opt.step;
+        let tmp = tempfile::tempdir_in(&o.out).with_context(|| format!("{}: cannot write", o.out.display()))?;
+        bundle::save_weights(model, &tmp.path().join("weights.safetensors"))?;
+        Tensor::write_safetensors(&opt.named_state(&names), tmp.path().join("optimizer.safetensors"))
+            .with_context(|| format!("{}: cannot write the optimizer state", o.out.display()))?;
+        std::fs::write(tmp.path().join("state.json"), serde_json::to_string_pretty(state).unwrap())
+            .with_context(|| format!("{}: cannot write", tmp.path().display()))?;
+        let old = o.out.join("checkpoint.old");
+        let _ = std::fs::remove_dir_all(&old);
+        if ckpt.exists() {
+            std::fs::rename(&ckpt, &old).with_context(|| format!("{}: cannot replace", ckpt.display()))?;
+        }
+        std::fs::rename(tmp.keep(), &ckpt).with_context(|| format!("{}: cannot write", ckpt.display()))?;
+        let _ = std::fs::remove_dir_all(&old);
+        Ok(())
+    };
+    let run_start = Instant::now();
+    let wall0 = state.wall_s;
+    let mut last_checkpoint = Instant::now();
+    let mut stopped = false;
+    let examples_at_start = state.examples_seen;
+    while state.epoch < s.epochs {
+        let order = programl::batch::permutation(examples.len(), programl::hash::mix(s.seed ^ (state.epoch as u64 + 1)));
+        let batches = plan(order.iter().map(|&i| inputs[i].node_count()), s.batch_nodes);
+        let epoch_start = Instant::now();
+        let first_batch = state.batch;
+        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        for (b, range) in batches.iter().enumerate().skip(state.batch) {
+            // At least one batch per session, so that any budget makes progress.
+            let trained = state.examples_seen > examples_at_start;
+            if trained && o.budget_s.is_some_and(|budget| run_start.elapsed().as_secs_f64() > budget) {
+                stopped = true;
+                break;
+            }
+            let picked = &order[range.clone()];
+            let samples: Vec<Sample<'_>> = picked.iter().map(|&i| Sample { graph: &inputs[i], root: None, positives: None }).collect();
+            let batch = Batch::from_samples(&samples).expect("valid inputs");
+            let prepared = Prepared::new(&batch, &hyper, device);
+            let logits = model.graph_logits(&model.pooled_logits(&prepared, hyper.steps, true), None, true);
+            let labels: Vec<i64> = picked.iter().map(|&i| corpus.programs[examples[i].0].class as i64).collect();
+            let loss = logits.cross_entropy_for_logits(&Tensor::from_slice(&labels).to_device(device));
+            let value = loss.double_value(&[]);
+            if !value.is_finite() {
+                bail!("the training loss is {value} at epoch {}, batch {b}: stopping (checkpoint at the last good state)", state.epoch + 1);
+            }
+            AdamW::zero_grad(&params);
+            loss.backward();
+            opt.step(&params);
+            loss_sum += value * labels.len() as f64;
+            loss_n += labels.len();
+            state.examples_seen += labels.len() as u64;
+            state.batch = b + 1;
+            if !o.quiet && (b + 1) % 50 == 0 {
+                let done = b + 1 - first_batch;
+                let per = epoch_start.elapsed().as_secs_f64() / done as f64;
+                eprintln!(
+                    "poj104: epoch {}/{} batch {}/{} loss {:.3} ({:.1} graphs/s, epoch ETA {:.0}s)",
+                    state.epoch + 1,
+                    s.epochs,
+                    b + 1,
+                    batches.len(),
+                    loss_sum / loss_n.max(1) as f64,
+                    loss_n as f64 / epoch_start.elapsed().as_secs_f64(),
+                    per * (batches.len() - b - 1) as f64
+                );
+            }
+            if last_checkpoint.elapsed().as_secs_f64() >= o.checkpoint_every_s {
+                save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
+                last_checkpoint = Instant::now();
+            }
+        }
+        if stopped {
+            break;
+        }
+        // The epoch's end: validate, keep the best bundle.
+        let predicted = predict(&model, &hyper, &val_inputs, hyper.steps, s.batch_nodes);
+        let val_accuracy = accuracy(&predicted, &val_labels);
+        let wall = wall0 + run_start.elapsed().as_secs_f64();
+        state.log.push(LogRow {
+            epoch: state.epoch + 1,
+            examples: state.examples_seen,
+            wall_s: wall,
+            train_loss: loss_sum / loss_n.max(1) as f64,
+            val_accuracy,
+        });
+        if !o.quiet {
+            eprintln!(
+                "poj104: epoch {}/{}: train loss {:.4}, val accuracy {:.4} ({} programs), {:.0}s in all",
+                state.epoch + 1,
+                s.epochs,
+                loss_sum / loss_n.max(1) as f64,
+                val_accuracy,
+                val_labels.len(),
+                wall
+            );
+        }
+        if val_accuracy > state.best_val {
+            state.best_val = val_accuracy;
+            let config = bundle_config(&corpus.classes, &hyper, level_flags.clone(), &hash, state.examples_seen, wall);
+            Bundle::save(&o.out.join("model"), &config, &model, &vocabulary)?;
+        }
+        state.epoch += 1;
+        state.batch = 0;
+        write_log(&o.out, &state.log)?;
+        save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
+        last_checkpoint = Instant::now();
+    }
+    if stopped {
+        save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
+        eprintln!(
+            "poj104: the budget ran out at epoch {}, batch {} ({} examples); run the same command again to continue",
+            state.epoch + 1,
+            state.batch,
+            state.examples_seen
+        );
+        return Ok(());
+    }
+    // Test: the best bundle on the test programs (compile failures are errors in error_all).
+    let best = Bundle::load(&o.out.join("model"), device)?;
+    let test_ok: Vec<usize> = test.iter().copied().filter(|&p| corpus.graph(0, p).is_some()).collect();
+    let test_inputs: Vec<GraphInput> = test_ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &best.vocabulary)).collect();
+    let labels: Vec<usize> = test_ok.iter().map(|&p| corpus.programs[p].class).collect();
+    let predicted = predict(&best.model, best.model.hyper(), &test_inputs, best.model.hyper().steps, s.batch_nodes);
+    let acc = accuracy(&predicted, &labels);
+    let right = (acc * labels.len() as f64).round() as usize;
+    let results = serde_json::json!({
+        "task": TASK,
+        "levels": s.levels,
+        "programs": n,
+        "compile_failures": report.failed,
+        "compile_failure_rate": report.failed as f64 / n as f64,
+        "test_programs": test.len(),
+        "examples": labels.len(),
+        "accuracy": acc,
+        "error": 1.0 - acc,
+        "error_all": 1.0 - right as f64 / test.len().max(1) as f64,
+        "best_val_accuracy": state.best_val,
+        "epochs": state.epoch,
+        "examples_seen": state.examples_seen,
+        "wall_s": state.wall_s,
+        "threads": tch::get_num_threads(),
+    });
+    programl::fsutil::write_bytes_atomically(
+        &o.out.join("results.json"),
+        programl::fsutil::Durability::Atomic,
+        serde_json::to_string_pretty(&results).unwrap().as_bytes(),
+    )?;
+    if o.json {
+        println!("{results}");
+    } else {
+        println!(
+            "poj104 test: {} programs classified, accuracy {:.4}, error {:.4} ({} of {} test programs did not compile; error counting them {:.4})",
+            labels.len(),
+            acc,
+            1.0 - acc,
+            test.len() - labels.len(),
+            test.len(),
+            1.0 - right as f64 / test.len().max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+fn write_log(out: &Path, rows: &[LogRow]) -> Result<()> {
+    let mut text = String::from("epoch,examples,wall_s,train_loss,val_accuracy\n");
+    for r in rows {
+        text.push_str(&format!("{},{},{:.1},{:.6},{:.6}\n", r.epoch, r.examples, r.wall_s, r.train_loss, r.val_accuracy));
+    }
+    programl::fsutil::write_bytes_atomically(&out.join("log.csv"), programl::fsutil::Durability::Atomic, text.as_bytes())?;
+    Ok(())
+}
+
+struct Report {
+    failed: usize,
+    text: String,
+    json: serde_json::Value,
+}
+
+/// Compile figures per level, failures per cause (first level).
+fn compile_report(corpus: &Corpus, levels: &[String]) -> Report {
+    let n = corpus.programs.len();
+    let mut text = String::new();
+    let mut per_level = serde_json::Map::new();
+    for (l, name) in levels.iter().enumerate() {
+        let ok = corpus.count(l, |o| matches!(o, Outcome::Graph(_)));
+        let failed = corpus.count(l, |o| matches!(o, Outcome::Failed(_)));
+        let skipped = corpus.count(l, |o| matches!(o, Outcome::Skipped));
+        text.push_str(&format!(
+            "poj104 -{name}: {n} programs: {ok} built, {failed} failed ({:.2}%), {skipped} not attempted\n",
+            100.0 * failed as f64 / n as f64
+        ));
+        per_level.insert(name.clone(), serde_json::json!({"built": ok, "failed": failed, "skipped": skipped}));
+    }
+    let failures = corpus.failures(0);
+    let mut causes: Vec<(&String, &usize)> = failures.iter().collect();
+    causes.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (cause, k) in &causes {
+        text.push_str(&format!("  failed -{}: {k} x {cause}\n", levels[0]));
+    }
+    text.push_str(&format!("  repaired (compiled after repairs): {}", corpus.repaired));
+    let failed = corpus.count(0, |o| matches!(o, Outcome::Failed(_)));
+    Report {
+        failed,
+        text,
+        json: serde_json::json!({"programs": n, "levels": per_level, "failed": failed, "failure_rate": failed as f64 / n as f64, "causes": failures, "repaired": corpus.repaired}),
+    }
+}
+
+/// `programl-train eval --model BUNDLE --data DIR` for a POJ-104 bundle:
+/// DIR's subdirectories are class names holding sources; each is compiled
+/// as the bundle records and classified.
+pub fn eval_dir(bundle: &Bundle, dir: &Path, cache: Option<&Path>, steps: Option<i64>, batch_nodes: usize, json: bool) -> Result<()> {
+    let source = bundle
+        .config
+        .source
+        .as_ref()
+        .with_context(|| format!("{}: the bundle records no compiler and flags (config.json `source`)", bundle.dir.display()))?;
+    let (classes, programs) = list(dir)?;
+    let mut class_of = Vec::with_capacity(classes.len());
+    for c in &classes {
+        let Some(i) = bundle.config.classes.iter().position(|b| b == c) else {
+            bail!(
+                "{}: class '{c}' (a subdirectory) is not one of the bundle's {} classes",
+                dir.join(c).display(),
+                bundle.config.classes.len()
+            );
+        };
+        class_of.push(i);
+    }
+    let cache = cache.map_or_else(|| programl::fsutil::cache_dir().join("poj104"), Path::to_path_buf);
+    let clang = std::env::var_os("PROGRAML_CLANG").map_or_else(|| PathBuf::from(&source.compiler), PathBuf::from);
+    let harness = Harness::new(&clang, &source.flags, source.prelude.as_deref().unwrap_or(""), &cache.join("ir"))?;
+    let corpus = Corpus::build(classes, programs, std::slice::from_ref(&harness), None, json)?;
+    let ok: Vec<usize> = (0..corpus.programs.len()).filter(|&p| corpus.graph(0, p).is_some()).collect();
+    let inputs: Vec<GraphInput> = ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &bundle.vocabulary)).collect();
+    let labels: Vec<usize> = ok.iter().map(|&p| class_of[corpus.programs[p].class]).collect();
+    let hyper = bundle.model.hyper();
+    let steps = steps.unwrap_or(hyper.steps);
+    let predicted = predict(&bundle.model, hyper, &inputs, steps, batch_nodes);
+    let acc = accuracy(&predicted, &labels);
+    let right = predicted.iter().zip(&labels).filter(|((p, _), l)| p == *l).count();
+    let n = corpus.programs.len();
+    let failed = n - ok.len();
+    let error_all = 1.0 - right as f64 / n as f64;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "task": bundle.config.task, "steps": steps, "programs": n, "examples": ok.len(), "compile_failures": failed,
+                "accuracy": acc, "error": 1.0 - acc, "error_all": error_all, "failure_causes": corpus.failures(0),
+            })
+        );
+    } else {
+        println!(
+            "{} at T={steps}: {} of {n} programs classified, accuracy {:.4}, error {:.4}; {failed} did not compile (error counting them {:.4})",
+            bundle.config.task,
+            ok.len(),
+            acc,
+            1.0 - acc,
+            error_all
+        );
+        for (cause, k) in corpus.failures(0) {
+            println!("  failed: {k} x {cause}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_is_by_program_and_about_80_10_10() {
+        let names: Vec<String> = (0..5000).map(|i| format!("{}/{}.cpp", i % 104 + 1, i)).collect();
+        let count = |s: Split| names.iter().filter(|n| split_of(n) == s).count();
+        let (train, val, test) = (count(Split::Train), count(Split::Val), count(Split::Test));
+        assert_eq!(train + val + test, 5000);
+        assert!((3800..4200).contains(&train) && (400..600).contains(&val) && (400..600).contains(&test), "{train} {val} {test}");
+        assert_eq!(split_of("3/1505.cpp"), split_of("3/1505.cpp"));
+    }
+
+    #[test]
+    fn classes_sort_numerically_and_non_sources_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        for (c, f) in [("10", "2.cpp"), ("9", "11.cpp"), ("9", "3.cpp"), ("9", "notes.txt")] {
+            std::fs::create_dir_all(d.path().join(c)).unwrap();
+            std::fs::write(d.path().join(c).join(f), "int main() { return 0; }").unwrap();
+        }
+        let (classes, programs) = list(d.path()).unwrap();
+        assert_eq!(classes, ["9", "10"]);
+        let rels: Vec<&str> = programs.iter().map(|p| p.rel.as_str()).collect();
+        assert_eq!(rels, ["9/3.cpp", "9/11.cpp", "10/2.cpp"]);
+        assert!(list(&d.path().join("9")).unwrap_err().to_string().contains("no class subdirectories"));
+    }
+}
