@@ -80,8 +80,8 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert_eq!(report["causes"]["expected expression"], 1, "{report}");
     assert!(report["repaired"].as_u64().unwrap() >= 32, "void main, implicit int, N and max are repaired: {report}");
 
-    // Twelve epochs; then the same run with another epoch count is refused
-    // (settings are part of a run's identity).
+    // Twelve epochs; the same run with other settings is refused (they are
+    // its identity), but its epoch count may grow.
     let out = train_cmd(&data, &cache, &run, "12").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
@@ -89,7 +89,7 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert_eq!(results["compile_failures"], 1);
     let log = std::fs::read_to_string(run.join("log.csv")).unwrap();
     assert_eq!(log.lines().count(), 13, "{log}");
-    let out = train_cmd(&data, &cache, &run, "13").output().unwrap();
+    let out = train_cmd(&data, &cache, &run, "12").args(["--pool", "sum"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("other settings"), "{}", String::from_utf8_lossy(&out.stderr));
     // The same command again: nothing left to train, the same test figures.
@@ -97,6 +97,17 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let again: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
     assert_eq!(again["accuracy"], results["accuracy"]);
+    // Extended by one epoch: one more line of log, from where it stopped.
+    let copy = tmp.path().join("extended");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["checkpoint", "model", "log.csv"] {
+        assert!(Command::new("cp").arg("-r").arg(run.join(f)).arg(&copy).status().unwrap().success());
+    }
+    let out = train_cmd(&data, &cache, &copy, "13").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let extended = std::fs::read_to_string(copy.join("log.csv")).unwrap();
+    assert_eq!(extended.lines().count(), 14, "{extended}");
+    assert!(extended.starts_with(&log), "the first 12 epochs are kept:\n{extended}");
 
     // Interrupted by a budget again and again, a run ends where the
     // uninterrupted one did: same validation curve, same test figures.

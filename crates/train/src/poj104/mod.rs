@@ -532,9 +532,10 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         if st.version != STATE_VERSION {
             bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), st.version);
         }
-        if st.settings != *s {
+        // Everything but the epoch count (a target: a run can be extended).
+        if (Settings { epochs: s.epochs, ..st.settings.clone() }) != *s {
             bail!(
-                "{}: the run was started with other settings ({:?}); use another --out or the same settings",
+                "{}: the run was started with other settings ({:?}); use another --out or the same settings (--epochs may change)",
                 o.out.display(),
                 st.settings
             );
@@ -547,9 +548,9 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             Tensor::read_safetensors(ckpt.join("optimizer.safetensors")).with_context(|| format!("{}: optimizer state", ckpt.display()))?;
         opt.restore(&names, saved, st.adam_step).map_err(anyhow::Error::msg)?;
         if !o.quiet {
-            eprintln!("poj104: resuming {} at epoch {}, batch {}", o.out.display(), st.epoch + 1, st.batch);
+            eprintln!("poj104: resuming {} at epoch {}, batch {} (of {} epochs)", o.out.display(), st.epoch + 1, st.batch, s.epochs);
         }
-        st
+        State { settings: s.clone(), ..st }
     } else {
         State {
             version: STATE_VERSION,
