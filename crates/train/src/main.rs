@@ -215,6 +215,10 @@ enum Command {
         /// Only the first N programs of each class (a quick run).
         #[arg(long)]
         per_class: Option<usize>,
+        /// Copy the test split's programs to DIR/<class>/<file> and stop
+        /// (for `eval --data DIR`).
+        #[arg(long)]
+        export_test: Option<PathBuf>,
         #[arg(long, default_value_t = 300.0)]
         checkpoint_every: f64,
         #[arg(long)]
@@ -402,6 +406,7 @@ fn run(cli: Cli) -> Result<()> {
             compile_budget,
             compile_only,
             per_class,
+            export_test,
             checkpoint_every,
             json,
             quiet,
@@ -430,6 +435,7 @@ fn run(cli: Cli) -> Result<()> {
                 compile_budget_s: seconds(compile_budget, "compile-budget")?,
                 compile_only,
                 per_class,
+                export_test,
                 checkpoint_every_s: checkpoint_every,
                 json,
                 quiet,

@@ -128,6 +128,13 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert_eq!(r["accuracy"], results["accuracy"]);
     assert_eq!(r["examples_seen"], results["examples_seen"]);
 
+    // The test split as a directory of sources: what results.json counted.
+    let exported = tmp.path().join("test-split");
+    let out = train_cmd(&data, &cache, &run, "12").arg("--export-test").arg(&exported).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: usize = std::fs::read_dir(&exported).unwrap().map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count()).sum();
+    assert_eq!(files as u64, results["test_programs"].as_u64().unwrap());
+
     // The bundle: a graph head over the three problems, with how to compile.
     let bundle = Bundle::load(&run.join("model"), tch::Device::Cpu).unwrap();
     assert_eq!(bundle.config.task, "poj104");

@@ -399,6 +399,9 @@ pub struct Options {
     pub compile_budget_s: Option<f64>,
     pub compile_only: bool,
     pub per_class: Option<usize>,
+    /// Copy the test split's sources to this directory (DIR/<class>/<file>)
+    /// and stop: a directory for `eval --data`.
+    pub export_test: Option<PathBuf>,
     pub checkpoint_every_s: f64,
     pub json: bool,
     pub quiet: bool,
@@ -462,6 +465,17 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             seen[p.class] += 1;
             seen[p.class] <= k
         });
+    }
+    if let Some(to) = &o.export_test {
+        let mut n = 0;
+        for p in programs.iter().filter(|p| split_of(&p.rel) == Split::Test) {
+            let target = to.join(&p.rel);
+            std::fs::create_dir_all(target.parent().unwrap()).with_context(|| format!("{}: cannot create", to.display()))?;
+            std::fs::copy(&p.path, &target).with_context(|| format!("{}: cannot write", target.display()))?;
+            n += 1;
+        }
+        eprintln!("poj104: {n} test programs copied to {}", to.display());
+        return Ok(());
     }
     let clang = compile::clang();
     let harnesses: Vec<Harness> =
