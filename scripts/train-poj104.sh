@@ -13,7 +13,7 @@
 # 3. the best bundle on validation, its checkpoint, log.csv, compile.json
 #    and (once every epoch is done) results.json with the test figures:
 #    models/poj104/.
-# Settings: -O0, T = 6, mean pooling, 8 epochs, lr 3e-3, batches of 5,000
+# Settings: -O0, T = 6, mean pooling, 12 epochs, lr 3e-3, batches of 5,000
 # nodes, $PROGRAML_THREADS threads (default 2). Log:
 # $PROGRAML_CACHE/runs/poj104.log.
 set -euo pipefail
@@ -26,7 +26,7 @@ run="$PROGRAML_CACHE/runs/poj104"
 ship="$root/models/poj104"
 log="$PROGRAML_CACHE/runs/poj104.log"
 mkdir -p "$PROGRAML_CACHE/runs"
-common=(poj104 --out "$run" --levels O0 --epochs 8 --steps 6 --pool mean --lr 3e-3 --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
+common=(poj104 --out "$run" --levels O0 --epochs 12 --steps 6 --pool mean --lr 3e-3 --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
 
 echo "[train-poj104] compiling ($(date +%H:%M:%S)); log $log"
 "$train" "${common[@]}" --compile-only --json >"$run.compile.json.tmp" 2>>"$log"

@@ -484,6 +484,8 @@ pub struct Settings {
     pub lr: f64,
     pub batch_nodes: usize,
     pub aux_hidden: i64,
+    /// How node logits pool into the graph vector (upstream: sum).
+    pub pool: Pool,
     pub seed: u64,
 }
 
@@ -518,7 +520,7 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     let head = GraphHead {
         aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() },
         aux_hidden: s.aux_hidden,
-        pool: Pool::Sum,
+        pool: s.pool,
     };
     let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
     tch::manual_seed(programl::hash::mix(s.seed) as i64);

@@ -152,6 +152,9 @@ enum Command {
         batch_nodes: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// How node logits pool into the graph vector: sum (upstream's) or mean.
+        #[arg(long, default_value = "sum")]
+        pool: String,
         /// Only cross-validate this protocol (stratified or grouped).
         #[arg(long)]
         protocol: Option<String>,
@@ -259,6 +262,14 @@ enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+}
+
+fn parse_pool(name: &str) -> Result<programl_model::Pool> {
+    match name {
+        "mean" => Ok(programl_model::Pool::Mean),
+        "sum" => Ok(programl_model::Pool::Sum),
+        other => bail!("--pool '{other}': expected mean or sum"),
+    }
 }
 
 fn main() {
@@ -378,6 +389,7 @@ fn run(cli: Cli) -> Result<()> {
             lr,
             batch_nodes,
             seed,
+            pool,
             protocol,
             out,
             no_cv,
@@ -386,7 +398,8 @@ fn run(cli: Cli) -> Result<()> {
             runtime,
         } => {
             let device = runtime.apply()?;
-            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, seed };
+            let pool = parse_pool(&pool)?;
+            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed };
             let options = devmap::Options { platform, data, cache, folds, protocol, out, no_cv, json, quiet };
             devmap::run(&options, &settings, device)
         }
@@ -421,11 +434,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             };
             let levels = levels.split(',').map(|l| l.trim().trim_start_matches('-').to_string()).filter(|l| !l.is_empty()).collect();
-            let pool = match pool.as_str() {
-                "mean" => programl_model::Pool::Mean,
-                "sum" => programl_model::Pool::Sum,
-                other => bail!("--pool '{other}': expected mean or sum"),
-            };
+            let pool = parse_pool(&pool)?;
             let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed };
             let options = poj104::Options {
                 data,

@@ -103,6 +103,10 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     for f in ["checkpoint", "model", "log.csv"] {
         assert!(Command::new("cp").arg("-r").arg(run.join(f)).arg(&copy).status().unwrap().success());
     }
+    std::fs::copy(run.join("results.json"), copy.join("results.json")).unwrap();
+    let out = train_cmd(&data, &cache, &copy, "13").args(["--budget", "0.01s"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!copy.join("results.json").exists(), "a run in progress has no test figures");
     let out = train_cmd(&data, &cache, &copy, "13").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let extended = std::fs::read_to_string(copy.join("log.csv")).unwrap();

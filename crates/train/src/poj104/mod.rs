@@ -598,6 +598,10 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         let _ = std::fs::remove_dir_all(&old);
         Ok(())
     };
+    if state.epoch < s.epochs {
+        // Test figures describe a finished run's bundle: none while training.
+        let _ = std::fs::remove_file(o.out.join("results.json"));
+    }
     let run_start = Instant::now();
     let wall0 = state.wall_s;
     let mut last_checkpoint = Instant::now();
