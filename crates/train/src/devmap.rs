@@ -852,6 +852,8 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "per_fold_grouped": get(true).map(|f| &f.per_fold),
             "epochs": s.epochs,
             "steps": s.steps,
+            "lr": s.lr,
+            "pool": s.pool,
             "wall_s": start.elapsed().as_secs_f64(),
         });
         println!("{out}");

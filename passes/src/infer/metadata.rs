@@ -31,7 +31,11 @@
 //! - `!programl.device !{!"gpu", float P}` (or `"cpu"`): graph-level device
 //!   mapping, on each kernel, P the probability of the device named.
 //!
-//! Module-level classification: `!programl.class = !{!{!"CLASS", float P}}`.
+//! Module-level classification: `!programl.class = !{!C}`, `!C = !{!"CLASS", float P}`.
+//!
+//! Graph-level runs write the same `!programl.schema` and a
+//! `!programl.model` entry (head `graph`, the fingerprint of the module's
+//! graph), and no node anchors.
 //!
 //! Marking roots (input, `roots=marked`): `!programl.root !{}` on an
 //! instruction (for datadep, whose roots are variables, the instruction
@@ -220,22 +224,50 @@ pub unsafe fn model_entries(module: LLVMModuleRef) -> Vec<Vec<String>> {
 /// Index of the graph fingerprint in a `!programl.model` entry.
 pub const MODEL_GRAPH: usize = 5;
 
-/// Makes room for `task`'s annotations of the graph `fingerprint`, and
+/// What one run annotates, for [`clear`].
+#[derive(Clone, Copy, Debug)]
+pub enum Annotated<'a> {
+    /// A node-level task: `!programl.TASK` on instructions, `.roots` and
+    /// `.args` on functions.
+    Node(Task),
+    /// A graph-level bundle's task (its config's `task`): device mapping
+    /// (`devmap`, `devmap-PLATFORM`) writes `!programl.device` on kernels,
+    /// any other task the named `!programl.class`.
+    Graph(&'a str),
+}
+
+impl Annotated<'_> {
+    pub fn name(&self) -> &str {
+        match self {
+            Annotated::Node(t) => t.name(),
+            Annotated::Graph(name) => name,
+        }
+    }
+}
+
+/// Whether a graph-level task is device mapping (annotates kernels) rather
+/// than a module-level classification.
+pub fn is_device_mapping(task: &str) -> bool {
+    task == "devmap" || task.starts_with("devmap-")
+}
+
+/// Makes room for `what`'s annotations of the graph `fingerprint`, and
 /// returns the `!programl.model` entries to keep (other tasks on the same
 /// graph).
 ///
-/// If every earlier entry was written for this same graph, only `task`'s
-/// annotations are removed (`!programl.TASK` on instructions,
-/// `!programl.TASK.roots` and `.args` on functions): several tasks'
-/// predictions accumulate in one module, and the node and value anchors,
-/// which depend on the graph alone, stay. Otherwise (the module's graph
-/// changed, e.g. full LTO linked annotated modules together) every
+/// If every earlier entry was written for this same graph, only this
+/// task's annotations are removed (for a node-level task `!programl.TASK`
+/// on instructions, `!programl.TASK.roots` and `.args` on functions; for a
+/// graph-level one `!programl.device` or `!programl.class`): several
+/// tasks' predictions accumulate in one module, and the node and value
+/// anchors, which depend on the graph alone, stay. Otherwise (the module's
+/// graph changed, e.g. full LTO linked annotated modules together) every
 /// annotation of the schema goes: its node ids mean nothing any more. The
 /// `!programl.root` marks are input and always stay.
 ///
 /// # Safety
 /// `module` is valid.
-pub unsafe fn clear(module: LLVMModuleRef, task: Task, fingerprint: &str) -> Vec<Vec<String>> {
+pub unsafe fn clear(module: LLVMModuleRef, what: Annotated<'_>, fingerprint: &str) -> Vec<Vec<String>> {
     let w = Writer::new(module);
     // Kind ids in a fixed order, so attachments print in this order in a
     // fresh context (LLVM prints them by kind id).
@@ -250,24 +282,34 @@ pub unsafe fn clear(module: LLVMModuleRef, task: Task, fingerprint: &str) -> Vec
     let entries = model_entries(module);
     let same_graph = entries.iter().all(|e| e.get(MODEL_GRAPH).map(String::as_str) == Some(fingerprint));
     let keep: Vec<Vec<String>> =
-        if same_graph { entries.into_iter().filter(|e| e.first().map(String::as_str) != Some(task.name())).collect() } else { Vec::new() };
-    let tasks: Vec<Task> = if same_graph { vec![task] } else { Task::ALL.to_vec() };
+        if same_graph { entries.into_iter().filter(|e| e.first().map(String::as_str) != Some(what.name())).collect() } else { Vec::new() };
     let mut inst_kinds = Vec::new();
     let mut function_kinds = Vec::new();
-    if !same_graph {
+    let mut names = vec![SCHEMA_NAMED, MODEL_NAMED];
+    if same_graph {
+        match what {
+            Annotated::Node(t) => {
+                inst_kinds.push(w.kind(&task_kind(t)));
+                function_kinds.extend([w.kind(&roots_kind(t)), w.kind(&args_kind(t))]);
+            }
+            Annotated::Graph(task) if is_device_mapping(task) => function_kinds.push(w.kind(DEVICE)),
+            Annotated::Graph(_) => names.push(CLASS_NAMED),
+        }
+    } else {
         inst_kinds.extend([w.kind(NODE), w.kind(VALUE)]);
         function_kinds.extend([w.kind(ARGS), w.kind(DEVICE)]);
-    }
-    for t in tasks {
-        inst_kinds.push(w.kind(&task_kind(t)));
-        function_kinds.push(w.kind(&roots_kind(t)));
-        function_kinds.push(w.kind(&args_kind(t)));
+        for t in Task::ALL {
+            inst_kinds.push(w.kind(&task_kind(t)));
+            function_kinds.push(w.kind(&roots_kind(t)));
+            function_kinds.push(w.kind(&args_kind(t)));
+        }
+        names.push(CLASS_NAMED);
     }
     for f in anchor::functions(module) {
         for &k in &function_kinds {
             LLVMGlobalEraseMetadata(f, k);
         }
-        if LLVMIsDeclaration(f) != 0 {
+        if LLVMIsDeclaration(f) != 0 || inst_kinds.is_empty() {
             continue;
         }
         for inst in anchor::instructions(f) {
@@ -278,10 +320,44 @@ pub unsafe fn clear(module: LLVMModuleRef, task: Task, fingerprint: &str) -> Vec
             }
         }
     }
-    let names: &[&str] = if same_graph { &[SCHEMA_NAMED, MODEL_NAMED] } else { &[SCHEMA_NAMED, MODEL_NAMED, CLASS_NAMED] };
     for name in names {
-        let c = CString::new(*name).expect("no NUL");
+        let c = CString::new(name).expect("no NUL");
         programl_passes_erase_named_metadata(module, c.as_ptr());
     }
     keep
+}
+
+/// One `!programl.model` entry:
+/// `!{!"TASK", !"FORMAT", i64 VERSION, !"HEAD", i64 STEPS, !"GRAPH"}`.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelEntry<'a> {
+    pub task: &'a str,
+    pub format: &'a str,
+    pub version: i64,
+    pub head: &'a str,
+    pub steps: i64,
+    /// [`graph_fingerprint`] of the module's graph.
+    pub graph: &'a str,
+}
+
+/// Writes the module-level header after [`clear`]: `!programl.schema`, the
+/// `kept` entries of other tasks, and this run's `!programl.model` entry.
+pub fn write_header(w: &Writer, kept: &[Vec<String>], entry: &ModelEntry<'_>) {
+    let s = w.string(SCHEMA);
+    w.add_named(SCHEMA_NAMED, w.node(&[s]));
+    for old in kept {
+        // Another task's entry: strings, except the version and steps.
+        let ops: Vec<_> = old
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match (i, v.parse::<i64>()) {
+                (2 | 4, Ok(n)) => w.int(n),
+                _ => w.string(v),
+            })
+            .collect();
+        w.add_named(MODEL_NAMED, w.node(&ops));
+    }
+    let e = entry;
+    let model = [w.string(e.task), w.string(e.format), w.int(e.version), w.string(e.head), w.int(e.steps), w.string(e.graph)];
+    w.add_named(MODEL_NAMED, w.node(&model));
 }

@@ -470,7 +470,16 @@ unsafe fn run_graph(
         append_lines(path, &[line]).map_err(|e| format!("sidecar {}: {e}", path.display()))?;
     }
     let clock = Instant::now();
-    let annotated = annotate_graph_level(module, &config.task, &config.classes, &probs)?;
+    let fingerprint = metadata::graph_fingerprint(&graph);
+    let entry = metadata::ModelEntry {
+        task: &config.task,
+        format: &config.format,
+        version: config.version.into(),
+        head: &config.head,
+        steps,
+        graph: &fingerprint,
+    };
+    let annotated = annotate_graph_level(module, &entry, &config.classes, &probs)?;
     t.annotate = ms(clock);
     t.total = ms(start);
     log::info!(
@@ -602,31 +611,17 @@ unsafe fn annotate(
 
     // Everything is placed: now write (nothing below fails).
     let fingerprint = metadata::graph_fingerprint(graph);
-    let kept = metadata::clear(module, task, &fingerprint);
+    let kept = metadata::clear(module, metadata::Annotated::Node(task), &fingerprint);
     let w = metadata::Writer::new(module);
-    let s = w.string(metadata::SCHEMA);
-    w.add_named(metadata::SCHEMA_NAMED, w.node(&[s]));
-    for entry in kept {
-        // Another task's entry: strings, except the version and steps.
-        let ops: Vec<_> = entry
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match (i, v.parse::<i64>()) {
-                (2 | 4, Ok(n)) => w.int(n),
-                _ => w.string(v),
-            })
-            .collect();
-        w.add_named(metadata::MODEL_NAMED, w.node(&ops));
-    }
-    let model = [
-        w.string(&config.task),
-        w.string(&config.format),
-        w.int(config.version.into()),
-        w.string(&config.head),
-        w.int(steps),
-        w.string(&fingerprint),
-    ];
-    w.add_named(metadata::MODEL_NAMED, w.node(&model));
+    let entry = metadata::ModelEntry {
+        task: &config.task,
+        format: &config.format,
+        version: config.version.into(),
+        head: &config.head,
+        steps,
+        graph: &fingerprint,
+    };
+    metadata::write_header(&w, &kept, &entry);
     let node_kind = w.kind(metadata::NODE);
     let value_kind = w.kind(metadata::VALUE);
     let task_kind = w.kind(&metadata::task_kind(task));
@@ -671,23 +666,32 @@ unsafe fn annotate(
 
 /// Graph-level annotations, for a bundle whose head is `graph`:
 /// `probabilities` are one graph's class probabilities, `classes` their
-/// names. Device mapping (`task` `devmap` or `devmap-PLATFORM`) puts
+/// names. Device mapping (`entry.task` `devmap` or `devmap-PLATFORM`) puts
 /// `!programl.device !{!"CLASS", float P}` (the likelier device) on each
 /// kernel (a function with the `spir_kernel`, `ptx_kernel` or
 /// `amdgpu_kernel` calling convention); any other task names the module's
-/// class in `!programl.class = !{!{!"CLASS", float P}}`. Returns the
-/// number of functions or modules annotated.
+/// class in `!programl.class = !{!C}`, `!C = !{!"CLASS", float P}`. Both
+/// write `!programl.schema` and `entry` in `!programl.model`, and replace
+/// the same task's earlier annotation of the same graph (other tasks'
+/// stay). Returns the number of functions or modules annotated.
 ///
 /// # Safety
 /// `module` is valid and may be modified.
-pub unsafe fn annotate_graph_level(module: LLVMModuleRef, task: &str, classes: &[String], probabilities: &[f32]) -> Result<usize, String> {
+pub unsafe fn annotate_graph_level(
+    module: LLVMModuleRef,
+    entry: &metadata::ModelEntry<'_>,
+    classes: &[String],
+    probabilities: &[f32],
+) -> Result<usize, String> {
     if classes.is_empty() || classes.len() != probabilities.len() {
         return Err(format!("{} probabilities for {} classes", probabilities.len(), classes.len()));
     }
     let best = (0..classes.len()).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
+    let kept = metadata::clear(module, metadata::Annotated::Graph(entry.task), entry.graph);
     let w = metadata::Writer::new(module);
+    metadata::write_header(&w, &kept, entry);
     let pair = w.node(&[w.string(&classes[best]), w.real(probabilities[best])]);
-    if task == "devmap" || task.starts_with("devmap-") {
+    if metadata::is_device_mapping(entry.task) {
         const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
         let kind = w.kind(metadata::DEVICE);
         let mut n = 0;
@@ -733,13 +737,28 @@ define void @helper() {
 }
 "#;
 
+    fn annotate(module: &llvm_plugin::inkwell::module::Module<'_>, task: &str, classes: &[&str], probabilities: &[f32]) -> Result<usize, String> {
+        let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
+        let entry = super::metadata::ModelEntry { task, format: "programl-model", version: 1, head: "graph", steps: 6, graph: "0123456789abcdef" };
+        // SAFETY: the module lives through the call.
+        unsafe { super::annotate_graph_level(module.as_mut_ptr(), &entry, &classes, probabilities) }
+    }
+
+    /// The metadata id (`!N`) that follows `prefix` in `ir`, alone.
+    fn operand(ir: &str, prefix: &str) -> String {
+        let at = ir.find(prefix).unwrap_or_else(|| panic!("no {prefix:?} in {ir}")) + prefix.len();
+        let id: String = ir[at..].chars().skip(1).take_while(char::is_ascii_digit).collect();
+        assert!(ir[at..].starts_with('!') && !id.is_empty(), "{prefix:?} is not followed by an id: {ir}");
+        let tail = &ir[at + 1 + id.len()..];
+        assert!(tail.starts_with(" {") || tail.starts_with('}'), "{prefix:?} names more than one node: {ir}");
+        format!("!{id}")
+    }
+
     fn annotated(task: &str, classes: &[&str], probabilities: &[f32]) -> (Result<usize, String>, String) {
         let context = Context::create();
         let buffer = MemoryBuffer::create_from_memory_range_copy(KERNELS.as_bytes(), "kernels");
         let module = context.create_module_from_ir(buffer).unwrap();
-        let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
-        // SAFETY: the module lives through the call.
-        let n = unsafe { super::annotate_graph_level(module.as_mut_ptr(), task, &classes, probabilities) };
+        let n = annotate(&module, task, classes, probabilities);
         (n, module.print_to_string().to_string())
     }
 
@@ -747,13 +766,35 @@ define void @helper() {
     fn graph_level_annotations() {
         let (n, ir) = annotated("devmap", &["cpu", "gpu"], &[0.25, 0.75]);
         assert_eq!(n, Ok(1));
-        assert!(ir.contains("define spir_kernel void @k(ptr %p) !programl.device !0"), "{ir}");
+        let device = operand(&ir, "define spir_kernel void @k(ptr %p) !programl.device ");
         assert!(ir.contains("define void @helper() {"), "{ir}");
-        assert!(ir.contains("!0 = !{!\"gpu\", float 7.500000e-01}"), "{ir}");
+        assert!(ir.contains(&format!("{device} = !{{!\"gpu\", float 7.500000e-01}}")), "{ir}");
         let (n, ir) = annotated("poj104", &["a", "b", "c"], &[0.1, 0.2, 0.7]);
         assert_eq!(n, Ok(1));
         // The named node's one operand is the pair itself (what the reader reads).
-        assert!(ir.contains("!programl.class = !{!0}") && ir.contains("!0 = !{!\"c\", float 0x3FE6666660000000}"), "{ir}");
+        let class = operand(&ir, "!programl.class = !{");
+        assert!(ir.contains(&format!("{class} = !{{!\"c\", float 0x3FE6666660000000}}")), "{ir}");
         assert!(annotated("devmap", &["cpu"], &[0.5, 0.5]).0.is_err());
+    }
+
+    #[test]
+    fn graph_level_runs_write_the_schema_and_replace_their_own_annotation() {
+        let context = Context::create();
+        let buffer = MemoryBuffer::create_from_memory_range_copy(KERNELS.as_bytes(), "kernels");
+        let module = context.create_module_from_ir(buffer).unwrap();
+        annotate(&module, "poj104", &["a", "b"], &[0.9, 0.1]).unwrap();
+        annotate(&module, "devmap-amd", &["cpu", "gpu"], &[0.25, 0.75]).unwrap();
+        // Run again: the class is replaced, not appended; devmap's device stays.
+        annotate(&module, "poj104", &["a", "b"], &[0.2, 0.8]).unwrap();
+        let ir = module.print_to_string().to_string();
+        assert!(ir.contains("!programl.schema = !{"), "{ir}");
+        let model = ir.lines().find(|l| l.starts_with("!programl.model = ")).expect("!programl.model");
+        assert_eq!(model.matches(", ").count(), 1, "two entries, devmap's and poj104's: {ir}");
+        assert!(ir.contains(r#"!{!"poj104", !"programl-model", i64 1, !"graph", i64 6, !"0123456789abcdef"}"#), "{ir}");
+        assert!(ir.contains(r#"!{!"devmap-amd", !"programl-model", i64 1, !"graph", i64 6, !"0123456789abcdef"}"#), "{ir}");
+        let class = ir.lines().find(|l| l.starts_with("!programl.class = ")).expect("!programl.class");
+        assert!(!class.contains(", "), "one class: {ir}");
+        assert!(ir.contains(r#"!{!"b", float 0x3FE99999A0000000}"#) && !ir.contains(r#"!{!"a", float"#), "{ir}");
+        assert!(ir.contains("!programl.device"), "{ir}");
     }
 }
