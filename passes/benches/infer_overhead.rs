@@ -88,10 +88,10 @@ fn parse_info(stderr: &str) -> Vec<Split> {
     let mut out = Vec::new();
     for line in stderr.lines().filter(|l| l.starts_with("programl-infer [info]:") && l.contains(" ms: ")) {
         let mut s = Split::default();
-        let number = |word: &str| word.trim_end_matches(',').parse::<f64>().unwrap_or(f64::NAN);
+        let number = |word: &str| word.trim_end_matches([',', ';']).parse::<f64>().unwrap_or(f64::NAN);
         let words: Vec<&str> = line.split_whitespace().collect();
         for w in words.windows(2) {
-            match w[1].trim_end_matches(',') {
+            match w[1].trim_end_matches([',', ';']) {
                 "roots" => s.roots = number(w[0]),
                 "nodes" => s.nodes = number(w[0]),
                 _ => {}
@@ -226,6 +226,14 @@ fn main() {
         .collect();
     let units = units(&projects);
     assert!(!units.is_empty(), "no translation unit found");
+    // A graph-level bundle (device mapping, POJ-104) makes one decision per
+    // module (or kernel): it has no roots, so no single-root run.
+    let config = model.join("config.json");
+    let config: serde_json::Value = std::fs::read_to_string(&config)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_else(|| panic!("{}: not a readable bundle config", config.display()));
+    let graph_level = config["head"] == "graph";
     let infer = format!("model={};device={device}", model.display());
     let single = format!("{infer};roots=all;max_roots=1");
     println!(
@@ -250,9 +258,11 @@ fn main() {
             let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &infer), ("PROGRAML_LOG", "info")], Some(&plugin)));
             f.infer.push(t);
             f.split.extend(parse_info(&err));
-            let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single), ("PROGRAML_LOG", "info")], Some(&plugin)));
-            f.single.push(t);
-            f.single_split.extend(parse_info(&err));
+            if !graph_level {
+                let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single), ("PROGRAML_LOG", "info")], Some(&plugin)));
+                f.single.push(t);
+                f.single_split.extend(parse_info(&err));
+            }
         }
         eprintln!("rep {}/{reps} done", rep + 1);
     }
@@ -279,7 +289,9 @@ fn main() {
     let name = |i: usize| format!("{}/{}", units[i].project, units[i].file.file_name().unwrap().to_string_lossy());
     println!("{:<34} {:>9} {:>9}", "unit", name(median_unit), name(largest_unit));
     row("graph nodes", &|f| field(f, |s| s.nodes));
-    row("roots (sampled)", &|f| field(f, |s| s.roots));
+    if !graph_level {
+        row("roots (sampled)", &|f| field(f, |s| s.roots));
+    }
     row("clang -O2 -c", &|f| m(&f.plain));
     row("  + plugin loaded, idle", &|f| m(&f.plugin));
     row("  + programl-infer (wall)", &|f| m(&f.infer));
@@ -287,19 +299,28 @@ fn main() {
     row("pass: bundle open", &|f| field(f, |s| s.bundle));
     row("pass: graph build", &|f| field(f, |s| s.graph));
     row("pass: featurisation", &|f| field(f, |s| s.features));
-    row("pass: inference, sampled roots", &|f| field(f, |s| s.inference));
-    row("pass: inference, 1 root", &|f| median(f.single_split.iter().map(|s| s.inference).collect()));
+    if graph_level {
+        row("pass: inference (graph-level)", &|f| field(f, |s| s.inference));
+    } else {
+        row("pass: inference, sampled roots", &|f| field(f, |s| s.inference));
+        row("pass: inference, 1 root", &|f| median(f.single_split.iter().map(|s| s.inference).collect()));
+    }
     row("pass: annotation", &|f| field(f, |s| s.annotate));
     row("pass: total", &|f| field(f, |s| s.total));
     row("added wall time", &|f| m(&f.infer) - m(&f.plain));
     let o2 = m(&figures[median_unit].plain);
     let one_root = median(figures[median_unit].single_split.iter().map(|s| s.inference).collect());
     println!();
-    println!(
-        "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
-        100.0 * one_root / o2,
-        100.0 * field(&figures[median_unit], |s| s.inference) / o2
-    );
+    if graph_level {
+        let inference = field(&figures[median_unit], |s| s.inference);
+        println!("median unit: graph-level inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)", 100.0 * inference / o2);
+    } else {
+        println!(
+            "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
+            100.0 * one_root / o2,
+            100.0 * field(&figures[median_unit], |s| s.inference) / o2
+        );
+    }
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
     println!(
         "over all {} units: runtime + libtorch load {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",

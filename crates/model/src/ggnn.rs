@@ -359,6 +359,87 @@ impl Ggnn {
         h
     }
 
+    /// [`Ggnn::propagate`] in evaluation mode, arranged for inference: the
+    /// same function, computed without autograd and without allocating
+    /// inside the loop (every step writes into buffers made once per
+    /// call). Inside a host compiler, whose allocator returns freed blocks
+    /// to the system, allocating a step's tensors anew cost as much as the
+    /// arithmetic. Per step:
+    ///
+    /// ```text
+    /// F  = h · [W_msg; W_hh]ᵀ                (one product, [N, 306], no bias)
+    /// M  = S · (F[rows] ⊙ gates)             (gather, gate, CSR mean)
+    /// GI = M · W_ihᵀ + K                     ([N, 102])
+    /// r, z = σ(GI_r + F_r), σ(GI_z + F_z)
+    /// n  = tanh(GI_n + r ⊙ (F_n + b_hn))
+    /// h' = n + z ⊙ (h − n)
+    /// ```
+    ///
+    /// The biases that do not depend on `h` are folded into constants made
+    /// once per call: the edge-type biases, gated and averaged, go through
+    /// `W_ih` into `K = (S · (b_type ⊙ gates)) · W_ihᵀ + b_ih + [b_hr; b_hz; 0]`.
+    /// Tested equal to [`Ggnn::propagate`] (`tests/ggnn.rs`).
+    fn propagate_inference(&self, input: &Prepared, h0: &Tensor, steps: i64) -> Tensor {
+        let (n, e) = (input.nodes, input.edges);
+        let options = (h0.kind(), h0.device());
+        let gates = input.edge_gates(&self.gate_table());
+        let (w, _) = self.fused_weights();
+        let w_t = w.transpose(0, 1).contiguous();
+        let w_ih_t = self.w_ih.transpose(0, 1).contiguous();
+        let edge_bias = self.messages_b.view([EDGE_TYPES, HIDDEN]).index_select(0, &input.edge_types) * &gates;
+        let reset_update = Tensor::cat(&[self.b_hh.narrow(0, 0, 2 * HIDDEN), Tensor::zeros([HIDDEN], options)], 0);
+        let k = input.aggregate(&edge_bias, n).mm(&w_ih_t) + &self.b_ih + reset_update;
+        let b_hn = self.b_hh.narrow(0, 2 * HIDDEN, HIDDEN);
+        let f = Tensor::empty([n, FUSED_BLOCKS * HIDDEN], options);
+        let rows = f.view([n * FUSED_BLOCKS, HIDDEN]);
+        let per_edge = Tensor::empty([e, HIDDEN], options);
+        let m = Tensor::empty([n, HIDDEN], options);
+        let gi = Tensor::empty([n, 3 * HIDDEN], options);
+        let (mut r, mut z, mut new) = (m.empty_like(), m.empty_like(), m.empty_like());
+        // Step s writes buffer s % 2 from the other one (or from h0).
+        let states = [m.empty_like(), m.empty_like()];
+        let block = |t: &Tensor, b: i64| t.narrow(1, b * HIDDEN, HIDDEN);
+        let mut h = h0.shallow_clone();
+        for step in 0..steps {
+            let _ = h.mm_out(&f, &w_t);
+            let mut gathered = rows.index_select_out(&per_edge, 0, &input.fused_rows);
+            let _ = gathered.g_mul_(&gates);
+            input.aggregate_into(&m, &per_edge);
+            let mut gi = m.mm_out(&gi, &w_ih_t);
+            let _ = gi.g_add_(&k);
+            let _ = block(&gi, 0).add_out(&r, &block(&f, EDGE_TYPES));
+            let _ = r.sigmoid_();
+            let _ = block(&gi, 1).add_out(&z, &block(&f, EDGE_TYPES + 1));
+            let _ = z.sigmoid_();
+            let _ = block(&f, EDGE_TYPES + 2).add_out(&new, &b_hn);
+            let _ = new.g_mul_(&r);
+            let _ = new.g_add_(&block(&gi, 2));
+            let _ = new.tanh_();
+            let mut next = h.sub_out(&states[(step % 2) as usize], &new);
+            let _ = next.g_mul_(&z);
+            let _ = next.g_add_(&new);
+            h = next;
+        }
+        h
+    }
+
+    /// Per-node logits \[N, C\] after `steps` steps in evaluation mode,
+    /// without autograd state: what eval, predict and the learned pass
+    /// compute ([`Ggnn::forward`]'s values, computed as
+    /// [`Ggnn::propagate_inference`] does).
+    pub fn forward_inference(&self, input: &Prepared, steps: i64) -> Tensor {
+        tch::no_grad(|| {
+            let h0 = self.initial_states(input);
+            let h = self.propagate_inference(input, &h0, steps);
+            self.readout(&h, &h0)
+        })
+    }
+
+    /// [`Ggnn::pooled_logits`] in evaluation mode, without autograd state.
+    pub fn pooled_inference(&self, input: &Prepared, steps: i64) -> Tensor {
+        tch::no_grad(|| self.pool(input, &self.forward_inference(input, steps)))
+    }
+
     /// The readout: logits \[N, C\] from `h_T` and `h_0`.
     pub fn readout(&self, h_t: &Tensor, h0: &Tensor) -> Tensor {
         let gate = Tensor::cat(&[h_t, h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
@@ -376,9 +457,14 @@ impl Ggnn {
     /// steps, summed (or averaged, as the head's [`Pool`] says) over its
     /// nodes.
     pub fn pooled_logits(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
-        let nodes = self.forward(input, steps, train);
+        self.pool(input, &self.forward(input, steps, train))
+    }
+
+    /// Graph logits \[G, C\] from per-node logits \[N, C\], as the head's
+    /// [`Pool`] says.
+    fn pool(&self, input: &Prepared, nodes: &Tensor) -> Tensor {
         let options = (nodes.kind(), nodes.device());
-        let sum = Tensor::zeros([input.graphs, self.hyper.classes], options).index_add(0, &input.graph_index, &nodes);
+        let sum = Tensor::zeros([input.graphs, self.hyper.classes], options).index_add(0, &input.graph_index, nodes);
         match self.hyper.graph.as_ref().map_or(Pool::Sum, |g| g.pool) {
             Pool::Sum => sum,
             Pool::Mean => {
@@ -501,6 +587,8 @@ pub struct Prepared {
     pub fused_rows: Tensor,
     /// Clamped positions, in the same order, \[E\].
     pub positions: Tensor,
+    /// Edge types ([`EdgeType`] order), in the same order, \[E\].
+    pub edge_types: Tensor,
     /// The target node of every edge, in the same order, \[E\].
     pub targets: Tensor,
     /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
@@ -552,10 +640,17 @@ impl Prepared {
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
         let inv_degree: Vec<f32> = (0..n).map(|v| if indegree[v + 1] > 0 { 1.0 / indegree[v + 1] as f32 } else { 0.0 }).collect();
         let values: Vec<f32> = (0..n).flat_map(|v| std::iter::repeat_n(1.0 / indegree[v + 1] as f32, indegree[v + 1] as usize)).collect();
-        let columns: Vec<i64> = (0..total as i64).collect();
+        // 32-bit indices where they fit: MKL's sparse product takes them, and
+        // 64-bit ones were converted on every product.
+        let (crow_t, columns_t) = if total < i32::MAX as usize {
+            let crow: Vec<i32> = crow.iter().map(|&c| c as i32).collect();
+            (Tensor::from_slice(&crow), Tensor::arange(total as i64, (Kind::Int, Device::Cpu)))
+        } else {
+            (Tensor::from_slice(&crow), Tensor::arange(total as i64, (Kind::Int64, Device::Cpu)))
+        };
         let mean = Tensor::sparse_csr_tensor_crow_col_value_size(
-            &Tensor::from_slice(&crow),
-            &Tensor::from_slice(&columns),
+            &crow_t,
+            &columns_t,
             &Tensor::from_slice(&values),
             [n as i64, total as i64],
             (Kind::Float, Device::Cpu),
@@ -567,6 +662,7 @@ impl Prepared {
             labels: batch.labels().map(|l| Tensor::from_slice(l).to_device(device)),
             fused_rows: Tensor::from_slice(&sources.iter().map(|s| s / EDGE_TYPES * FUSED_BLOCKS + s % EDGE_TYPES).collect::<Vec<i64>>())
                 .to_device(device),
+            edge_types: Tensor::from_slice(&sources.iter().map(|s| s % EDGE_TYPES).collect::<Vec<i64>>()).to_device(device),
             sources: Tensor::from_slice(&sources).to_device(device),
             positions: Tensor::from_slice(&positions).to_device(device),
             targets: Tensor::from_slice(&targets).to_device(device),
@@ -588,5 +684,10 @@ impl Prepared {
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
         self.mean.mm(per_edge)
+    }
+
+    /// [`Prepared::aggregate`] into `out`, \[N, 34\].
+    pub fn aggregate_into(&self, out: &Tensor, per_edge: &Tensor) {
+        let _ = self.mean.mm_out(out, per_edge);
     }
 }

@@ -118,7 +118,7 @@ pub fn device_name(device: Device) -> String {
 /// Panics where `tch` does (a libtorch error); the runtime catches it.
 pub fn node_probabilities(model: &Ggnn, batch: &programl::batch::Batch, steps: i64) -> Vec<f32> {
     let input = Prepared::new(batch, model.hyper(), model.device());
-    let probs = tch::no_grad(|| model.forward(&input, steps, false).softmax(1, tch::Kind::Float).to_device(Device::Cpu));
+    let probs = model.forward_inference(&input, steps).softmax(1, tch::Kind::Float).to_device(Device::Cpu);
     Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")
 }
 
@@ -139,7 +139,7 @@ pub fn graph_probabilities(model: &Ggnn, batch: &programl::batch::Batch, aux: Op
     });
     assert!(a == 0 || aux.is_some(), "this graph head needs {a} auxiliary inputs per graph");
     let probs = tch::no_grad(|| {
-        let pooled = model.pooled_logits(&input, steps, false);
+        let pooled = model.pooled_inference(&input, steps);
         model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, tch::Kind::Float).to_device(Device::Cpu)
     });
     Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")

@@ -172,6 +172,48 @@ fn batching_does_not_change_a_graphs_logits() {
     assert!(!a.allclose(&b.narrow(0, 0, 5), 1e-3, 1e-3, false), "the root changes the logits");
 }
 
+/// The inference arrangement (no autograd, biases folded, no allocation
+/// per step) computes what the plain forward pass does: with every bias
+/// non-zero, several roots in one batch, edges of every flow at several
+/// positions, a node without incoming edges, and T from 0 to 40.
+#[test]
+fn inference_arrangement_equals_the_plain_forward_pass() {
+    let vocab = vocabulary(&["br", "add", "ret", "i32", "i64"]);
+    let input = five_nodes(&vocab);
+    let e = |flow, position| Edge { flow, position };
+    let lone = GraphInput::from_parts(
+        ["add", "i32", "i64", "ret"],
+        [(1, 0, e(Flow::Data, 0)), (2, 0, e(Flow::Data, 7)), (0, 3, e(Flow::Control, 0)), (3, 0, e(Flow::Call, 2))],
+        &vocab,
+    )
+    .unwrap();
+    let batch = Batch::from_samples(&[
+        Sample { graph: &input, root: Some(0), positives: None },
+        Sample { graph: &lone, root: Some(2), positives: None },
+        Sample { graph: &input, root: Some(4), positives: None },
+    ])
+    .unwrap();
+    let hyper = Hyper::spec(vocab.len());
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    randomise(&model, 11);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    for steps in [0, 1, 2, 7, 40] {
+        let plain = tch::no_grad(|| model.forward(&prepared, steps, false));
+        let fast = model.forward_inference(&prepared, steps);
+        let diff = (&plain - &fast).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "T = {steps}: logits differ by {diff}");
+    }
+    let graph =
+        Hyper { classes: 3, graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool: Pool::Mean }), ..Hyper::spec(vocab.len()) };
+    let model = Ggnn::new(&graph, Device::Cpu);
+    randomise(&model, 12);
+    let prepared = Prepared::new(&batch, &graph, Device::Cpu);
+    let plain = tch::no_grad(|| model.pooled_logits(&prepared, 6, false));
+    let fast = model.pooled_inference(&prepared, 6);
+    assert_eq!(fast.size(), [3, 3]);
+    assert!(plain.allclose(&fast, 1e-5, 1e-5, false), "{plain} {fast}");
+}
+
 /// A graph head pools each graph's node logits: their sum, or with
 /// `Pool::Mean` their mean; a config without `pool` means the sum.
 #[test]

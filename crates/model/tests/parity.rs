@@ -85,6 +85,10 @@ fn logits_and_gradients_match_the_pytorch_reference_on_a_real_graph() {
     loss.backward();
     let diff = (&logits - &reference["logits"]).abs().max().double_value(&[]);
     assert!(diff < 1e-4, "logits differ by {diff}");
+    // The inference arrangement (eval, predict, the learned pass).
+    let fast = model.forward_inference(&prepared, steps);
+    let diff = (&fast - &reference["logits"]).abs().max().double_value(&[]);
+    assert!(diff < 1e-4, "inference logits differ by {diff}");
     let dl = (loss.double_value(&[]) - reference["loss"].double_value(&[])).abs();
     assert!(dl < 1e-5, "loss differs by {dl}");
     for (name, p) in model.named_parameters() {

@@ -579,7 +579,7 @@ pub fn predict(t: &Trained, rows: &[Row], kernels: &Kernels, ids: &[usize], batc
         let samples: Vec<Sample<'_>> = inputs[range.clone()].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
         let batch = Batch::from_samples(&samples).expect("valid inputs");
         let prepared = Prepared::new(&batch, &t.hyper, device);
-        let pooled = t.model.pooled_logits(&prepared, t.hyper.steps, false);
+        let pooled = t.model.pooled_inference(&prepared, t.hyper.steps);
         let batch_rows: Vec<(i64, usize)> =
             kernel_ids[range].iter().enumerate().flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r))).collect();
         let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);

@@ -62,8 +62,7 @@ pub fn train_step_autograd(model: &Ggnn, opt: &mut AdamW, input: &Prepared, step
 /// Inference: the probability of the positive class per node, \[N\], on the
 /// CPU, with no autograd state kept (memory does not grow with `steps`).
 pub fn infer(model: &Ggnn, input: &Prepared, steps: i64) -> Tensor {
-    tune_allocator();
-    tch::no_grad(|| model.forward(input, steps, false).softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu))
+    tch::no_grad(|| model.forward_inference(input, steps).softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu))
 }
 
 /// Pooled results of an evaluation.
@@ -89,7 +88,7 @@ pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_no
         let batch = data.batch(chunk);
         let input = Prepared::new(&batch, model.hyper(), model.device());
         let (probs, loss) = tch::no_grad(|| {
-            let logits = model.forward(&input, steps, false);
+            let logits = model.forward_inference(&input, steps);
             let loss = logits.cross_entropy_for_logits(input.labels.as_ref().unwrap()).double_value(&[]);
             (logits.softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu), loss)
         });

@@ -737,9 +737,15 @@ define void @helper() {
 }
 "#;
 
-    fn annotate(module: &llvm_plugin::inkwell::module::Module<'_>, task: &str, classes: &[&str], probabilities: &[f32]) -> Result<usize, String> {
+    fn annotate(
+        module: &llvm_plugin::inkwell::module::Module<'_>,
+        task: &str,
+        classes: &[&str],
+        probabilities: &[f32],
+    ) -> Result<usize, String> {
         let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
-        let entry = super::metadata::ModelEntry { task, format: "programl-model", version: 1, head: "graph", steps: 6, graph: "0123456789abcdef" };
+        let entry =
+            super::metadata::ModelEntry { task, format: "programl-model", version: 1, head: "graph", steps: 6, graph: "0123456789abcdef" };
         // SAFETY: the module lives through the call.
         unsafe { super::annotate_graph_level(module.as_mut_ptr(), &entry, &classes, probabilities) }
     }

@@ -338,7 +338,7 @@ pub fn predict(model: &Ggnn, hyper: &Hyper, inputs: &[GraphInput], steps: i64, b
         let samples: Vec<Sample<'_>> = inputs[range].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
         let batch = Batch::from_samples(&samples).expect("valid inputs");
         let prepared = Prepared::new(&batch, hyper, device);
-        let logits = model.graph_logits(&model.pooled_logits(&prepared, steps, false), None, false);
+        let logits = model.graph_logits(&model.pooled_inference(&prepared, steps), None, false);
         let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
         let (best_p, best) = probs.max_dim(1, false);
         let best: Vec<i64> = Vec::try_from(best).expect("class ids");
