@@ -309,12 +309,12 @@ fn main() {
     row("pass: total", &|f| field(f, |s| s.total));
     row("added wall time", &|f| m(&f.infer) - m(&f.plain));
     let o2 = m(&figures[median_unit].plain);
-    let one_root = median(figures[median_unit].single_split.iter().map(|s| s.inference).collect());
     println!();
     if graph_level {
         let inference = field(&figures[median_unit], |s| s.inference);
         println!("median unit: graph-level inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)", 100.0 * inference / o2);
     } else {
+        let one_root = median(figures[median_unit].single_split.iter().map(|s| s.inference).collect());
         println!(
             "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
             100.0 * one_root / o2,

@@ -343,9 +343,9 @@ impl Ggnn {
 
     /// T steps from `h_0`; dropout on the state when `train`.
     ///
-    /// (A fused arrangement for inference, one \[306, 34\] product per step
-    /// and the GRU's gates in place, measured slower than this at 2 threads
-    /// on 2026-11-23; training uses it, in `bptt.rs`.)
+    /// (Training's hand-written backward, `bptt.rs`, and inference,
+    /// [`Ggnn::propagate_inference`], use a fused arrangement: one product
+    /// for the six edge maps and `W_hh`, the GRU's gates by hand.)
     pub fn propagate(&self, input: &Prepared, h0: &Tensor, steps: i64, train: bool) -> Tensor {
         let gates = input.edge_gates(&self.gate_table());
         let mut h = h0.shallow_clone();
@@ -391,19 +391,22 @@ impl Ggnn {
         // [out, in] weight rows as [blocks, in, out] right-hand sides.
         let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
         let (w, _) = self.fused_weights();
-        // tanh(a) = 2σ(2a) − 1: the candidate state's block is computed
-        // doubled (its weights, bias and constant scaled by 2), and one
-        // sigmoid replaces MKL's tanh, which cost 12% of a step alone.
-        let doubled = |blocks: i64| Tensor::cat(&[Tensor::ones([blocks - 1, 1, 1], options), Tensor::full([1, 1, 1], 2.0, options)], 0);
-        let w_f = by_block(&w, FUSED_BLOCKS) * doubled(FUSED_BLOCKS);
-        let w_ih = by_block(&self.w_ih, 3) * doubled(3);
-        let w_ih_t = self.w_ih.transpose(0, 1);
+        let w_f = by_block(&w, FUSED_BLOCKS);
+        let w_ih = by_block(&self.w_ih, 3);
         let edge_bias = self.messages_b.view([EDGE_TYPES, HIDDEN]).index_select(0, &input.edge_types) * &gates;
         let reset_update = Tensor::cat(&[self.b_hh.narrow(0, 0, 2 * HIDDEN), Tensor::zeros([HIDDEN], options)], 0);
-        let k = ((input.aggregate(&edge_bias, n).mm(&w_ih_t) + &self.b_ih + reset_update).view([n, 3, HIDDEN]).permute([1, 0, 2])
-            * doubled(3))
-        .contiguous();
+        let k = (input.aggregate(&edge_bias, n).mm(&self.w_ih.transpose(0, 1)) + &self.b_ih + reset_update)
+            .view([n, 3, HIDDEN])
+            .permute([1, 0, 2])
+            .contiguous();
         let b_hn = self.b_hh.narrow(0, 2 * HIDDEN, HIDDEN) * 2.0;
+        // tanh(a) = 2σ(2a) − 1: every term of the candidate state's
+        // pre-activation is doubled (its blocks of W_hh, W_ih and K, and
+        // b_hn above), and one sigmoid replaces MKL's tanh, which cost 12%
+        // of a step alone.
+        for mut candidate in [w_f.get(FUSED_BLOCKS - 1), w_ih.get(2), k.get(2)] {
+            let _ = candidate.g_mul_scalar_(2.0);
+        }
         // Edge e's message is row (type · N + source node) of F's [9N, 34].
         let rows_index = &input.edge_types * n + input.sources.divide_scalar_mode(EDGE_TYPES, "floor");
         let f = Tensor::empty([FUSED_BLOCKS, n, HIDDEN], options);
@@ -659,15 +662,10 @@ impl Prepared {
         let values: Vec<f32> = (0..n).flat_map(|v| std::iter::repeat_n(1.0 / indegree[v + 1] as f32, indegree[v + 1] as usize)).collect();
         // 32-bit indices where they fit: MKL's sparse product takes them, and
         // 64-bit ones were converted on every product.
-        let (crow_t, columns_t) = if total < i32::MAX as usize {
-            let crow: Vec<i32> = crow.iter().map(|&c| c as i32).collect();
-            (Tensor::from_slice(&crow), Tensor::arange(total as i64, (Kind::Int, Device::Cpu)))
-        } else {
-            (Tensor::from_slice(&crow), Tensor::arange(total as i64, (Kind::Int64, Device::Cpu)))
-        };
+        let index = if total < i32::MAX as usize { Kind::Int } else { Kind::Int64 };
         let mean = Tensor::sparse_csr_tensor_crow_col_value_size(
-            &crow_t,
-            &columns_t,
+            &Tensor::from_slice(&crow).to_kind(index),
+            &Tensor::arange(total as i64, (index, Device::Cpu)),
             &Tensor::from_slice(&values),
             [n as i64, total as i64],
             (Kind::Float, Device::Cpu),
