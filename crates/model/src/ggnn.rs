@@ -32,9 +32,13 @@
 //! Training does not differentiate this code through autograd:
 //! [`Ggnn::loss_and_gradients`] (`bptt.rs`) computes the gradients by hand.
 
+use std::cell::RefCell;
+
 use programl::batch::{Batch, EdgeType};
 use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
+
+use crate::workspace::Workspace;
 
 /// Node-text embedding width (SPEC.md §3).
 pub const TEXT_DIM: i64 = 32;
@@ -216,6 +220,8 @@ pub struct Ggnn {
     pub(crate) selector_table: Tensor,
     /// The graph head's auxiliary classifier, if it has auxiliary inputs.
     pub(crate) aux: Option<AuxNet>,
+    /// Inference's per-step buffers, kept from one call to the next.
+    workspace: RefCell<Workspace>,
 }
 
 /// The auxiliary classifier of a [`GraphHead`].
@@ -300,6 +306,7 @@ impl Ggnn {
             sinusoids,
             selector_table,
             aux,
+            workspace: RefCell::default(),
         }
     }
 
@@ -344,7 +351,7 @@ impl Ggnn {
     /// T steps from `h_0`; dropout on the state when `train`.
     ///
     /// (Training's hand-written backward, `bptt.rs`, and inference,
-    /// [`Ggnn::propagate_inference`], use a fused arrangement: one product
+    /// [`Ggnn::logits_inference`], use a fused arrangement: one product
     /// for the six edge maps and `W_hh`, the GRU's gates by hand.)
     pub fn propagate(&self, input: &Prepared, h0: &Tensor, steps: i64, train: bool) -> Tensor {
         let gates = input.edge_gates(&self.gate_table());
@@ -361,18 +368,19 @@ impl Ggnn {
 
     /// [`Ggnn::propagate`] in evaluation mode, arranged for inference: the
     /// same function, computed without autograd and without allocating
-    /// inside the loop (every step writes into buffers made once per
-    /// call). Inside a host compiler, whose allocator returns freed blocks
-    /// to the system, allocating a step's tensors anew cost as much as the
-    /// arithmetic. Per step, with every \[N, 34\] block its own contiguous
-    /// slab (block-major: a batched product writes `[9, N, 34]` rather than
+    /// inside the loop. Every buffer of the call is carved from the model's
+    /// [`Workspace`], kept from one call to the next: inside a host
+    /// compiler, whose allocator returns freed blocks to the system,
+    /// allocating a step's tensors anew cost as much as the arithmetic, and
+    /// allocating a call's buffers anew cost a third of it in page faults.
+    /// Per step, with every \[N, 34\] block its own contiguous slab
+    /// (block-major: one product per block writes `[9, N, 34]` rather than
     /// one `[N, 306]` product whose column blocks are strided; element-wise
     /// operations on strided blocks measured 6 times slower than on
-    /// contiguous ones, and the batched product costs what the plain one
-    /// does):
+    /// contiguous ones):
     ///
     /// ```text
-    /// F  = h · [W_msg; W_hh]ᵀ                (one batched product, [9, N, 34], no bias)
+    /// F  = h · [W_msg; W_hh]ᵀ                (a product per block, [9, N, 34], no bias)
     /// M  = S · (F[rows] ⊙ gates)             (gather, gate, CSR mean)
     /// GI = M · W_ihᵀ + K                     ([3, N, 34])
     /// r, z = σ(GI_r + F_r), σ(GI_z + F_z)   (one operation over both)
@@ -384,48 +392,79 @@ impl Ggnn {
     /// once per call: the edge-type biases, gated and averaged, go through
     /// `W_ih` into `K = (S · (b_type ⊙ gates)) · W_ihᵀ + b_ih + [b_hr; b_hz; 0]`.
     /// Tested equal to [`Ggnn::propagate`] (`tests/ggnn.rs`).
-    fn propagate_inference(&self, input: &Prepared, h0: &Tensor, steps: i64) -> Tensor {
+    ///
+    /// `h_0` and the readout's `[h_T; h_0]` are carved from the workspace
+    /// too, and the gate table is computed only for the positions the batch
+    /// has; the logits returned are a fresh tensor. Call under
+    /// `tch::no_grad`.
+    fn logits_inference(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
         let (n, e) = (input.nodes, input.edges);
-        let options = (h0.kind(), h0.device());
-        let gates = input.edge_gates(&self.gate_table());
+        // SAFETY: every buffer, and every view of one, is dropped by the end
+        // of this call, whose result is a fresh tensor; nothing here is
+        // recorded by autograd (the caller holds `tch::no_grad`).
+        let [text, h0, both, f, per_edge, gates, m, mut gi, mut rz, mut new, mut k, s0, s1] = unsafe {
+            ws.carve(
+                self.embedding.device(),
+                [
+                    &[n, TEXT_DIM],
+                    &[n, HIDDEN],
+                    &[n, 2 * HIDDEN],
+                    &[FUSED_BLOCKS, n, HIDDEN],
+                    &[e, HIDDEN],
+                    &[e, HIDDEN],
+                    &[n, HIDDEN],
+                    &[3, n, HIDDEN],
+                    &[2, n, HIDDEN],
+                    &[n, HIDDEN],
+                    &[3, n, HIDDEN],
+                    &[n, HIDDEN],
+                    &[n, HIDDEN],
+                ],
+            )
+        };
+        let selector = self.selector_table.index_select(0, &input.selector);
+        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
+        let table = (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0)
+            .index_select_out(&gates, 0, &input.positions);
+        drop(table);
         // [out, in] weight rows as [blocks, in, out] right-hand sides.
         let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
         let (w, _) = self.fused_weights();
         let w_f = by_block(&w, FUSED_BLOCKS);
         let w_ih = by_block(&self.w_ih, 3);
-        let edge_bias = self.messages_b.view([EDGE_TYPES, HIDDEN]).index_select(0, &input.edge_types) * &gates;
-        let reset_update = Tensor::cat(&[self.b_hh.narrow(0, 0, 2 * HIDDEN), Tensor::zeros([HIDDEN], options)], 0);
-        let k = (input.aggregate(&edge_bias, n).mm(&self.w_ih.transpose(0, 1)) + &self.b_ih + reset_update)
-            .view([n, 3, HIDDEN])
-            .permute([1, 0, 2])
-            .contiguous();
-        let b_hn = self.b_hh.narrow(0, 2 * HIDDEN, HIDDEN) * 2.0;
         // tanh(a) = 2σ(2a) − 1: every term of the candidate state's
-        // pre-activation is doubled (its blocks of W_hh, W_ih and K, and
-        // b_hn above), and one sigmoid replaces MKL's tanh, which cost 12%
+        // pre-activation is doubled (its blocks of W_hh and W_ih, and its
+        // biases below), and one sigmoid replaces MKL's tanh, which cost 12%
         // of a step alone.
-        for mut candidate in [w_f.get(FUSED_BLOCKS - 1), w_ih.get(2), k.get(2)] {
+        for mut candidate in [w_f.get(FUSED_BLOCKS - 1), w_ih.get(2)] {
             let _ = candidate.g_mul_scalar_(2.0);
         }
+        let b_hn = self.b_hh.narrow(0, 2 * HIDDEN, HIDDEN) * 2.0;
+        // K: the gated edge-type biases (in `per_edge` for now), averaged
+        // into `m`, through W_ih, plus b_ih and the reset and update gates'
+        // b_hh.
+        let mut edge_bias = self.messages_b.view([EDGE_TYPES, HIDDEN]).index_select_out(&per_edge, 0, &input.edge_types);
+        let _ = edge_bias.g_mul_(&gates);
+        input.aggregate_into(&m, &per_edge);
+        block_products(&k, &m, &w_ih);
+        let k_bias = Tensor::cat(
+            &[self.b_ih.narrow(0, 0, 2 * HIDDEN) + self.b_hh.narrow(0, 0, 2 * HIDDEN), self.b_ih.narrow(0, 2 * HIDDEN, HIDDEN) * 2.0],
+            0,
+        );
+        let _ = k.g_add_(&k_bias.view([3, 1, HIDDEN]));
         // Edge e's message is row (type · N + source node) of F's [9N, 34].
         let rows_index = &input.edge_types * n + input.sources.divide_scalar_mode(EDGE_TYPES, "floor");
-        let f = Tensor::empty([FUSED_BLOCKS, n, HIDDEN], options);
         let rows = f.view([FUSED_BLOCKS * n, HIDDEN]);
-        let per_edge = Tensor::empty([e, HIDDEN], options);
-        let m = Tensor::empty([n, HIDDEN], options);
-        let gi = Tensor::empty([3, n, HIDDEN], options);
-        let mut rz = Tensor::empty([2, n, HIDDEN], options);
         let (r, z) = (rz.get(0), rz.get(1));
-        let mut new = m.empty_like();
         // Step s writes buffer s % 2 from the other one (or from h0).
-        let states = [m.empty_like(), m.empty_like()];
+        let states = [s0, s1];
         let mut h = h0.shallow_clone();
         for step in 0..steps {
-            let _ = h.unsqueeze(0).expand([FUSED_BLOCKS, n, HIDDEN], false).bmm_out(&f, &w_f);
+            block_products(&f, &h, &w_f);
             let mut gathered = rows.index_select_out(&per_edge, 0, &rows_index);
             let _ = gathered.g_mul_(&gates);
             input.aggregate_into(&m, &per_edge);
-            let mut gi = m.unsqueeze(0).expand([3, n, HIDDEN], false).bmm_out(&gi, &w_ih);
+            block_products(&gi, &m, &w_ih);
             let _ = gi.g_add_(&k);
             let _ = gi.narrow(0, 0, 2).add_out(&rz, &f.narrow(0, EDGE_TYPES, 2));
             let _ = rz.sigmoid_();
@@ -440,18 +479,22 @@ impl Ggnn {
             let _ = next.g_add_(&new);
             h = next;
         }
-        h
+        let gate = Tensor::cat_out(&both, &[&h, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        gate * h.linear(&self.readout_w, Some(&self.readout_b))
     }
 
     /// Per-node logits \[N, C\] after `steps` steps in evaluation mode,
     /// without autograd state: what eval, predict and the learned pass
     /// compute ([`Ggnn::forward`]'s values, computed as
-    /// [`Ggnn::propagate_inference`] does).
+    /// [`Ggnn::logits_inference`] does).
     pub fn forward_inference(&self, input: &Prepared, steps: i64) -> Tensor {
         tch::no_grad(|| {
-            let h0 = self.initial_states(input);
-            let h = self.propagate_inference(input, &h0, steps);
-            self.readout(&h, &h0)
+            // (A nested call, which nothing makes, would get a workspace
+            // of its own.)
+            let mut own = Workspace::default();
+            let mut kept = self.workspace.try_borrow_mut();
+            let ws = kept.as_deref_mut().unwrap_or(&mut own);
+            self.logits_inference(ws, input, steps)
         })
     }
 
@@ -570,6 +613,16 @@ impl Ggnn {
     }
 }
 
+/// `out[b] = x · w[b]` for every block `b`: `out` \[B, N, 34\], `x`
+/// \[N, 34\], `w` \[B, 34, 34\], one product per block. (A batched product
+/// over `x` expanded to \[B, N, 34\] copies the expansion into a fresh
+/// tensor first: B copies of the state per step, and their allocation.)
+fn block_products(out: &Tensor, x: &Tensor, w: &Tensor) {
+    for b in 0..w.size()[0] {
+        let _ = x.mm_out(&out.get(b), &w.get(b));
+    }
+}
+
 /// `s(k)` for `k < positions`: 16 sines, 16 cosines, 2 zeros (the
 /// selector's columns), \[positions, 34\].
 pub fn sinusoids(positions: i64) -> Tensor {
@@ -607,6 +660,9 @@ pub struct Prepared {
     pub fused_rows: Tensor,
     /// Clamped positions, in the same order, \[E\].
     pub positions: Tensor,
+    /// One more than the largest of them (0 without edges): the rows of the
+    /// gate table that the batch reads.
+    pub position_rows: i64,
     /// Edge types ([`EdgeType`] order), in the same order, \[E\].
     pub edge_types: Tensor,
     /// The target node of every edge, in the same order, \[E\].
@@ -679,6 +735,7 @@ impl Prepared {
                 .to_device(device),
             edge_types: Tensor::from_slice(&sources.iter().map(|s| s % EDGE_TYPES).collect::<Vec<i64>>()).to_device(device),
             sources: Tensor::from_slice(&sources).to_device(device),
+            position_rows: positions.iter().max().map_or(0, |&p| p + 1),
             positions: Tensor::from_slice(&positions).to_device(device),
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),

@@ -27,6 +27,7 @@
 mod bptt;
 pub mod bundle;
 mod ggnn;
+mod workspace;
 
 pub use bptt::Gradients;
 pub use ggnn::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};

@@ -214,6 +214,34 @@ fn inference_arrangement_equals_the_plain_forward_pass() {
     assert!(plain.allclose(&fast, 1e-5, 1e-5, false), "{plain} {fast}");
 }
 
+/// Inference keeps its buffers from one call to the next and grows them
+/// for a larger batch: one model, called on batches that shrink and grow
+/// (past the first block's 2 MiB) and on a graph without edges, still
+/// computes what the plain forward pass does, every time.
+#[test]
+fn inference_reuses_and_grows_its_workspace_without_changing_results() {
+    let vocab = vocabulary(&["br", "add", "ret", "i32", "i64"]);
+    let input = five_nodes(&vocab);
+    let bare = GraphInput::from_parts(["ret"], [], &vocab).unwrap();
+    let samples = |copies: usize| -> Vec<Sample> {
+        (0..copies).map(|i| Sample { graph: &input, root: Some((i % 5) as u32), positives: None }).collect()
+    };
+    let (small, large) = (samples(2), samples(400));
+    let hyper = Hyper::spec(vocab.len());
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    randomise(&model, 13);
+    let bare = [Sample { graph: &bare, root: Some(0), positives: None }];
+    for batch in [&small[..], &large[..], &bare[..], &small[..], &large[..]] {
+        let batch = Batch::from_samples(batch).unwrap();
+        let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+        let plain = tch::no_grad(|| model.forward(&prepared, 5, false));
+        let fast = model.forward_inference(&prepared, 5);
+        assert_eq!(fast.size(), [batch.node_count() as i64, 2]);
+        let diff = (&plain - &fast).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{} nodes: logits differ by {diff}", batch.node_count());
+    }
+}
+
 /// A graph head pools each graph's node logits: their sum, or with
 /// `Pool::Mean` their mean; a config without `pool` means the sum.
 #[test]
