@@ -60,6 +60,15 @@ fn sum_rows(t: &Tensor) -> Tensor {
     t.sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
 }
 
+/// Per-class loss weights: `pos_weight` for class 1, 1 for the others.
+pub fn class_weights(classes: i64, pos_weight: f64, device: tch::Device) -> Tensor {
+    let mut w = vec![1f32; classes as usize];
+    if let Some(positive) = w.get_mut(1) {
+        *positive = pos_weight as f32;
+    }
+    Tensor::from_slice(&w).to_device(device)
+}
+
 /// `1 − t`.
 fn one_minus(t: &Tensor) -> Tensor {
     t.neg() + 1.0
@@ -67,14 +76,17 @@ fn one_minus(t: &Tensor) -> Tensor {
 
 impl Ggnn {
     /// Forward at `steps` (dropout on the state when `dropout` and the
-    /// model's dropout is non-zero), mean cross-entropy against
-    /// `input.labels`, and the gradients by hand. Keeps no autograd state
-    /// (it runs under `no_grad`). Panics if the batch has no labels.
-    pub fn loss_and_gradients(&self, input: &Prepared, steps: i64, dropout: bool) -> Gradients {
-        tch::no_grad(|| self.bptt(input, steps, dropout))
+    /// model's dropout is non-zero), cross-entropy against `input.labels`
+    /// with the positive class (label 1) weighted `pos_weight` and every
+    /// other 1, averaged over the weights as PyTorch's weighted
+    /// `cross_entropy` does (`pos_weight` 1: the plain mean), and the
+    /// gradients by hand. Keeps no autograd state (it runs under
+    /// `no_grad`). Panics if the batch has no labels.
+    pub fn loss_and_gradients(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
+        tch::no_grad(|| self.bptt(input, steps, dropout, pos_weight))
     }
 
-    fn bptt(&self, input: &Prepared, steps: i64, dropout: bool) -> Gradients {
+    fn bptt(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let device = self.device();
@@ -121,9 +133,17 @@ impl Ggnn {
         let f = hc.linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
         let g = h_t.linear(&self.readout_w, Some(&self.readout_b));
         let logits = &f * &g;
-        let loss = logits.cross_entropy_for_logits(labels);
         let classes = logits.size()[1];
-        let dlogits = (logits.softmax(1, Kind::Float) - labels.one_hot(classes).to_kind(Kind::Float)) / n as f64;
+        let residual = logits.softmax(1, Kind::Float) - labels.one_hot(classes).to_kind(Kind::Float);
+        let (loss, dlogits) = if pos_weight == 1.0 {
+            (logits.cross_entropy_for_logits(labels), residual / n as f64)
+        } else {
+            let weights = class_weights(classes, pos_weight, device);
+            let per_node = weights.index_select(0, labels).unsqueeze(1);
+            let total = per_node.sum(Kind::Float);
+            let loss = logits.cross_entropy_loss::<Tensor>(labels, Some(weights), tch::Reduction::Mean, -100, 0.0);
+            (loss, residual * per_node / total)
+        };
         let d_pre_f = &dlogits * &g * &f * one_minus(&f);
         let dg = &dlogits * &f;
         let d_readout_gate_w = d_pre_f.tr().mm(&hc);

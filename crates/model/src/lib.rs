@@ -29,7 +29,7 @@ pub mod bundle;
 mod ggnn;
 mod workspace;
 
-pub use bptt::Gradients;
+pub use bptt::{class_weights, Gradients};
 pub use ggnn::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
 
 use std::fmt;

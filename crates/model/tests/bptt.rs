@@ -27,8 +27,23 @@ fn randomise(model: &Ggnn, seed: i64) {
     });
 }
 
+/// libtorch's generator is global and tests run on parallel threads: each
+/// test holds this throughout, so that no other test draws between its
+/// seeding and its draws (initial weights, dropout masks).
+static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn generator() -> std::sync::MutexGuard<'static, ()> {
+    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Loss and gradients by autograd, after seeding with `seed`.
 fn autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) -> (f64, Vec<Tensor>) {
+    weighted_autograd(model, input, steps, train, seed, 1.0)
+}
+
+/// The same with the positive class weighted `pos_weight` (PyTorch's
+/// weighted cross-entropy, averaged over the weights).
+fn weighted_autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64, pos_weight: f64) -> (f64, Vec<Tensor>) {
     for p in model.parameters() {
         let mut g = p.grad();
         if g.defined() {
@@ -37,14 +52,19 @@ fn autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) 
     }
     tch::manual_seed(seed);
     let logits = model.forward(input, steps, train);
-    let loss = logits.cross_entropy_for_logits(input.labels.as_ref().unwrap());
+    let weights = Tensor::from_slice(&[1f32, pos_weight as f32]);
+    let loss = logits.cross_entropy_loss::<Tensor>(input.labels.as_ref().unwrap(), Some(weights), tch::Reduction::Mean, -100, 0.0);
     loss.backward();
     (loss.double_value(&[]), model.parameters().iter().map(|p| p.grad().copy()).collect())
 }
 
 fn by_hand(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) -> (f64, Vec<Tensor>) {
+    weighted_by_hand(model, input, steps, train, seed, 1.0)
+}
+
+fn weighted_by_hand(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64, pos_weight: f64) -> (f64, Vec<Tensor>) {
     tch::manual_seed(seed);
-    let g = model.loss_and_gradients(input, steps, train);
+    let g = model.loss_and_gradients(input, steps, train, pos_weight);
     (g.loss.double_value(&[]), g.grads)
 }
 
@@ -68,6 +88,7 @@ fn compare(model: &Ggnn, ours: &(f64, Vec<Tensor>), theirs: &(f64, Vec<Tensor>),
 /// 4 ⇒ 2 data at positions 1 and 2, 2 → 0 call), labelled.
 #[test]
 fn gradients_match_autograd_on_the_hand_built_graph() {
+    let _generator = generator();
     let vocab = vocabulary(&["br", "add", "ret", "i32"].map(String::from)); // "i64" is unknown
     let e = |flow, position| Edge { flow, position };
     let edges = [
@@ -123,6 +144,7 @@ fn random_batch(seed: u64) -> (Vocabulary, Batch) {
 
 #[test]
 fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
+    let _generator = generator();
     let (vocab, batch) = random_batch(3);
     let hyper = Hyper::spec(vocab.len());
     tch::manual_seed(11);
@@ -138,4 +160,26 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
     let other = by_hand(&model, &prepared, steps, true, 6);
     assert!((other.0 - dropped.0).abs() > 1e-7);
     compare(&model, &other, &autograd(&model, &prepared, steps, true, 6), 1e-4);
+}
+
+/// `--pos-weight`: the positive class weighted in the loss. The loss and
+/// every gradient still match autograd's weighted cross-entropy, and the
+/// weight really moves them (a positive's share of the loss grows).
+#[test]
+fn weighted_loss_gradients_match_autograd() {
+    let _generator = generator();
+    let (vocab, batch) = random_batch(4);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(12);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let plain = by_hand(&model, &prepared, 6, false, 1);
+    for pos_weight in [0.5, 20.0] {
+        let ours = weighted_by_hand(&model, &prepared, 6, false, 1, pos_weight);
+        compare(&model, &ours, &weighted_autograd(&model, &prepared, 6, false, 1, pos_weight), 1e-4);
+        assert!((ours.0 - plain.0).abs() > 1e-4, "weight {pos_weight}: loss {} equals the unweighted {}", ours.0, plain.0);
+    }
+    // With dropout too (the same masks for both).
+    let ours = weighted_by_hand(&model, &prepared, 6, true, 2, 20.0);
+    compare(&model, &ours, &weighted_autograd(&model, &prepared, 6, true, 2, 20.0), 1e-4);
 }

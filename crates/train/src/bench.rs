@@ -159,7 +159,7 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
                 let _ = train_step_autograd(&model, &mut opt, &prepared, steps);
             }
             "train" => {
-                let _ = train_step(&model, &mut opt, &prepared, steps);
+                let _ = train_step(&model, &mut opt, &prepared, steps, 1.0);
             }
             "infer" => {
                 let _ = infer(&model, &prepared, steps);

@@ -35,12 +35,13 @@ pub fn tune_allocator() {
 }
 
 /// One training step on a prepared, labelled batch: forward at `steps` in
-/// training mode (dropout on), mean cross-entropy over the batch's nodes,
-/// the gradients by hand ([`Ggnn::loss_and_gradients`], no autograd), AdamW
+/// training mode (dropout on), cross-entropy over the batch's nodes (the
+/// positive class weighted `pos_weight`, averaged over the weights), the
+/// gradients by hand ([`Ggnn::loss_and_gradients`], no autograd), AdamW
 /// update. Returns the loss.
-pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64) -> f64 {
+pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64) -> f64 {
     tune_allocator();
-    let g = model.loss_and_gradients(input, steps, true);
+    let g = model.loss_and_gradients(input, steps, true, pos_weight);
     opt.step_with(&model.parameters(), &g.grads);
     g.loss.double_value(&[])
 }

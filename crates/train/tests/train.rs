@@ -196,6 +196,19 @@ fn a_killed_run_resumes_to_the_same_weights() {
     other[at] = "500".into();
     let out = trainer().args(&other).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
+    // The loss's positive weight is part of a run: its default (a run
+    // recorded before the flag existed has none) is the same run, another
+    // weight is not, and a weight that is not positive is refused by name.
+    let with_weight = |w: &str| [args_k.clone(), vec!["--pos-weight".into(), w.into()]].concat();
+    run(trainer().args(with_weight("1")));
+    let out = trainer().args(with_weight("5")).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
+    let out = trainer().args(with_weight("0")).output().unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--pos-weight 0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
