@@ -36,7 +36,94 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use tch;
-use tch::Device;
+use tch::{Device, Tensor};
+
+/// The precision of FP32 matmuls: `--dtype f32|bf16`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    #[default]
+    F32,
+    /// BF16 products (FP32 accumulation) where the CPU has BF16
+    /// instructions (AVX512-BF16, AMX), through libtorch's oneDNN backend;
+    /// FP32 elsewhere. Weights, states and every other operation stay FP32.
+    Bf16,
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!("dtype '{s}' is not one of f32, bf16")),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        })
+    }
+}
+
+extern "C" {
+    fn programl_set_matmul_bf16(on: std::ffi::c_int) -> std::ffi::c_int;
+    fn programl_matmul_bf16() -> std::ffi::c_int;
+}
+
+/// Sets libtorch's matmul precision for the whole process (every model and
+/// thread), and returns the precision in effect, measured: a product of
+/// the message map's shape (4,096×34 by 34×204), computed with the setting
+/// and in plain FP32, differs only where BF16 really ran. On a CPU without
+/// BF16 instructions a request for BF16 leaves FP32 in effect.
+pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
+    let bf16 = precision == Precision::Bf16;
+    // SAFETY: plain setters over libtorch's global context; they catch
+    // every C++ exception.
+    let read = unsafe {
+        if programl_set_matmul_bf16(bf16.into()) != 0 {
+            return Err("libtorch refused to set the matmul precision".into());
+        }
+        programl_matmul_bf16()
+    };
+    if read != bf16 as std::ffi::c_int {
+        return Err(format!("libtorch's matmul precision reads {read} after setting it to {precision}"));
+    }
+    if !bf16 {
+        IN_EFFECT.store(false, std::sync::atomic::Ordering::Relaxed);
+        return Ok(Precision::F32);
+    }
+    let _guard = tch::no_grad_guard();
+    let options = (tch::Kind::Float, Device::Cpu);
+    let (x, w) = (
+        Tensor::linspace(-1.0, 1.0, 4096 * 34, options).view([4096, 34]).sin(),
+        Tensor::linspace(-1.0, 1.0, 34 * 204, options).view([34, 204]).cos(),
+    );
+    let reduced = x.mm(&w);
+    // SAFETY: as above.
+    unsafe { programl_set_matmul_bf16(0) };
+    let plain = x.mm(&w);
+    // SAFETY: as above.
+    unsafe { programl_set_matmul_bf16(1) };
+    let effective = if reduced.equal(&plain) { Precision::F32 } else { Precision::Bf16 };
+    IN_EFFECT.store(effective == Precision::Bf16, std::sync::atomic::Ordering::Relaxed);
+    Ok(effective)
+}
+
+static IN_EFFECT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The matmul precision in effect, as [`set_matmul_precision`] last
+/// measured it (FP32 until it is called).
+pub fn matmul_precision() -> Precision {
+    if IN_EFFECT.load(std::sync::atomic::Ordering::Relaxed) {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    }
+}
 
 /// Where to run: `--device cpu|cuda|auto`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -180,7 +180,7 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
         mode: mode.into(),
         steps,
         threads: tch::get_num_threads(),
-        dtype: "f32".into(),
+        dtype: programl_model::matmul_precision().to_string(),
         device: programl_model::device_name(device),
         batch_nodes: nodes,
         edges,

@@ -715,7 +715,7 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s
             training_data_hash: rows_hash(rows),
             examples_seen: t.rows_seen,
             wall_time_s: (wall_s * 10.0).round() / 10.0,
-            dtype: "f32".into(),
+            dtype: programl_model::matmul_precision().to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
         source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect(), prelude: None }),

@@ -460,7 +460,7 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
             training_data_hash: data_hash.into(),
             examples_seen: examples,
             wall_time_s: (wall_s * 10.0).round() / 10.0,
-            dtype: "f32".into(),
+            dtype: programl_model::matmul_precision().to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
         source: None,

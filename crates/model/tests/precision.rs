@@ -1,0 +1,64 @@
+//! `--dtype`: libtorch's matmul precision, set for the whole process (so
+//! this file is its own test binary). BF16 is in effect exactly where the
+//! CPU can run it: never on a CPU without AVX-512 or BF16 instructions
+//! (this project's machines), always where it has native BF16; a model's
+//! predictions under it stay within BF16's rounding of the FP32 ones.
+
+use programl::batch::{Batch, GraphInput, Sample};
+use programl::graph::{Edge, Flow};
+use programl::vocab::{Counts, Vocabulary};
+use programl_model::{set_matmul_precision, Ggnn, Hyper, Precision, Prepared};
+use tch::Device;
+
+fn cpu_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines().find(|l| l.starts_with("flags")).map_or(vec![], |l| l.split_whitespace().map(String::from).collect())
+}
+
+#[test]
+fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
+    assert_eq!("bf16".parse::<Precision>(), Ok(Precision::Bf16));
+    assert!("f16".parse::<Precision>().unwrap_err().contains("f32, bf16"));
+    assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
+
+    let mut counts = Counts::default();
+    for t in ["br", "add", "ret", "i32"] {
+        counts.texts.insert(t.into(), 1);
+        counts.total += 1;
+    }
+    let vocab = Vocabulary::from_counts(&counts, 1, None);
+    let e = |flow, position| Edge { flow, position };
+    let edges = [
+        (0, 1, e(Flow::Control, 0)),
+        (1, 2, e(Flow::Control, 0)),
+        (3, 1, e(Flow::Data, 1)),
+        (4, 2, e(Flow::Data, 2)),
+        (2, 0, e(Flow::Call, 0)),
+    ];
+    let input = GraphInput::from_parts(["br", "add", "ret", "i32", "i64"], edges, &vocab).unwrap();
+    let samples: Vec<Sample<'_>> = (0..2000).map(|i| Sample { graph: &input, root: Some(i % 5), positives: None }).collect();
+    let batch = Batch::from_samples(&samples).unwrap();
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(3);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let f32_logits = model.forward_inference(&prepared, 10);
+
+    let in_effect = set_matmul_precision(Precision::Bf16).unwrap();
+    let flags = cpu_flags();
+    let has = |f: &str| flags.iter().any(|x| x == f);
+    if has("avx512_bf16") || has("amx_bf16") {
+        assert_eq!(in_effect, Precision::Bf16, "the CPU has BF16 instructions");
+    } else if !has("avx512f") {
+        assert_eq!(in_effect, Precision::F32, "no AVX-512 and no BF16: libtorch keeps FP32");
+    }
+    let logits = model.forward_inference(&prepared, 10);
+    let diff = (&logits - &f32_logits).abs().max().double_value(&[]);
+    let scale = f32_logits.abs().max().double_value(&[]);
+    match in_effect {
+        Precision::F32 => assert_eq!(diff, 0.0, "FP32 in effect: the very same logits"),
+        Precision::Bf16 => assert!(diff > 0.0 && diff < 0.05 * scale, "BF16: logits within its rounding ({diff} of {scale})"),
+    }
+    assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
+    assert!(model.forward_inference(&prepared, 10).equal(&f32_logits), "back to FP32: the FP32 logits again");
+}
