@@ -8,6 +8,10 @@
 #   default:  typed pointers, -O0 -O2, OUT = $PROGRAML_CACHE/corpus
 #   --opaque: opaque pointers (LLVM 16's default), OUT defaults to
 #             $PROGRAML_CACHE/corpus-opaque-<levels>
+#   --unseen: instead of the corpus's projects, five that it does not
+#             contain (cJSON, LMDB, http-parser, xxHash, libtommath;
+#             no POJ-104), to test models on code they never saw; OUT
+#             defaults to $PROGRAML_CACHE/unseen-<pointers>-<levels>
 #
 # Sources: Debian bookworm source packages (`apt-get source`, after adding a
 # deb-src entry for the mirror already configured) of small-to-medium C
@@ -34,12 +38,14 @@ set -euo pipefail
 
 export PROGRAML_CACHE="${PROGRAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/programl-rs}"
 pointers=typed
+set=corpus
 export CORPUS_LEVELS="O0 O2"
 out_arg=""
 while (($#)); do
     case "$1" in
         --opaque) pointers=opaque ;;
         --typed) pointers=typed ;;
+        --unseen) set=unseen ;;
         --levels) CORPUS_LEVELS="$2"; shift ;;
         -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         -*) echo "corpus.sh: unknown option $1" >&2; exit 2 ;;
@@ -58,6 +64,7 @@ else
     export CORPUS_POINTER_FLAGS=""
     default_out="$PROGRAML_CACHE/corpus-opaque-${CORPUS_LEVELS// /-}"
 fi
+[ "$set" = corpus ] || default_out="$PROGRAML_CACHE/unseen-$pointers-${CORPUS_LEVELS// /-}"
 OUT="$(mkdir -p "${out_arg:-$default_out}" && cd "${out_arg:-$default_out}" && pwd)"
 SRC="$PROGRAML_CACHE/corpus-src"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -199,6 +206,14 @@ tu_project() {
     run_units "$name" "$dir" "$@" -- "${files[@]}"
 }
 
+if [ "$set" = unseen ]; then
+    # Projects absent from the corpus (and from one another's code).
+    tu_project cjson cjson : 'cJSON.c cJSON_Utils.c' '' -I.
+    tu_project lmdb lmdb : 'libraries/liblmdb/*.c' '' -Ilibraries/liblmdb -D_GNU_SOURCE
+    tu_project http-parser http-parser : 'http_parser.c' '' -I.
+    tu_project xxhash xxhash : 'xxhash.c cli/*.c' '' -I. -Icli
+    tu_project libtommath libtommath : '*.c' '' -I.
+else
 tu_project zlib zlib : '*.c test/*.c' '' -I. -D_LARGEFILE64_SOURCE=1 -DHAVE_UNISTD_H -DHAVE_STDARG_H
 tu_project bzip2 bzip2 : '*.c' '' -I. -D_FILE_OFFSET_BITS=64
 tu_project lua lua5.4 '[ -f src/lua5.4-deb-multiarch.h ] || echo "#define DEB_HOST_MULTIARCH \"x86_64-linux-gnu\"" >src/lua5.4-deb-multiarch.h' 'src/*.c' '' -Isrc -DLUA_COMPAT_5_3 -DLUA_USE_LINUX
@@ -379,6 +394,8 @@ if ! done_already poj104; then
         finish poj104
         say "poj104: $(wc -l <"$out/as-c.txt") compiled as C after the C++ attempt failed"
     fi
+fi
+
 fi
 
 # --- summary ---------------------------------------------------------------------
