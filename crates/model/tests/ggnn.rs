@@ -3,19 +3,12 @@
 
 use programl::batch::{Batch, GraphInput, Sample};
 use programl::graph::{Edge, Flow};
-use programl::vocab::{Counts, Vocabulary};
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
 use programl_model::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, HIDDEN};
 use tch::{Device, Kind, Tensor};
 
-fn vocabulary(texts: &[&str]) -> Vocabulary {
-    let mut counts = Counts::default();
-    for t in texts {
-        *counts.texts.entry(t.to_string()).or_default() += 1;
-        counts.total += 1;
-    }
-    Vocabulary::from_counts(&counts, 1, None)
-}
+mod common;
+use common::{five_nodes, vocabulary};
 
 #[test]
 fn parameter_count_matches_the_spec() {
@@ -40,21 +33,6 @@ fn sinusoids_are_sin_then_cos_then_zero_padding() {
     assert!((at(5, 1) - (5.0 * w1).sin()).abs() < 1e-6);
     assert!((at(5, 17) - (5.0 * w1).cos()).abs() < 1e-6);
     assert_eq!((at(700, 32), at(700, 33)), (0.0, 0.0));
-}
-
-/// Five nodes: 0 → 1 → 2 (control), 3 ⇒ 1 at position 1 and 4 ⇒ 2 at
-/// position 2 (data), 2 → 0 (call); node 1 is the root.
-fn five_nodes(vocab: &Vocabulary) -> GraphInput {
-    let texts = ["br", "add", "ret", "i32", "i64"];
-    let e = |flow, position| Edge { flow, position };
-    let edges = [
-        (0, 1, e(Flow::Control, 0)),
-        (1, 2, e(Flow::Control, 0)),
-        (3, 1, e(Flow::Data, 1)),
-        (4, 2, e(Flow::Data, 2)),
-        (2, 0, e(Flow::Call, 0)),
-    ];
-    GraphInput::from_parts(texts, edges, vocab).unwrap()
 }
 
 /// Weights uniform in [-0.5, 0.5), a function of the seed and each

@@ -4,11 +4,12 @@
 //! (this project's machines), always where it has native BF16; a model's
 //! predictions under it stay within BF16's rounding of the FP32 ones.
 
-use programl::batch::{Batch, GraphInput, Sample};
-use programl::graph::{Edge, Flow};
-use programl::vocab::{Counts, Vocabulary};
+use programl::batch::{Batch, Sample};
 use programl_model::{set_matmul_precision, Ggnn, Hyper, Precision, Prepared};
 use tch::Device;
+
+mod common;
+use common::{five_nodes, vocabulary};
 
 fn cpu_flags() -> Vec<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -21,21 +22,8 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
     assert!("f16".parse::<Precision>().unwrap_err().contains("f32, bf16"));
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
 
-    let mut counts = Counts::default();
-    for t in ["br", "add", "ret", "i32"] {
-        counts.texts.insert(t.into(), 1);
-        counts.total += 1;
-    }
-    let vocab = Vocabulary::from_counts(&counts, 1, None);
-    let e = |flow, position| Edge { flow, position };
-    let edges = [
-        (0, 1, e(Flow::Control, 0)),
-        (1, 2, e(Flow::Control, 0)),
-        (3, 1, e(Flow::Data, 1)),
-        (4, 2, e(Flow::Data, 2)),
-        (2, 0, e(Flow::Call, 0)),
-    ];
-    let input = GraphInput::from_parts(["br", "add", "ret", "i32", "i64"], edges, &vocab).unwrap();
+    let vocab = vocabulary(&["br", "add", "ret", "i32"]);
+    let input = five_nodes(&vocab);
     let samples: Vec<Sample<'_>> = (0..2000).map(|i| Sample { graph: &input, root: Some(i % 5), positives: None }).collect();
     let batch = Batch::from_samples(&samples).unwrap();
     let hyper = Hyper::spec(vocab.len());
