@@ -5,6 +5,7 @@
 //! ```text
 //! cargo build --release -p programl-model --example first_call
 //! target/release/examples/first_call BUNDLE FILE.ll [WARM_UP_NODES=2] [CALLS=4]
+//! PROGRAML_DTYPE=bf16 target/release/examples/first_call ...   # BF16 products
 //! ```
 //!
 //! Opens the bundle on the CPU at 1 thread (the runtime's default), warms up
@@ -34,6 +35,11 @@ fn main() {
     let warm: i64 = args.get(3).map_or(2, |s| s.parse().expect("WARM_UP_NODES"));
     let calls: usize = args.get(4).map_or(4, |s| s.parse().expect("CALLS"));
     tch::set_num_threads(1);
+    if let Ok(dtype) = std::env::var("PROGRAML_DTYPE") {
+        let wanted = dtype.parse().expect("PROGRAML_DTYPE: f32 or bf16");
+        let got = programl_model::set_matmul_precision(wanted).expect("matmul precision");
+        eprintln!("dtype: {got}");
+    }
     let t = Instant::now();
     let bundle = Bundle::load(args[1].as_ref(), Device::Cpu).unwrap_or_else(|e| panic!("{}: {e}", args[1]));
     eprintln!("bundle open: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -56,6 +56,40 @@ pub struct Gradients {
     pub grads: Vec<Tensor>,
 }
 
+/// Whether the T-step loop's products run in BF16 (`--dtype bf16` on a CPU
+/// with BF16 instructions): each product's inputs rounded to BF16, FP32
+/// accumulation, an FP32 result. Everything else stays FP32.
+fn bf16() -> bool {
+    crate::matmul_precision() == crate::Precision::Bf16
+}
+
+/// `a · b`, in BF16 where [`bf16`] says so.
+fn product(a: &Tensor, b: &Tensor) -> Tensor {
+    if bf16() {
+        a.to_kind(Kind::BFloat16).mm(&b.to_kind(Kind::BFloat16)).to_kind(Kind::Float)
+    } else {
+        a.mm(b)
+    }
+}
+
+/// `x · wᵀ + b`, the product in BF16 where [`bf16`] says so.
+fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    if bf16() {
+        product(x, &w.tr()) + b
+    } else {
+        x.linear(w, Some(b))
+    }
+}
+
+/// `acc += a · b`, the product in BF16 where [`bf16`] says so.
+fn add_product(acc: &mut Tensor, a: &Tensor, b: &Tensor) {
+    if bf16() {
+        let _ = acc.g_add_(&product(a, b));
+    } else {
+        let _ = acc.addmm_(a, b);
+    }
+}
+
 fn sum_rows(t: &Tensor) -> Tensor {
     t.sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
 }
@@ -104,10 +138,10 @@ impl Ggnn {
         let mut h = h0.shallow_clone();
         let mut tape = Vec::with_capacity(steps.max(0) as usize);
         for _ in 0..steps {
-            let fused = h.linear(&w, Some(&b));
+            let fused = linear(&h, &w, &b);
             let gathered = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
             let a = input.aggregate(&(&gathered * &gates), n);
-            let gi = a.linear(&self.w_ih, Some(&self.b_ih));
+            let gi = linear(&a, &self.w_ih, &self.b_ih);
             let gh = fused.narrow(1, hm, 3 * HIDDEN);
             let rz = (gh.narrow(1, 0, h2) + gi.narrow(1, 0, h2)).sigmoid_();
             let ghn = gh.narrow(1, h2, HIDDEN).contiguous();
@@ -181,9 +215,9 @@ impl Ggnn {
             let d_pre_n = dn * one_minus(&s.n.square());
             let d_pre_rz = Tensor::cat(&[&d_pre_n * &s.ghn, dz], 1) * &s.rz * one_minus(&s.rz);
             let dgi = Tensor::cat(&[&d_pre_rz, &d_pre_n], 1);
-            let _ = d_w_ih.addmm_(&dgi.tr(), &s.a);
+            add_product(&mut d_w_ih, &dgi.tr(), &s.a);
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
-            let da = dgi.mm(&self.w_ih);
+            let da = product(&dgi, &self.w_ih);
             // Through the mean (a gather by target) and the gate.
             let mut d_edge = (da * &input.inv_degree).index_select(0, &input.targets);
             let _ = d_gates.addcmul_(&d_edge, &s.gathered);
@@ -194,9 +228,9 @@ impl Ggnn {
             let d_gh = d_fused.narrow(1, hm, 3 * HIDDEN);
             let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
             let _ = d_gh.narrow(1, h2, HIDDEN).copy_(&(&d_pre_n * &r));
-            let _ = d_w.addmm_(&d_fused.tr(), &s.h);
+            add_product(&mut d_w, &d_fused.tr(), &s.h);
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = dh_direct.addmm(&d_fused, &w);
+            dh = if bf16() { dh_direct + product(&d_fused, &w) } else { dh_direct.addmm(&d_fused, &w) };
         }
         let d_messages_w = d_w.narrow(0, 0, hm);
         let d_w_hh = d_w.narrow(0, hm, 3 * HIDDEN);

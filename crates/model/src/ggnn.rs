@@ -402,14 +402,18 @@ impl Ggnn {
         // SAFETY: every buffer, and every view of one, is dropped by the end
         // of this call, whose result is a fresh tensor; nothing here is
         // recorded by autograd (the caller holds `tch::no_grad`).
-        let [text, h0, both, f, per_edge, gates, m, mut gi, mut rz, mut new, mut k, s0, s1] = unsafe {
+        // With BF16 products, F is kept in BF16 only, and the products'
+        // BF16 inputs get buffers of their own (carved as f32 pairs).
+        let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
+        let (n_f32, n_b) = if bf16 { (0, n) } else { (n, 0) };
+        let [text, h0, both, f, per_edge, gates, m, mut gi, mut rz, mut new, mut k, s0, s1, h_b, f_b, m_b, gi_b, gathered_b] = unsafe {
             ws.carve(
                 self.embedding.device(),
                 [
                     &[n, TEXT_DIM],
                     &[n, HIDDEN],
                     &[n, 2 * HIDDEN],
-                    &[FUSED_BLOCKS, n, HIDDEN],
+                    &[FUSED_BLOCKS, n_f32, HIDDEN],
                     &[e, HIDDEN],
                     &[e, HIDDEN],
                     &[n, HIDDEN],
@@ -419,9 +423,17 @@ impl Ggnn {
                     &[3, n, HIDDEN],
                     &[n, HIDDEN],
                     &[n, HIDDEN],
+                    &[n_b, HIDDEN / 2],
+                    &[FUSED_BLOCKS, n_b, HIDDEN / 2],
+                    &[n_b, HIDDEN / 2],
+                    &[3, n_b, HIDDEN / 2],
+                    &[if bf16 { e } else { 0 }, HIDDEN / 2],
                 ],
             )
         };
+        let [mut h_b, f_b, mut m_b, gi_b, gathered_b] = [h_b, f_b, m_b, gi_b, gathered_b].map(|t| t.view_dtype(Kind::BFloat16));
+        // F as the step reads it: FP32, or its BF16 product.
+        let f = if bf16 { f_b.shallow_clone() } else { f };
         let selector = self.selector_table.index_select(0, &input.selector);
         let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
         let table = (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0)
@@ -440,6 +452,7 @@ impl Ggnn {
             let _ = candidate.g_mul_scalar_(2.0);
         }
         let b_hn = self.b_hh.narrow(0, 2 * HIDDEN, HIDDEN) * 2.0;
+        let (w_f_b, w_ih_b) = (w_f.to_kind(Kind::BFloat16), w_ih.to_kind(Kind::BFloat16));
         // K: the gated edge-type biases (in `per_edge` for now), averaged
         // into `m`, through W_ih, plus b_ih and the reset and update gates'
         // b_hh.
@@ -460,12 +473,24 @@ impl Ggnn {
         let states = [s0, s1];
         let mut h = h0.shallow_clone();
         for step in 0..steps {
-            block_products(&f, &h, &w_f);
-            let mut gathered = rows.index_select_out(&per_edge, 0, &rows_index);
-            let _ = gathered.g_mul_(&gates);
-            input.aggregate_into(&m, &per_edge);
-            block_products(&gi, &m, &w_ih);
-            let _ = gi.g_add_(&k);
+            if bf16 {
+                // The products in BF16 (FP32 accumulation); their results
+                // are read in FP32 by the element-wise operations.
+                let _ = h_b.copy_(&h);
+                block_products(&f_b, &h_b, &w_f_b);
+                let _ = rows.index_select_out(&gathered_b, 0, &rows_index).mul_out(&per_edge, &gates);
+                input.aggregate_into(&m, &per_edge);
+                let _ = m_b.copy_(&m);
+                block_products(&gi_b, &m_b, &w_ih_b);
+                let _ = gi_b.add_out(&gi, &k);
+            } else {
+                block_products(&f, &h, &w_f);
+                let mut gathered = rows.index_select_out(&per_edge, 0, &rows_index);
+                let _ = gathered.g_mul_(&gates);
+                input.aggregate_into(&m, &per_edge);
+                block_products(&gi, &m, &w_ih);
+                let _ = gi.g_add_(&k);
+            }
             let _ = gi.narrow(0, 0, 2).add_out(&rz, &f.narrow(0, EDGE_TYPES, 2));
             let _ = rz.sigmoid_();
             let _ = f.get(EDGE_TYPES + 2).add_out(&new, &b_hn);

@@ -43,9 +43,14 @@ use tch::{Device, Tensor};
 pub enum Precision {
     #[default]
     F32,
-    /// BF16 products (FP32 accumulation) where the CPU has BF16
-    /// instructions (AVX512-BF16, AMX), through libtorch's oneDNN backend;
-    /// FP32 elsewhere. Weights, states and every other operation stay FP32.
+    /// BF16 products (FP32 accumulation, FP32 results) where the CPU has
+    /// BF16 instructions (AVX512-BF16, AMX); FP32 elsewhere. The inference
+    /// forward and the hand-written training step (`bptt.rs`) round the
+    /// inputs of their T-step loop's products to BF16 themselves, which
+    /// oneDNN runs natively; libtorch's own FP32-as-BF16 setting is also
+    /// set, for the CPUs where libtorch honours it (AMX). Weights, states
+    /// and every other operation stay FP32, and the autograd forward
+    /// (graph-level training, `bench --autograd`) stays FP32.
     Bf16,
 }
 
@@ -74,11 +79,12 @@ extern "C" {
     fn programl_matmul_bf16() -> std::ffi::c_int;
 }
 
-/// Sets libtorch's matmul precision for the whole process (every model and
-/// thread), and returns the precision in effect, measured: a product of
-/// the message map's shape (4,096×34 by 34×204), computed with the setting
-/// and in plain FP32, differs only where BF16 really ran. On a CPU without
-/// BF16 instructions a request for BF16 leaves FP32 in effect.
+/// Sets the matmul precision for the whole process (every model and
+/// thread), and returns the precision in effect: BF16 where the CPU has
+/// BF16 instructions ([`cpu_has_bf16`]) or where libtorch's own setting
+/// measurably changes an FP32 product of the message map's shape
+/// (4,096×34 by 34×204). On a CPU without BF16 instructions a request for
+/// BF16 leaves FP32 in effect (BF16 products would be emulated, slowly).
 pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
     let bf16 = precision == Precision::Bf16;
     // SAFETY: plain setters over libtorch's global context; they catch
@@ -108,9 +114,21 @@ pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
     let plain = x.mm(&w);
     // SAFETY: as above.
     unsafe { programl_set_matmul_bf16(1) };
-    let effective = if reduced.equal(&plain) { Precision::F32 } else { Precision::Bf16 };
+    // The inference forward computes its products in BF16 itself where
+    // the CPU has the instructions (libtorch 2.13 routes FP32 products
+    // through oneDNN's BF16 only on some CPUs: not on AMD's AVX512-BF16).
+    let effective = if cpu_has_bf16() || !reduced.equal(&plain) { Precision::Bf16 } else { Precision::F32 };
     IN_EFFECT.store(effective == Precision::Bf16, std::sync::atomic::Ordering::Relaxed);
     Ok(effective)
+}
+
+/// Whether the CPU has native BF16 products (AVX512-BF16 or AMX-BF16), as
+/// the kernel reports them in `/proc/cpuinfo`.
+pub fn cpu_has_bf16() -> bool {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
 }
 
 static IN_EFFECT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

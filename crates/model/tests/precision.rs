@@ -1,8 +1,9 @@
 //! `--dtype`: libtorch's matmul precision, set for the whole process (so
 //! this file is its own test binary). BF16 is in effect exactly where the
 //! CPU can run it: never on a CPU without AVX-512 or BF16 instructions
-//! (this project's machines), always where it has native BF16; a model's
-//! predictions under it stay within BF16's rounding of the FP32 ones.
+//! (AVX2-only machines), always where it has native BF16 (AVX512-BF16 or
+//! AMX); a model's predictions and the hand-written training step's
+//! gradients under it stay within BF16's rounding of the FP32 ones.
 
 use programl::batch::{Batch, Sample};
 use programl_model::{set_matmul_precision, Ggnn, Hyper, Precision, Prepared};
@@ -24,13 +25,16 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
 
     let vocab = vocabulary(&["br", "add", "ret", "i32"]);
     let input = five_nodes(&vocab);
-    let samples: Vec<Sample<'_>> = (0..2000).map(|i| Sample { graph: &input, root: Some(i % 5), positives: None }).collect();
+    let positives = [[0u32, 1], [1, 2], [2, 3], [3, 4], [4, 0]];
+    let samples: Vec<Sample<'_>> =
+        (0..2000).map(|i| Sample { graph: &input, root: Some(i % 5), positives: Some(&positives[i as usize % 5]) }).collect();
     let batch = Batch::from_samples(&samples).unwrap();
     let hyper = Hyper::spec(vocab.len());
     tch::manual_seed(3);
     let model = Ggnn::new(&hyper, Device::Cpu);
     let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
     let f32_logits = model.forward_inference(&prepared, 10);
+    let f32_grads = model.loss_and_gradients(&prepared, 10, false, 1.0);
 
     let in_effect = set_matmul_precision(Precision::Bf16).unwrap();
     let flags = cpu_flags();
@@ -43,10 +47,26 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
     let logits = model.forward_inference(&prepared, 10);
     let diff = (&logits - &f32_logits).abs().max().double_value(&[]);
     let scale = f32_logits.abs().max().double_value(&[]);
+    let grads = model.loss_and_gradients(&prepared, 10, false, 1.0);
+    // The largest relative difference of a gradient (by norm).
+    let grad_diff = grads
+        .grads
+        .iter()
+        .zip(&f32_grads.grads)
+        .map(|(g, f)| (g - f).norm().double_value(&[]) / f.norm().double_value(&[]).max(1e-12))
+        .fold(0.0, f64::max);
+    eprintln!("precision {in_effect}: logits max diff {diff} of {scale}, gradients relative {grad_diff}");
     match in_effect {
-        Precision::F32 => assert_eq!(diff, 0.0, "FP32 in effect: the very same logits"),
-        Precision::Bf16 => assert!(diff > 0.0 && diff < 0.05 * scale, "BF16: logits within its rounding ({diff} of {scale})"),
+        Precision::F32 => {
+            assert_eq!(diff, 0.0, "FP32 in effect: the very same logits");
+            assert_eq!(grad_diff, 0.0, "FP32 in effect: the very same gradients");
+        }
+        Precision::Bf16 => {
+            assert!(diff > 0.0 && diff < 0.05 * scale, "BF16: logits within its rounding ({diff} of {scale})");
+            assert!(grad_diff > 0.0 && grad_diff < 0.05, "BF16: gradients within its rounding (relative {grad_diff})");
+        }
     }
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
     assert!(model.forward_inference(&prepared, 10).equal(&f32_logits), "back to FP32: the FP32 logits again");
+    assert!(model.loss_and_gradients(&prepared, 10, false, 1.0).loss.equal(&f32_grads.loss), "back to FP32: the FP32 loss again");
 }

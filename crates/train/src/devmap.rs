@@ -715,7 +715,10 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s
             training_data_hash: rows_hash(rows),
             examples_seen: t.rows_seen,
             wall_time_s: (wall_s * 10.0).round() / 10.0,
-            dtype: programl_model::matmul_precision().to_string(),
+            // Trained through autograd, whose products stay FP32 under
+            // --dtype bf16 (only the hand-written DDF step and inference
+            // compute theirs in BF16).
+            dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
         source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect(), prelude: None }),

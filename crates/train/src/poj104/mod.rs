@@ -383,7 +383,10 @@ pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>
             training_data_hash: data_hash.into(),
             examples_seen: examples,
             wall_time_s: (wall_s * 10.0).round() / 10.0,
-            dtype: programl_model::matmul_precision().to_string(),
+            // Trained through autograd, whose products stay FP32 under
+            // --dtype bf16 (only the hand-written DDF step and inference
+            // compute theirs in BF16).
+            dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
         source: Some(SourceCompile { compiler: compile::CLANG.into(), flags: level_flags, prelude: Some(compile::PRELUDE.into()) }),
