@@ -1,5 +1,5 @@
 /* programl_runtime.h: the C ABI of libprograml_runtime.so and
- * libprograml_runtime_cuda.so, version 2 (crates/runtime/src/abi.rs states
+ * libprograml_runtime_cuda.so, version 3 (crates/runtime/src/abi.rs states
  * the same in Rust; the two must agree, and any change bumps the version).
  *
  * The learned pass (programl-infer) dlopens a runtime with RTLD_LOCAL on
@@ -59,6 +59,12 @@ const char *programl_runtime_info(const programl_model *model);
 
 /* libtorch's intra-op threads for the process (>= 1). 0 or -1. */
 int32_t programl_runtime_set_threads(int32_t n);
+
+/* The matmul precision for the process: FP32 (bf16 == 0, the default) or
+ * BF16 products with FP32 accumulation where the CPU has BF16 instructions
+ * (bf16 == 1). Returns the precision in effect (1: BF16, 0: FP32, also
+ * when BF16 was asked for on a CPU without it), or -1. */
+int32_t programl_runtime_set_dtype(int32_t bf16);
 
 /* Class probabilities (softmax) of every node after `steps` message-passing
  * steps (steps <= 0: the bundle's), row-major into out, which must hold

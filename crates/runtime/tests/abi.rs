@@ -90,6 +90,29 @@ fn open_describe_predict_close() {
     let n = batch.node_count() / 2;
     assert_ne!(out[..2 * n], out[2 * n..], "the root makes no difference");
 
+    // BF16 products where the CPU has them: probabilities within BF16's
+    // rounding of FP32's, and the model crate's under the same precision
+    // (what `programl-train predict --dtype bf16` prints); FP32 again after.
+    let bf16 = programl_runtime_set_dtype(1);
+    assert_eq!(bf16, programl_model::cpu_has_bf16() as i32, "{}", last_error());
+    let mut reduced = vec![0f32; out.len()];
+    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, reduced.as_mut_ptr(), reduced.len()) }, 0);
+    let drift = reduced.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    if bf16 == 1 {
+        assert!(drift > 0.0 && drift < 0.02, "BF16 against FP32: {drift}");
+        let expected = programl_model::node_probabilities(&reference.model, &batch, reference.model.hyper().steps);
+        let worst = reduced.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-5, "under BF16 the runtime and the model crate differ by {worst}");
+    } else {
+        assert_eq!(drift, 0.0, "no BF16 on this CPU: FP32's probabilities");
+    }
+    assert_eq!(programl_runtime_set_dtype(0), 0);
+    let mut again = vec![0f32; out.len()];
+    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, again.as_mut_ptr(), again.len()) }, 0);
+    assert_eq!(again, out, "FP32 again");
+    assert_eq!(programl_runtime_set_dtype(2), -1);
+    assert!(last_error().contains("dtype 2"), "{}", last_error());
+
     // steps > 0 overrides the bundle's.
     let mut few = vec![0f32; out.len()];
     assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 2, few.as_mut_ptr(), few.len()) }, 0);

@@ -17,6 +17,7 @@
 //! | `roots` | `sample`, `all`, `marked` | `sample` |
 //! | `steps` | message-passing steps, ≥ 1 | the bundle's |
 //! | `threads` | libtorch intra-op threads, ≥ 1 | 1 |
+//! | `dtype` | `f32`, or `bf16` (BF16 products where the CPU has them) | `f32` |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
 //! | `sidecar` | a file to append decisions to | none |
@@ -75,6 +76,9 @@ pub struct Params {
     pub roots: Roots,
     pub steps: Option<i64>,
     pub threads: i32,
+    /// `dtype=bf16`: BF16 products (FP32 accumulation) where the CPU has
+    /// BF16 instructions; FP32 elsewhere, said once.
+    pub bf16: bool,
     pub max_roots: usize,
     pub verify: bool,
     pub sidecar: Option<PathBuf>,
@@ -98,7 +102,7 @@ impl fmt::Display for ParamError {
         match self {
             ParamError::Unknown { name } => write!(
                 f,
-                "unknown parameter '{name}' (expected model, device, roots, steps, threads, max_roots, verify, sidecar, transfer or wgsize)"
+                "unknown parameter '{name}' (expected model, device, roots, steps, threads, dtype, max_roots, verify, sidecar, transfer or wgsize)"
             ),
             ParamError::MissingValue { name } => write!(f, "parameter '{name}' needs a value ({name}=...)"),
             ParamError::Bad { name, value, expected } => write!(f, "{name}='{value}' is not valid (expected {expected})"),
@@ -127,6 +131,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         roots: Roots::Sample,
         steps: None,
         threads: 1,
+        bf16: false,
         max_roots: DEFAULT_MAX_ROOTS,
         verify: false,
         sidecar: None,
@@ -146,7 +151,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             };
             continue;
         }
-        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
+        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
             return Err(ParamError::Unknown { name: key.to_string() });
         }
         let value = value.filter(|v| !v.is_empty()).ok_or_else(|| ParamError::MissingValue { name: key.to_string() })?;
@@ -172,6 +177,13 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             }
             "steps" => p.steps = Some(positive("a number of steps, at least 1")?.min(1 << 20) as i64),
             "threads" => p.threads = positive("a number of threads, at least 1")?.min(1024) as i32,
+            "dtype" => {
+                p.bf16 = match value {
+                    "f32" => false,
+                    "bf16" => true,
+                    _ => return Err(bad("f32 or bf16")),
+                }
+            }
             "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
             "sidecar" => p.sidecar = Some(PathBuf::from(value)),
             "transfer" => p.transfer = Some(value.parse().map_err(|_| bad("a number of bytes"))?),
@@ -207,6 +219,7 @@ mod tests {
         let d = parse(" model = models/x ; ").unwrap();
         assert_eq!((d.device, d.roots, d.steps, d.threads, d.max_roots, d.verify), (Device::Auto, Roots::Sample, None, 1, 1000, false));
         assert_eq!(parse("model=a;model=b;verify=0").unwrap().model, PathBuf::from("b"));
+        assert!(!d.bf16 && parse("model=m;dtype=bf16").unwrap().bf16 && !parse("model=m;dtype=bf16;dtype=f32").unwrap().bf16);
         let c = parse("model=m,device=cpu,verify").unwrap();
         assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
     }
@@ -224,6 +237,7 @@ mod tests {
         assert!(matches!(parse("model=m;threads=-1"), Err(ParamError::Bad { .. })));
         assert!(matches!(parse("model=m;verify=maybe"), Err(ParamError::Bad { .. })));
         assert!(parse("model=m;roots=some").unwrap_err().to_string().contains("sample, all or marked"));
+        assert!(parse("model=m;dtype=f16").unwrap_err().to_string().contains("f32 or bf16"));
     }
 
     #[test]

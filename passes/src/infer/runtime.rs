@@ -41,6 +41,7 @@ pub struct Runtime {
     open: abi::FnOpen,
     info: abi::FnInfo,
     set_threads: abi::FnSetThreads,
+    set_dtype: abi::FnSetDtype,
     predict: abi::FnPredict,
     predict_graph: abi::FnPredictGraph,
     last_error: abi::FnLastError,
@@ -166,6 +167,7 @@ fn open_library(path: &Path) -> Result<Runtime, String> {
             open: std::mem::transmute::<*mut c_void, abi::FnOpen>(symbol(abi::SYM_OPEN)?),
             info: std::mem::transmute::<*mut c_void, abi::FnInfo>(symbol(abi::SYM_INFO)?),
             set_threads: std::mem::transmute::<*mut c_void, abi::FnSetThreads>(symbol(abi::SYM_SET_THREADS)?),
+            set_dtype: std::mem::transmute::<*mut c_void, abi::FnSetDtype>(symbol(abi::SYM_SET_DTYPE)?),
             predict: std::mem::transmute::<*mut c_void, abi::FnPredict>(symbol(abi::SYM_PREDICT)?),
             predict_graph: std::mem::transmute::<*mut c_void, abi::FnPredictGraph>(symbol(abi::SYM_PREDICT_GRAPH)?),
             last_error: std::mem::transmute::<*mut c_void, abi::FnLastError>(symbol(abi::SYM_LAST_ERROR)?),
@@ -244,21 +246,29 @@ fn input_of(batch: &Batch) -> RtInput {
 
 impl Model {
     /// The model's handle, locked for one call, with the runtime's threads
-    /// set to `threads`.
-    fn locked(&self, threads: i32) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
+    /// set to `threads` and its products to BF16 or FP32 (`bf16`).
+    fn locked(&self, threads: i32, bf16: bool) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         let rt = self.runtime;
-        // SAFETY: plain call.
+        // SAFETY: plain calls.
         if unsafe { (rt.set_threads)(threads) } != 0 {
             return Err(rt.last_error());
+        }
+        match unsafe { (rt.set_dtype)(bf16.into()) } {
+            -1 => return Err(rt.last_error()),
+            0 if bf16 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+                log::warn!("dtype=bf16: this CPU has no BF16 instructions (AVX512-BF16 or AMX); the products stay FP32")
+            }
+            _ => {}
         }
         Ok((handle, rt))
     }
 
     /// Class probabilities of every graph of `batch` under a graph-level
     /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
-    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads)?;
+    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, bf16: bool) -> Result<Vec<f32>, String> {
+        let (handle, rt) = self.locked(threads, bf16)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.graph_count() * self.classes];
         let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
@@ -272,8 +282,8 @@ impl Model {
     }
 
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
-    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads)?;
+    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, bf16: bool) -> Result<Vec<f32>, String> {
+        let (handle, rt) = self.locked(threads, bf16)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.node_count() * self.classes];
         // SAFETY: the arrays live across the call and hold what `input`
