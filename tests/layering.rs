@@ -180,6 +180,8 @@ const RUNTIME_SYMBOLS: &[&str] = &[
     "programl_runtime_open",
     "programl_runtime_info",
     "programl_runtime_set_threads",
+    "programl_runtime_set_dtype",
+    "programl_runtime_predict_graph",
     "programl_runtime_predict",
     "programl_runtime_last_error",
     "programl_runtime_close",
