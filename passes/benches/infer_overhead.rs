@@ -21,7 +21,8 @@
 //!   the pass's own split: runtime and libtorch load, bundle open, graph
 //!   build, featurisation (model input and roots), inference, annotation;
 //! - with one root (`roots=all;max_roots=1`), the inference a single
-//!   decision costs.
+//!   decision costs;
+//! - where the CPU has BF16 instructions, both again with `dtype=bf16`.
 //!
 //! Then the runtime's `dlopen` against libtorch_cpu's alone (fresh processes),
 //! `opt -passes=verify` with and without the plugin loaded (the cost of
@@ -203,6 +204,17 @@ struct UnitFigures {
     single: Vec<f64>,
     split: Vec<Split>,
     single_split: Vec<Split>,
+    /// The same two runs with `dtype=bf16`, where the CPU has BF16.
+    bf16_split: Vec<Split>,
+    bf16_single_split: Vec<Split>,
+}
+
+/// Whether the CPU has BF16 products (`dtype=bf16` runs them natively).
+fn cpu_has_bf16() -> bool {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
 }
 
 fn main() {
@@ -236,6 +248,8 @@ fn main() {
     let graph_level = config["head"] == "graph";
     let infer = format!("model={};device={device}", model.display());
     let single = format!("{infer};roots=all;max_roots=1");
+    let bf16 = cpu_has_bf16();
+    let (infer_bf16, single_bf16) = (format!("{infer};dtype=bf16"), format!("{single};dtype=bf16"));
     println!(
         "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, {reps} reps, {} cores",
         units.len(),
@@ -262,6 +276,15 @@ fn main() {
                 let (t, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single), ("PROGRAML_LOG", "info")], Some(&plugin)));
                 f.single.push(t);
                 f.single_split.extend(parse_info(&err));
+            }
+            if bf16 {
+                let (_, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &infer_bf16), ("PROGRAML_LOG", "info")], Some(&plugin)));
+                f.bf16_split.extend(parse_info(&err));
+                if !graph_level {
+                    let (_, _, err) =
+                        timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single_bf16), ("PROGRAML_LOG", "info")], Some(&plugin)));
+                    f.bf16_single_split.extend(parse_info(&err));
+                }
             }
         }
         eprintln!("rep {}/{reps} done", rep + 1);
@@ -305,6 +328,15 @@ fn main() {
         row("pass: inference, sampled roots", &|f| field(f, |s| s.inference));
         row("pass: inference, 1 root", &|f| median(f.single_split.iter().map(|s| s.inference).collect()));
     }
+    if bf16 {
+        let med = |v: &[Split]| median(v.iter().map(|s| s.inference).collect());
+        if graph_level {
+            row("pass: inference, dtype=bf16", &|f| med(&f.bf16_split));
+        } else {
+            row("pass: inference, sampled, bf16", &|f| med(&f.bf16_split));
+            row("pass: inference, 1 root, bf16", &|f| med(&f.bf16_single_split));
+        }
+    }
     row("pass: annotation", &|f| field(f, |s| s.annotate));
     row("pass: total", &|f| field(f, |s| s.total));
     row("added wall time", &|f| m(&f.infer) - m(&f.plain));
@@ -319,6 +351,15 @@ fn main() {
             "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
             100.0 * one_root / o2,
             100.0 * field(&figures[median_unit], |s| s.inference) / o2
+        );
+    }
+    if bf16 {
+        let unit = &figures[median_unit];
+        let inference = median(if graph_level { &unit.bf16_split } else { &unit.bf16_single_split }.iter().map(|s| s.inference).collect());
+        println!(
+            "median unit, dtype=bf16: {} inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
+            if graph_level { "graph-level" } else { "one root's" },
+            100.0 * inference / o2
         );
     }
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
