@@ -38,6 +38,7 @@ use programl::batch::{Batch, EdgeType};
 use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
 
+use crate::kernels;
 use crate::workspace::Workspace;
 
 /// Node-text embedding width (SPEC.md §3).
@@ -513,14 +514,163 @@ impl Ggnn {
     /// compute ([`Ggnn::forward`]'s values, computed as
     /// [`Ggnn::logits_inference`] does).
     pub fn forward_inference(&self, input: &Prepared, steps: i64) -> Tensor {
+        self.forward_inference_with(input, steps, self.device() == Device::Cpu)
+    }
+
+    /// [`Ggnn::forward_inference`] with the CPU's fused element-wise loops
+    /// ([`Ggnn::logits_fused`], `fused`, CPU only) or libtorch's operations
+    /// ([`Ggnn::logits_inference`], every device): the CPU uses the first,
+    /// and tests check it against the second.
+    #[doc(hidden)]
+    pub fn forward_inference_with(&self, input: &Prepared, steps: i64, fused: bool) -> Tensor {
         tch::no_grad(|| {
             // (A nested call, which nothing makes, would get a workspace
             // of its own.)
             let mut own = Workspace::default();
             let mut kept = self.workspace.try_borrow_mut();
             let ws = kept.as_deref_mut().unwrap_or(&mut own);
-            self.logits_inference(ws, input, steps)
+            if fused {
+                assert_eq!(self.device(), Device::Cpu, "the fused inference loops run on the CPU");
+                self.logits_fused(ws, input, steps)
+            } else {
+                self.logits_inference(ws, input, steps)
+            }
         })
+    }
+
+    /// [`Ggnn::logits_inference`]'s function on the CPU, each step the
+    /// products for the six edge maps and `W_hh` (306 columns), one loop
+    /// for the gated mean ([`kernels::aggregate`]: straight from the
+    /// product, the edge-type biases and the gate table), the products for
+    /// `W_ih` (102 columns), and one loop for the GRU cell
+    /// ([`kernels::gru`]), which also writes the next step's BF16 input
+    /// when the products are BF16. BF16 products are one product each
+    /// (oneDNN: row-major \[N, 306\] and \[N, 102\]); FP32 ones one per
+    /// block of 34 columns (block-major \[9, N, 34\] and \[3, N, 34\]),
+    /// which MKL computes faster than one wide product. Buffers come from
+    /// the workspace.
+    fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
+        use kernels::{Bf16, Edges, GruBias, Layout, FUSED, GATES};
+        let n = input.nodes;
+        let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
+        // BF16 buffers are carved as f32 pairs (every width is even).
+        let slots = |width: usize| if bf16 { width as i64 / 2 } else { width as i64 };
+        let n_b = if bf16 { n } else { 0 };
+        // SAFETY: as in `logits_inference`.
+        let [text, h0, both, f, gi, m, s0, s1, h_b] = unsafe {
+            ws.carve(
+                Device::Cpu,
+                [
+                    &[n, TEXT_DIM],
+                    &[n, HIDDEN],
+                    &[n, 2 * HIDDEN],
+                    &[n, slots(FUSED)],
+                    &[n, slots(GATES)],
+                    &[n, slots(HIDDEN as usize)],
+                    &[n, HIDDEN],
+                    &[n, HIDDEN],
+                    &[n_b, HIDDEN / 2],
+                ],
+            )
+        };
+        let kind = if bf16 { Kind::BFloat16 } else { Kind::Float };
+        let [f, gi, m] = [f, gi, m].map(|t| if bf16 { t.view_dtype(Kind::BFloat16) } else { t });
+        let mut h_b = h_b.view_dtype(Kind::BFloat16);
+        let selector = self.selector_table.index_select(0, &input.selector);
+        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
+        let table = (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
+        let (w, _) = self.fused_weights();
+        // Right-hand sides: [34, 306] and [34, 102], or per block [B, 34, 34].
+        let (w_f, w_ih) = if bf16 {
+            (w.tr().contiguous().to_kind(kind), self.w_ih.tr().contiguous().to_kind(kind))
+        } else {
+            let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
+            (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3))
+        };
+        let nodes = n as usize;
+        let (f_layout, gi_layout) = if bf16 {
+            (Layout::row_major(FUSED_BLOCKS as usize), Layout::row_major(3))
+        } else {
+            (Layout::block_major(nodes), Layout::block_major(nodes))
+        };
+        let (f_out, gi_out) = if bf16 { (f.shallow_clone(), gi.shallow_clone()) } else { (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN])) };
+        let product = |out: &Tensor, x: &Tensor, w: &Tensor| {
+            if bf16 {
+                let _ = x.mm_out(out, w);
+            } else {
+                block_products(out, x, w);
+            }
+        };
+        // Each edge's message: its source's block of its type.
+        let offsets: Vec<usize> = Vec::<i64>::try_from(&input.sources)
+            .expect("edge rows")
+            .into_iter()
+            .map(|s| (s / EDGE_TYPES) as usize * f_layout.row + (s % EDGE_TYPES) as usize * f_layout.block)
+            .collect();
+        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
+        let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
+        let hd = HIDDEN as usize;
+        let mut bias = GruBias { r: [0.0; HIDDEN as usize], z: [0.0; HIDDEN as usize], i_n: [0.0; HIDDEN as usize], h_n: [0.0; HIDDEN as usize] };
+        for j in 0..hd {
+            bias.r[j] = b_ih[j] + b_hh[j];
+            bias.z[j] = b_ih[hd + j] + b_hh[hd + j];
+            bias.i_n[j] = b_ih[2 * hd + j];
+            bias.h_n[j] = b_hh[2 * hd + j];
+        }
+        // SAFETY (every `view`/`view_mut` below): CPU tensors of the kind
+        // named, contiguous, alive for the borrow, and the mutable ones
+        // not aliased by any slice in use at the same time.
+        let edges = unsafe {
+            Edges {
+                crow: view(&input.crow, Kind::Int64),
+                offsets: &offsets,
+                types: view(&input.edge_types, Kind::Int64),
+                positions: view(&input.positions, Kind::Int64),
+            }
+        };
+        let gates: &[f32] = unsafe { view(&table, Kind::Float) };
+        let threads = tch::get_num_threads().max(1) as usize;
+        if bf16 {
+            let _ = h_b.copy_(&h0);
+        }
+        let states = [s0, s1];
+        let mut h = h0.shallow_clone();
+        for step in 0..steps {
+            let next = &states[(step % 2) as usize];
+            product(&f_out, if bf16 { &h_b } else { &h }, &w_f);
+            unsafe {
+                match bf16 {
+                    true => kernels::aggregate::<Bf16, Bf16>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads),
+                    false => kernels::aggregate::<f32, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads),
+                }
+            }
+            product(&gi_out, &m, &w_ih);
+            unsafe {
+                match bf16 {
+                    true => kernels::gru::<Bf16>(
+                        (view(&gi, kind), gi_layout),
+                        (view(&f, kind), f_layout),
+                        view(&h, Kind::Float),
+                        &bias,
+                        view_mut(next, Kind::Float),
+                        Some(view_mut(&h_b, kind)),
+                        threads,
+                    ),
+                    false => kernels::gru::<f32>(
+                        (view(&gi, kind), gi_layout),
+                        (view(&f, kind), f_layout),
+                        view(&h, Kind::Float),
+                        &bias,
+                        view_mut(next, Kind::Float),
+                        None,
+                        threads,
+                    ),
+                }
+            }
+            h = next.shallow_clone();
+        }
+        let gate = Tensor::cat_out(&both, &[&h, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        gate * h.linear(&self.readout_w, Some(&self.readout_b))
     }
 
     /// [`Ggnn::pooled_logits`] in evaluation mode, without autograd state.
@@ -638,6 +788,35 @@ impl Ggnn {
     }
 }
 
+/// The elements of a contiguous CPU tensor of `kind` as a slice of `T`
+/// (`f32` for Float, [`kernels::Bf16`] for BFloat16, `i64` for Int64).
+///
+/// # Safety
+/// `T` matches `kind`; the tensor outlives the slice and is not written
+/// while it is borrowed.
+unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
+    assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
+    let len = t.numel();
+    if len == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(t.data_ptr() as *const T, len)
+}
+
+/// [`view`], writable.
+///
+/// # Safety
+/// As [`view`], and no other slice of the tensor's memory is in use.
+#[allow(clippy::mut_from_ref)]
+unsafe fn view_mut<'a, T>(t: &'a Tensor, kind: Kind) -> &'a mut [T] {
+    assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
+    let len = t.numel();
+    if len == 0 {
+        return &mut [];
+    }
+    std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len)
+}
+
 /// `out[b] = x · w[b]` for every block `b`: `out` \[B, N, 34\], `x`
 /// \[N, 34\], `w` \[B, 34, 34\], one product per block. (A batched product
 /// over `x` expanded to \[B, N, 34\] copies the expansion into a fresh
@@ -694,6 +873,9 @@ pub struct Prepared {
     pub targets: Tensor,
     /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
     pub inv_degree: Tensor,
+    /// Node `v`'s incoming edges are `crow[v]..crow[v + 1]` in this order,
+    /// \[N + 1\] (64-bit).
+    pub crow: Tensor,
     /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
     /// `1 / indegree(v)` on the columns of `v`'s incoming edges.
     mean: Tensor,
@@ -764,6 +946,7 @@ impl Prepared {
             positions: Tensor::from_slice(&positions).to_device(device),
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
+            crow: Tensor::from_slice(&crow).to_device(device),
             mean,
             graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
             graphs: batch.graph_count() as i64,

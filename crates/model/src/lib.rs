@@ -27,6 +27,7 @@
 mod bptt;
 pub mod bundle;
 mod ggnn;
+mod kernels;
 mod workspace;
 
 pub use bptt::{class_weights, Gradients};

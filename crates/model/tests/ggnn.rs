@@ -368,3 +368,30 @@ fn bundle_round_trips_and_reports_what_is_wrong() {
     let e = err(&|p| std::fs::remove_file(p.join(bundle::CONFIG_FILE)).unwrap());
     assert!(e.contains("config.json") && e.contains("No such file"), "{e}");
 }
+
+/// On the CPU, inference runs fused element-wise loops (`kernels.rs`)
+/// split over the intra-op threads; they compute what libtorch's
+/// operations do (the path other devices take), on a batch large enough to
+/// be split, at 1, 2 and 3 threads, and the same logits again at a given
+/// count (MKL's products may round differently from one count to another).
+#[test]
+fn fused_cpu_loops_match_libtorch_operations_at_any_thread_count() {
+    let vocab = vocabulary(&["br", "add", "ret", "i32", "i64"]);
+    let input = five_nodes(&vocab);
+    let samples: Vec<Sample> = (0..1500).map(|i| Sample { graph: &input, root: Some((i % 5) as u32), positives: None }).collect();
+    let batch = Batch::from_samples(&samples).unwrap();
+    let hyper = Hyper::spec(vocab.len());
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    randomise(&model, 21);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let before = tch::get_num_threads();
+    for threads in [1, 2, 3] {
+        tch::set_num_threads(threads);
+        let fused = model.forward_inference_with(&prepared, 12, true);
+        let torch = model.forward_inference_with(&prepared, 12, false);
+        let diff = (&fused - &torch).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{threads} threads: fused and libtorch logits differ by {diff}");
+        assert!(fused.equal(&model.forward_inference_with(&prepared, 12, true)), "{threads} threads: not deterministic");
+    }
+    tch::set_num_threads(before);
+}

@@ -1,0 +1,339 @@
+//! The CPU inference step's element-wise work, fused: two loops per step
+//! instead of some fifteen libtorch operations, each of which read and
+//! wrote whole \[N, 34\] or \[E, 34\] tensors (and, with BF16 products,
+//! converted dtypes element by element on a slow path).
+//!
+//! - [`aggregate`]: the mean over each node's incoming edges of the gated
+//!   message `(F[row] + b_type) ⊙ p(position)`, read straight from the
+//!   fused product's rows and the gate table (no per-edge tensor);
+//! - [`gru`]: the GRU cell's gates and new state from the two products.
+//!
+//! Both take the products in FP32 or BF16 ([`Elem`]), accumulate in FP32,
+//! and split the nodes over the intra-op threads. The exponential is a
+//! branch-free polynomial (Cephes' `expf`, relative error ~1e-7) that the
+//! compiler vectorises; on x86-64 the loops are compiled again for AVX2 and
+//! FMA and chosen at run time.
+
+use std::thread;
+
+use crate::ggnn::HIDDEN;
+
+const H: usize = HIDDEN as usize;
+/// Columns of a fused product row: six edge-type maps and `W_hh`'s three gates.
+pub(crate) const FUSED: usize = 9 * H;
+/// Columns of the input product row: `W_ih`'s three gates.
+pub(crate) const GATES: usize = 3 * H;
+
+/// An element of a product: FP32, or BF16 stored as its upper 16 bits.
+pub(crate) trait Elem: Copy + Send + Sync {
+    fn f32(self) -> f32;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> f32 {
+        x
+    }
+}
+
+/// BF16 bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct Bf16(pub u16);
+
+impl Elem for Bf16 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    /// Round to nearest even, as libtorch converts (NaN never occurs here).
+    #[inline(always)]
+    fn from_f32(x: f32) -> Bf16 {
+        let bits = x.to_bits();
+        Bf16(((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16)
+    }
+}
+
+/// `e^x`, branch-free: `2^n · p(r)` with `x = n ln 2 + r`, `|r| ≤ ln2/2`
+/// (Cephes' polynomial). Inputs are clamped to [-87, 88].
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    let x = x.max(-87.0).min(88.0);
+    let shifted = x * std::f32::consts::LOG2_E + MAGIC;
+    let n = shifted - MAGIC;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    let n = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
+    y * f32::from_bits(((n + 127) << 23) as u32)
+}
+
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+#[inline(always)]
+fn tanh(x: f32) -> f32 {
+    2.0 * sigmoid(2.0 * x) - 1.0
+}
+
+/// Where block `b` of node `v`'s row of a product is: at
+/// `v · row + b · block` (row-major \[N, B·34\]: `row = 34B`, `block =
+/// 34`; block-major \[B, N, 34\]: `row = 34`, `block = 34N`).
+#[derive(Clone, Copy)]
+pub(crate) struct Layout {
+    pub row: usize,
+    pub block: usize,
+}
+
+impl Layout {
+    pub fn row_major(blocks: usize) -> Layout {
+        Layout { row: blocks * H, block: H }
+    }
+    pub fn block_major(nodes: usize) -> Layout {
+        Layout { row: H, block: nodes * H }
+    }
+}
+
+/// The edges of a batch as the aggregation reads them, sorted by target.
+pub(crate) struct Edges<'a> {
+    /// `crow[v]..crow[v + 1]` are node `v`'s incoming edges.
+    pub crow: &'a [i64],
+    /// Where each edge's message (its source's block of its type) starts
+    /// in the fused product.
+    pub offsets: &'a [usize],
+    /// Each edge's type (its bias row) and clamped position (its gate row).
+    pub types: &'a [i64],
+    pub positions: &'a [i64],
+}
+
+/// `out[v] = (1/indeg v) Σ_{e → v} (F[e] + bias[type e]) ⊙ gates[pos e]`
+/// (zero without incoming edges, `F[e]` the 34 values at the edge's
+/// offset), for every node: `fused` the \[N, 306\] product in any layout,
+/// `bias` \[6, 34\], `gates` \[P, 34\], `out` \[N, 34\] (FP32 or BF16: the
+/// next product's input).
+pub(crate) fn aggregate<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], out: &mut [O], threads: usize) {
+    let nodes = out.len() / H;
+    split(out, nodes, threads, |first, chunk| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe { aggregate_avx2(fused, edges, bias, gates, first, chunk) };
+        }
+        aggregate_rows(fused, edges, bias, gates, first, chunk)
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn aggregate_avx2<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], first: usize, out: &mut [O]) {
+    aggregate_rows(fused, edges, bias, gates, first, out)
+}
+
+#[inline(always)]
+fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], first: usize, out: &mut [O]) {
+    for (i, row) in out.chunks_exact_mut(H).enumerate() {
+        let v = first + i;
+        let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
+        let mut acc = [0f32; H];
+        for e in start..end {
+            let m = &fused[edges.offsets[e]..][..H];
+            let b = &bias[edges.types[e] as usize * H..][..H];
+            let g = &gates[edges.positions[e] as usize * H..][..H];
+            for j in 0..H {
+                acc[j] += (m[j].f32() + b[j]) * g[j];
+            }
+        }
+        let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+        for j in 0..H {
+            row[j] = O::from_f32(acc[j] * scale);
+        }
+    }
+}
+
+/// The GRU cell's biases as the fused step adds them: `r` and `z` take
+/// `b_i + b_h`, the candidate `b_in` outside and `b_hn` inside the reset.
+pub(crate) struct GruBias {
+    pub r: [f32; H],
+    pub z: [f32; H],
+    pub i_n: [f32; H],
+    pub h_n: [f32; H],
+}
+
+/// One GRU update for every node: `gi` \[N, 102\] = `m · W_ihᵀ` (no bias),
+/// the hidden gates `W_hh h` in blocks 6..9 of `fused` \[N, 306\] (each in
+/// its layout), `h` \[N, 34\]; writes `next` \[N, 34\] and, if given, its
+/// BF16 copy (the next step's product input).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gru<T: Elem>(
+    gi: (&[T], Layout),
+    fused: (&[T], Layout),
+    h: &[f32],
+    bias: &GruBias,
+    next: &mut [f32],
+    next_bf16: Option<&mut [Bf16]>,
+    threads: usize,
+) {
+    let nodes = next.len() / H;
+    match next_bf16 {
+        None => split(next, nodes, threads, |first, chunk| gru_dispatch::<T, f32>(gi, fused, h, bias, first, chunk, None)),
+        Some(copy) => split2(next, copy, nodes, threads, |first, chunk, copy| gru_dispatch(gi, fused, h, bias, first, chunk, Some(copy))),
+    }
+}
+
+type Product<'a, T> = (&'a [T], Layout);
+
+fn gru_dispatch<T: Elem, C: Elem>(
+    gi: Product<'_, T>,
+    fused: Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    first: usize,
+    next: &mut [f32],
+    copy: Option<&mut [C]>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { gru_avx2(gi, fused, h, bias, first, next, copy) };
+    }
+    gru_rows(gi, fused, h, bias, first, next, copy)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gru_avx2<T: Elem, C: Elem>(
+    gi: Product<'_, T>,
+    fused: Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    first: usize,
+    next: &mut [f32],
+    copy: Option<&mut [C]>,
+) {
+    gru_rows(gi, fused, h, bias, first, next, copy)
+}
+
+#[inline(always)]
+fn gru_rows<T: Elem, C: Elem>(
+    (gi, gl): Product<'_, T>,
+    (fused, fl): Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    first: usize,
+    next: &mut [f32],
+    mut copy: Option<&mut [C]>,
+) {
+    for (i, row) in next.chunks_exact_mut(H).enumerate() {
+        let v = first + i;
+        let x = |g: usize| &gi[v * gl.row + g * gl.block..][..H];
+        let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
+        let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
+        let hv = &h[v * H..][..H];
+        let mut out = [0f32; H];
+        for j in 0..H {
+            let r = sigmoid(xr[j].f32() + hr[j].f32() + bias.r[j]);
+            let z = sigmoid(xz[j].f32() + hz[j].f32() + bias.z[j]);
+            let n = tanh(xn[j].f32() + bias.i_n[j] + r * (hn[j].f32() + bias.h_n[j]));
+            out[j] = n + z * (hv[j] - n);
+        }
+        row.copy_from_slice(&out);
+        if let Some(c) = copy.as_deref_mut() {
+            for (d, s) in c[i * H..][..H].iter_mut().zip(&out) {
+                *d = C::from_f32(*s);
+            }
+        }
+    }
+}
+
+/// Below this many nodes a step runs on the calling thread alone.
+const PARALLEL_NODES: usize = 2048;
+
+/// Runs `work(first_node, rows)` over `nodes` rows of 34 of `out`, split
+/// into one contiguous range per thread.
+fn split<O: Send>(out: &mut [O], nodes: usize, threads: usize, work: impl Fn(usize, &mut [O]) + Sync) {
+    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
+    if threads == 1 {
+        return work(0, out);
+    }
+    let per = nodes.div_ceil(threads);
+    thread::scope(|s| {
+        let mut chunks = out.chunks_mut(per * H).enumerate();
+        let own = chunks.next();
+        for (i, chunk) in chunks {
+            let work = &work;
+            s.spawn(move || work(i * per, chunk));
+        }
+        if let Some((_, chunk)) = own {
+            work(0, chunk);
+        }
+    });
+}
+
+/// [`split`] over two outputs of the same rows.
+fn split2<A: Send, B: Send>(a: &mut [A], b: &mut [B], nodes: usize, threads: usize, work: impl Fn(usize, &mut [A], &mut [B]) + Sync) {
+    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
+    if threads == 1 {
+        return work(0, a, b);
+    }
+    let per = nodes.div_ceil(threads);
+    thread::scope(|s| {
+        let mut chunks = a.chunks_mut(per * H).zip(b.chunks_mut(per * H)).enumerate();
+        let own = chunks.next();
+        for (i, (ca, cb)) in chunks {
+            let work = &work;
+            s.spawn(move || work(i * per, ca, cb));
+        }
+        if let Some((_, (ca, cb))) = own {
+            work(0, ca, cb);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_sigmoid_and_tanh_are_accurate() {
+        let mut worst = 0f64;
+        for i in -8000..=8000 {
+            let x = i as f32 / 100.0;
+            let want = (x as f64).exp();
+            if want < 1e-37 || want > 1e38 {
+                continue;
+            }
+            worst = worst.max(((exp(x) as f64) - want).abs() / want);
+        }
+        assert!(worst < 5e-7, "exp: relative error {worst}");
+        for i in -2000..=2000 {
+            let x = i as f32 / 100.0;
+            let s = 1.0 / (1.0 + (-(x as f64)).exp());
+            assert!((sigmoid(x) as f64 - s).abs() < 1e-6, "sigmoid({x})");
+            assert!((tanh(x) as f64 - (x as f64).tanh()).abs() < 2e-6, "tanh({x})");
+        }
+        assert!(sigmoid(-1000.0) < 1e-37);
+        assert_eq!(sigmoid(1000.0), 1.0);
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        for x in [1.0f32, -2.5, 3.141_592_7, 1e-3, 65504.0, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0] {
+            let b = Bf16::from_f32(x);
+            let t = tch::Tensor::from_slice(&[x]).to_kind(tch::Kind::BFloat16).to_kind(tch::Kind::Float);
+            assert_eq!(b.f32(), t.double_value(&[0]) as f32, "{x}");
+        }
+    }
+}
