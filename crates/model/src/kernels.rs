@@ -12,7 +12,8 @@
 //! and split the nodes over the intra-op threads. The exponential is a
 //! branch-free polynomial (Cephes' `expf`, relative error ~1e-7) that the
 //! compiler vectorises; on x86-64 the loops are compiled again for AVX2 and
-//! FMA and chosen at run time.
+//! FMA and chosen at run time (the portable build's FMAs are library calls:
+//! slow, but x86-64 CPUs without AVX2 and FMA predate 2013).
 
 use std::thread;
 
@@ -23,6 +24,8 @@ const H: usize = HIDDEN as usize;
 pub(crate) const FUSED: usize = 9 * H;
 /// Columns of the input product row: `W_ih`'s three gates.
 pub(crate) const GATES: usize = 3 * H;
+/// A row of 34 padded to whole AVX2 vectors (and halves of AVX-512 ones).
+const PADDED: usize = 40;
 
 /// An element of a product: FP32, or BF16 stored as its upper 16 bits.
 pub(crate) trait Elem: Copy + Send + Sync {
@@ -67,14 +70,17 @@ fn exp(x: f32) -> f32 {
     let x = x.max(-87.0).min(88.0);
     let shifted = x * std::f32::consts::LOG2_E + MAGIC;
     let n = shifted - MAGIC;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    // (mul_add: one FMA instruction where the loop is compiled for FMA,
+    // as the AVX2 variants are.)
+    let r = (-n).mul_add(0.693_359_4, x);
+    let r = (-n).mul_add(-2.121_944_4e-4, r);
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 0.166_666_65;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 0.166_666_65);
+    p = p.mul_add(r, 0.5);
+    let y = (p * r).mul_add(r, r + 1.0);
     let n = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
     y * f32::from_bits(((n + 127) << 23) as u32)
 }
@@ -242,16 +248,27 @@ fn gru_rows<T: Elem, C: Elem>(
         let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
         let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
         let hv = &h[v * H..][..H];
-        let mut out = [0f32; H];
+        // The pre-activations, padded to whole vectors so that the
+        // transcendental loop has no scalar tail.
+        let (mut pr, mut pz, mut pxn, mut phn, mut ph) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
         for j in 0..H {
-            let r = sigmoid(xr[j].f32() + hr[j].f32() + bias.r[j]);
-            let z = sigmoid(xz[j].f32() + hz[j].f32() + bias.z[j]);
-            let n = tanh(xn[j].f32() + bias.i_n[j] + r * (hn[j].f32() + bias.h_n[j]));
-            out[j] = n + z * (hv[j] - n);
+            pr[j] = xr[j].f32() + hr[j].f32() + bias.r[j];
+            pz[j] = xz[j].f32() + hz[j].f32() + bias.z[j];
+            pxn[j] = xn[j].f32() + bias.i_n[j];
+            phn[j] = hn[j].f32() + bias.h_n[j];
+            ph[j] = hv[j];
         }
-        row.copy_from_slice(&out);
+        let mut out = [0f32; PADDED];
+        for j in 0..PADDED {
+            let r = sigmoid(pr[j]);
+            let z = sigmoid(pz[j]);
+            let n = tanh(pxn[j] + r * phn[j]);
+            out[j] = n + z * (ph[j] - n);
+        }
+        let out = &out[..H];
+        row.copy_from_slice(out);
         if let Some(c) = copy.as_deref_mut() {
-            for (d, s) in c[i * H..][..H].iter_mut().zip(&out) {
+            for (d, s) in c[i * H..][..H].iter_mut().zip(out) {
                 *d = C::from_f32(*s);
             }
         }
