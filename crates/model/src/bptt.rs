@@ -44,8 +44,23 @@ struct Step {
     n: Tensor,
     /// `W_hn h + b_hn`, \[N, 34\].
     ghn: Tensor,
+    /// `h` and `a` as operands of the products ([`Products::operand`]).
+    h_op: Tensor,
+    a_op: Tensor,
     /// The dropout mask (already scaled by `1/(1 − p)`), in training.
     mask: Option<Tensor>,
+}
+
+/// The readout's part of the backward: the loss, the gradients reaching
+/// `h_T` and `h_0`, and the readout's parameter gradients.
+struct Head {
+    loss: Tensor,
+    dh_t: Tensor,
+    dh0: Tensor,
+    d_gate_w: Tensor,
+    d_gate_b: Tensor,
+    d_w: Tensor,
+    d_b: Tensor,
 }
 
 /// The loss of one training step and the gradient of every parameter.
@@ -63,30 +78,31 @@ fn bf16() -> bool {
     crate::matmul_precision() == crate::Precision::Bf16
 }
 
-/// `a · b`, in BF16 where [`bf16`] says so.
-fn product(a: &Tensor, b: &Tensor) -> Tensor {
-    if bf16() {
-        a.to_kind(Kind::BFloat16).mm(&b.to_kind(Kind::BFloat16)).to_kind(Kind::Float)
-    } else {
-        a.mm(b)
-    }
+/// The products' operands as they enter them: BF16 copies where [`bf16`]
+/// says so (each made once: the weights per call, an activation per step,
+/// kept on the tape for the backward), else the FP32 tensors themselves.
+#[derive(Clone, Copy)]
+struct Products {
+    bf16: bool,
 }
 
-/// `x · wᵀ + b`, the product in BF16 where [`bf16`] says so.
-fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
-    if bf16() {
-        product(x, &w.tr()) + b
-    } else {
-        x.linear(w, Some(b))
+impl Products {
+    fn operand(self, t: &Tensor) -> Tensor {
+        if self.bf16 {
+            t.to_kind(Kind::BFloat16)
+        } else {
+            t.shallow_clone()
+        }
     }
-}
 
-/// `acc += a · b`, the product in BF16 where [`bf16`] says so.
-fn add_product(acc: &mut Tensor, a: &Tensor, b: &Tensor) {
-    if bf16() {
-        let _ = acc.g_add_(&product(a, b));
-    } else {
-        let _ = acc.addmm_(a, b);
+    /// `a · b` of two operands, as FP32.
+    fn mm(self, a: &Tensor, b: &Tensor) -> Tensor {
+        let r = a.mm(b);
+        if self.bf16 {
+            r.to_kind(Kind::Float)
+        } else {
+            r
+        }
     }
 }
 
@@ -117,7 +133,224 @@ impl Ggnn {
     /// gradients by hand. Keeps no autograd state (it runs under
     /// `no_grad`). Panics if the batch has no labels.
     pub fn loss_and_gradients(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
-        tch::no_grad(|| self.bptt(input, steps, dropout, pos_weight))
+        self.loss_and_gradients_with(input, steps, dropout, pos_weight, self.device() == tch::Device::Cpu)
+    }
+
+    /// [`Ggnn::loss_and_gradients`] with the CPU's fused loops
+    /// ([`Ggnn::bptt_fused`], `fused`, CPU only) or libtorch's operations
+    /// (every device): the CPU uses the first, and tests check it against
+    /// the second and against autograd.
+    #[doc(hidden)]
+    pub fn loss_and_gradients_with(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, fused: bool) -> Gradients {
+        tch::no_grad(|| {
+            if fused {
+                assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
+                self.bptt_fused(input, steps, dropout, pos_weight)
+            } else {
+                self.bptt(input, steps, dropout, pos_weight)
+            }
+        })
+    }
+
+    /// [`Ggnn::bptt`]'s gradients on the CPU, through the fused loops of
+    /// `kernels.rs`: per step forward one product for the six edge maps
+    /// and `W_hh` (no bias: the loops add it), the gated mean
+    /// ([`kernels::aggregate`]), the `W_ih` product and the GRU cell
+    /// ([`kernels::gru_train`], keeping its gates); per step backward the
+    /// GRU's ([`kernels::gru_backward`]), the `W_ih` products, the message
+    /// product again (the tape keeps `h`, not the \[N, 306\] product), the
+    /// aggregation's ([`kernels::aggregate_backward`]: the messages'
+    /// gradient by row and the gate table's by position, without
+    /// per-edge tensors) and the `W` products. Dropout masks are drawn
+    /// as in [`Ggnn::bptt`].
+    fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
+        use crate::ggnn::{block_products, view, view_mut};
+        use crate::kernels::{self, Bf16, ByRow, Edges, GruTape, Layout, Shared, FUSED, GATES};
+        let labels = input.labels.as_ref().expect("a training batch is labelled");
+        let n = input.nodes;
+        let nodes = n as usize;
+        let p = self.hyper().state_dropout;
+        let dropout = dropout && p > 0.0;
+        let pr = Products { bf16: bf16() };
+        let kind = if pr.bf16 { Kind::BFloat16 } else { Kind::Float };
+        let threads = tch::get_num_threads().max(1) as usize;
+        let float = (Kind::Float, tch::Device::Cpu);
+
+        let h0 = self.initial_states(input);
+        let positions = input.position_rows.max(1);
+        let table = self.gate_table();
+        let gates_table = table.narrow(0, 0, positions).contiguous();
+        let (w, _) = self.fused_weights();
+        let (w_op, w_ih_op) = (pr.operand(&w), pr.operand(&self.w_ih));
+        // The forward products' right-hand sides: BF16 products are one
+        // wide product each (oneDNN), row-major [N, 306] and [N, 102];
+        // FP32 ones one per block of 34 columns (MKL is faster so),
+        // block-major [9, N, 34] and [3, N, 34].
+        let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
+        let (w_f, w_i) = if pr.bf16 { (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr())) } else { (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3)) };
+        let (layout, gi_layout) =
+            if pr.bf16 { (Layout::row_major(FUSED / 34), Layout::row_major(GATES / 34)) } else { (Layout::block_major(nodes), Layout::block_major(nodes)) };
+        // x · w in that arrangement, `blocks` blocks of it (the backward
+        // needs only the six message blocks of F again).
+        let product = |x: &Tensor, w: &Tensor, blocks: i64| -> Tensor {
+            if pr.bf16 {
+                x.mm(&w.narrow(1, 0, blocks * HIDDEN))
+            } else {
+                let out = Tensor::empty([blocks, n, HIDDEN], float);
+                block_products(&out, x, &w.narrow(0, 0, blocks));
+                out
+            }
+        };
+        let (b_msg, bias) = self.kernel_biases();
+        let rows: Vec<i64> = Vec::<i64>::try_from(&input.fused_rows).expect("edge rows");
+        let offsets: Vec<usize> = rows.iter().map(|&q| (q / FUSED_BLOCKS) as usize * layout.row + (q % FUSED_BLOCKS) as usize * layout.block).collect();
+        let (crow, types, pos, targets) = (
+            Vec::<i64>::try_from(&input.crow).expect("crow"),
+            Vec::<i64>::try_from(&input.edge_types).expect("types"),
+            Vec::<i64>::try_from(&input.positions).expect("positions"),
+            Vec::<i64>::try_from(&input.targets).expect("targets"),
+        );
+        let inv_degree = Vec::<f32>::try_from(input.inv_degree.view([-1])).expect("inverse degrees");
+        let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
+        // SAFETY (every view below): contiguous CPU tensors of the kind
+        // named, alive for the borrow; each written through one slice at a time.
+        let gates: &[f32] = unsafe { view(&gates_table, Kind::Float) };
+
+        struct Saved {
+            h: Tensor,
+            h_op: Tensor,
+            a: Tensor,
+            a_op: Tensor,
+            r: Tensor,
+            z: Tensor,
+            n: Tensor,
+            ghn: Tensor,
+            mask: Option<Tensor>,
+        }
+        let mut tape: Vec<Saved> = Vec::with_capacity(steps.max(0) as usize);
+        let mut h = h0.shallow_clone();
+        for _ in 0..steps {
+            let h_op = pr.operand(&h);
+            let f = product(&h_op, &w_f, FUSED_BLOCKS);
+            let a = Tensor::empty([n, 34], float);
+            unsafe {
+                let out: &mut [f32] = view_mut(&a, Kind::Float);
+                match pr.bf16 {
+                    true => kernels::aggregate::<Bf16, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads),
+                    false => kernels::aggregate::<f32, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads),
+                }
+            }
+            let a_op = pr.operand(&a);
+            let gi = product(&a_op, &w_i, 3);
+            let [mut next, r, z, nn, ghn] = std::array::from_fn(|_| Tensor::empty([n, 34], float));
+            unsafe {
+                let tape_out = GruTape {
+                    r: Shared::new(view_mut(&r, Kind::Float)),
+                    z: Shared::new(view_mut(&z, Kind::Float)),
+                    n: Shared::new(view_mut(&nn, Kind::Float)),
+                    ghn: Shared::new(view_mut(&ghn, Kind::Float)),
+                };
+                let (gl, fl) = (gi_layout, layout);
+                match pr.bf16 {
+                    true => kernels::gru_train::<Bf16>((view(&gi, kind), gl), (view(&f, kind), fl), view(&h, Kind::Float), &bias, view_mut(&next, Kind::Float), &tape_out, threads),
+                    false => kernels::gru_train::<f32>((view(&gi, kind), gl), (view(&f, kind), fl), view(&h, Kind::Float), &bias, view_mut(&next, Kind::Float), &tape_out, threads),
+                }
+            }
+            let mask = if dropout {
+                let mut m = h.empty_like();
+                let _ = m.bernoulli_float_(1.0 - p);
+                let _ = m.g_div_scalar_(1.0 - p);
+                next = next * &m;
+                Some(m)
+            } else {
+                None
+            };
+            tape.push(Saved { h, h_op, a, a_op, r, z, n: nn, ghn, mask });
+            h = next;
+        }
+        let h_t = h;
+        let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
+        let mut dh = head.dh_t.shallow_clone();
+
+        let by_row = ByRow::new(&rows, nodes);
+        let zeros = |shape: &[i64]| Tensor::zeros(shape, float);
+        let mut d_w = zeros(&[FUSED as i64, 34]);
+        let mut d_b = zeros(&[FUSED as i64]);
+        let mut d_w_ih = zeros(&[GATES as i64, 34]);
+        let mut d_b_ih = zeros(&[GATES as i64]);
+        let mut d_table = vec![0f32; positions as usize * 34];
+        for s in tape.iter().rev() {
+            let dh_new = match &s.mask {
+                Some(m) => dh * m,
+                None => dh,
+            }
+            .contiguous();
+            let dgi = Tensor::empty([n, GATES as i64], float);
+            let d_fused = Tensor::empty([n, FUSED as i64], float);
+            let dh_direct = Tensor::empty([n, 34], float);
+            unsafe {
+                kernels::gru_backward(
+                    view(&dh_new, Kind::Float),
+                    view(&s.h, Kind::Float),
+                    view(&s.r, Kind::Float),
+                    view(&s.z, Kind::Float),
+                    view(&s.n, Kind::Float),
+                    view(&s.ghn, Kind::Float),
+                    view_mut(&dgi, Kind::Float),
+                    view_mut(&d_fused, Kind::Float),
+                    view_mut(&dh_direct, Kind::Float),
+                    threads,
+                );
+            }
+            let dgi_op = pr.operand(&dgi);
+            if pr.bf16 {
+                let _ = d_w_ih.g_add_(&pr.mm(&dgi_op.tr(), &s.a_op));
+            } else {
+                let _ = d_w_ih.addmm_(&dgi.tr(), &s.a);
+            }
+            let _ = d_b_ih.g_add_(&sum_rows(&dgi));
+            let da = pr.mm(&dgi_op, &w_ih_op).contiguous();
+            let f = product(&s.h_op, &w_f, EDGE_TYPES);
+            unsafe {
+                let (d, fu) = (view(&da, Kind::Float), view_mut(&d_fused, Kind::Float));
+                match pr.bf16 {
+                    true => kernels::aggregate_backward::<Bf16>(d, &inv_degree, (view(&f, kind), Layout::row_major(EDGE_TYPES as usize)), &b_msg, gates, &targets, &pos, &by_row, fu, &mut d_table, threads),
+                    false => kernels::aggregate_backward::<f32>(d, &inv_degree, (view(&f, kind), layout), &b_msg, gates, &targets, &pos, &by_row, fu, &mut d_table, threads),
+                }
+            }
+            let d_fused_op = pr.operand(&d_fused);
+            if pr.bf16 {
+                let _ = d_w.g_add_(&pr.mm(&d_fused_op.tr(), &s.h_op));
+            } else {
+                let _ = d_w.addmm_(&d_fused.tr(), &s.h);
+            }
+            let _ = d_b.g_add_(&sum_rows(&d_fused));
+            dh = if pr.bf16 { dh_direct + pr.mm(&d_fused_op, &w_op) } else { dh_direct.addmm(&d_fused, &w) };
+        }
+        let hm = EDGE_TYPES * HIDDEN;
+        let dh0 = dh + &head.dh0;
+        let d_embedding = self.embedding.zeros_like().index_add_(0, &input.tokens, &dh0.narrow(1, 0, TEXT_DIM));
+        // Gate table p = 2σ(P): dP = dp ⊙ p ⊙ (1 − p/2), over every row.
+        let d_full = table.zeros_like();
+        d_full.narrow(0, 0, positions).copy_(&Tensor::from_slice(&d_table).view([positions, 34]));
+        let d_pre_table = d_full * &table * one_minus(&(&table * 0.5));
+        let grads = vec![
+            d_embedding,
+            d_w.narrow(0, 0, hm),
+            d_b.narrow(0, 0, hm),
+            d_pre_table.tr().mm(&self.sinusoids),
+            sum_rows(&d_pre_table),
+            d_w_ih,
+            d_w.narrow(0, hm, 3 * HIDDEN),
+            d_b_ih,
+            d_b.narrow(0, hm, 3 * HIDDEN),
+            head.d_gate_w,
+            head.d_gate_b,
+            head.d_w,
+            head.d_b,
+        ];
+        debug_assert!(grads.iter().zip(self.parameters()).all(|(g, p)| g.size() == p.size()));
+        Gradients { loss: head.loss, grads }
     }
 
     fn bptt(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
@@ -134,14 +367,19 @@ impl Ggnn {
         let table = self.gate_table();
         let gates = input.edge_gates(&table);
         let (w, b) = self.fused_weights();
+        let pr = Products { bf16: bf16() };
+        // Right-hand sides: forward `Wᵀ`, backward `W`.
+        let (w_t, w_ih_t, w_op, w_ih_op) = (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr()), pr.operand(&w), pr.operand(&self.w_ih));
         let hm = EDGE_TYPES * HIDDEN;
         let mut h = h0.shallow_clone();
         let mut tape = Vec::with_capacity(steps.max(0) as usize);
         for _ in 0..steps {
-            let fused = linear(&h, &w, &b);
+            let h_op = pr.operand(&h);
+            let fused = if pr.bf16 { pr.mm(&h_op, &w_t) + &b } else { h.linear(&w, Some(&b)) };
             let gathered = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
             let a = input.aggregate(&(&gathered * &gates), n);
-            let gi = linear(&a, &self.w_ih, &self.b_ih);
+            let a_op = pr.operand(&a);
+            let gi = if pr.bf16 { pr.mm(&a_op, &w_ih_t) + &self.b_ih } else { a.linear(&self.w_ih, Some(&self.b_ih)) };
             let gh = fused.narrow(1, hm, 3 * HIDDEN);
             let rz = (gh.narrow(1, 0, h2) + gi.narrow(1, 0, h2)).sigmoid_();
             let ghn = gh.narrow(1, h2, HIDDEN).contiguous();
@@ -157,35 +395,13 @@ impl Ggnn {
             } else {
                 None
             };
-            tape.push(Step { h, gathered, a, rz, n: new, ghn, mask });
+            tape.push(Step { h, gathered, a, rz, n: new, ghn, h_op, a_op, mask });
             h = next;
         }
         let h_t = h;
 
-        // Readout and cross-entropy: logits = σ(F) ⊙ g.
-        let hc = Tensor::cat(&[&h_t, &h0], 1);
-        let f = hc.linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
-        let g = h_t.linear(&self.readout_w, Some(&self.readout_b));
-        let logits = &f * &g;
-        let classes = logits.size()[1];
-        let residual = logits.softmax(1, Kind::Float) - labels.one_hot(classes).to_kind(Kind::Float);
-        let (loss, dlogits) = if pos_weight == 1.0 {
-            (logits.cross_entropy_for_logits(labels), residual / n as f64)
-        } else {
-            let weights = class_weights(classes, pos_weight, device);
-            let per_node = weights.index_select(0, labels).unsqueeze(1);
-            let total = per_node.sum(Kind::Float);
-            let loss = logits.cross_entropy_loss::<Tensor>(labels, Some(weights), tch::Reduction::Mean, -100, 0.0);
-            (loss, residual * per_node / total)
-        };
-        let d_pre_f = &dlogits * &g * &f * one_minus(&f);
-        let dg = &dlogits * &f;
-        let d_readout_gate_w = d_pre_f.tr().mm(&hc);
-        let d_readout_gate_b = sum_rows(&d_pre_f);
-        let d_readout_w = dg.tr().mm(&h_t);
-        let d_readout_b = sum_rows(&dg);
-        let dhc = d_pre_f.mm(&self.readout_gate_w);
-        let mut dh = dg.mm(&self.readout_w) + dhc.narrow(1, 0, HIDDEN);
+        let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
+        let mut dh = head.dh_t.shallow_clone();
 
         // The scatter-add onto the rows of the fused product viewed as
         // [9N, 34], as one embedding bag (sum) per step: bag r holds the
@@ -215,9 +431,14 @@ impl Ggnn {
             let d_pre_n = dn * one_minus(&s.n.square());
             let d_pre_rz = Tensor::cat(&[&d_pre_n * &s.ghn, dz], 1) * &s.rz * one_minus(&s.rz);
             let dgi = Tensor::cat(&[&d_pre_rz, &d_pre_n], 1);
-            add_product(&mut d_w_ih, &dgi.tr(), &s.a);
+            let dgi_op = pr.operand(&dgi);
+            if pr.bf16 {
+                let _ = d_w_ih.g_add_(&pr.mm(&dgi_op.tr(), &s.a_op));
+            } else {
+                let _ = d_w_ih.addmm_(&dgi.tr(), &s.a);
+            }
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
-            let da = product(&dgi, &self.w_ih);
+            let da = pr.mm(&dgi_op, &w_ih_op);
             // Through the mean (a gather by target) and the gate.
             let mut d_edge = (da * &input.inv_degree).index_select(0, &input.targets);
             let _ = d_gates.addcmul_(&d_edge, &s.gathered);
@@ -228,15 +449,20 @@ impl Ggnn {
             let d_gh = d_fused.narrow(1, hm, 3 * HIDDEN);
             let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
             let _ = d_gh.narrow(1, h2, HIDDEN).copy_(&(&d_pre_n * &r));
-            add_product(&mut d_w, &d_fused.tr(), &s.h);
+            let d_fused_op = pr.operand(&d_fused);
+            if pr.bf16 {
+                let _ = d_w.g_add_(&pr.mm(&d_fused_op.tr(), &s.h_op));
+            } else {
+                let _ = d_w.addmm_(&d_fused.tr(), &s.h);
+            }
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = if bf16() { dh_direct + product(&d_fused, &w) } else { dh_direct.addmm(&d_fused, &w) };
+            dh = if pr.bf16 { dh_direct + pr.mm(&d_fused_op, &w_op) } else { dh_direct.addmm(&d_fused, &w) };
         }
         let d_messages_w = d_w.narrow(0, 0, hm);
         let d_w_hh = d_w.narrow(0, hm, 3 * HIDDEN);
         let d_messages_b = d_b.narrow(0, 0, hm);
         let d_b_hh = d_b.narrow(0, hm, 3 * HIDDEN);
-        let dh0 = dh + dhc.narrow(1, HIDDEN, HIDDEN);
+        let dh0 = dh + &head.dh0;
 
         let d_embedding = self.embedding.zeros_like().index_add_(0, &input.tokens, &dh0.narrow(1, 0, TEXT_DIM));
         // Gate table p = 2σ(P): dP = dp ⊙ p ⊙ (1 − p/2).
@@ -255,12 +481,51 @@ impl Ggnn {
             d_w_hh,
             d_b_ih,
             d_b_hh,
-            d_readout_gate_w,
-            d_readout_gate_b,
-            d_readout_w,
-            d_readout_b,
+            head.d_gate_w,
+            head.d_gate_b,
+            head.d_w,
+            head.d_b,
         ];
         debug_assert!(grads.iter().zip(self.parameters()).all(|(g, p)| g.size() == p.size()));
-        Gradients { loss, grads }
+        Gradients { loss: head.loss, grads }
+    }
+
+    /// The readout and the loss, forward and backward, from the final and
+    /// initial states.
+    fn readout_backward(&self, h_t: &Tensor, h0: &Tensor, labels: &Tensor, pos_weight: f64) -> Head {
+        let n = h_t.size()[0];
+        let device = self.device();
+        // Readout and cross-entropy: logits = σ(F) ⊙ g.
+        let hc = Tensor::cat(&[h_t, h0], 1);
+        let f = hc.linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        let g = h_t.linear(&self.readout_w, Some(&self.readout_b));
+        let logits = &f * &g;
+        let classes = logits.size()[1];
+        let residual = logits.softmax(1, Kind::Float) - labels.one_hot(classes).to_kind(Kind::Float);
+        let (loss, dlogits) = if pos_weight == 1.0 {
+            (logits.cross_entropy_for_logits(labels), residual / n as f64)
+        } else {
+            let weights = class_weights(classes, pos_weight, device);
+            let per_node = weights.index_select(0, labels).unsqueeze(1);
+            let total = per_node.sum(Kind::Float);
+            let loss = logits.cross_entropy_loss::<Tensor>(labels, Some(weights), tch::Reduction::Mean, -100, 0.0);
+            (loss, residual * per_node / total)
+        };
+        let d_pre_f = &dlogits * &g * &f * one_minus(&f);
+        let dg = &dlogits * &f;
+        let d_readout_gate_w = d_pre_f.tr().mm(&hc);
+        let d_readout_gate_b = sum_rows(&d_pre_f);
+        let d_readout_w = dg.tr().mm(h_t);
+        let d_readout_b = sum_rows(&dg);
+        let dhc = d_pre_f.mm(&self.readout_gate_w);
+        Head {
+            loss,
+            dh_t: dg.mm(&self.readout_w) + dhc.narrow(1, 0, HIDDEN),
+            dh0: dhc.narrow(1, HIDDEN, HIDDEN),
+            d_gate_w: d_readout_gate_w,
+            d_gate_b: d_readout_gate_b,
+            d_w: d_readout_w,
+            d_b: d_readout_b,
+        }
     }
 }

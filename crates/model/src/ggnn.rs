@@ -538,6 +538,22 @@ impl Ggnn {
         })
     }
 
+    /// The biases as the fused loops add them: the six edge-type biases
+    /// \[6 × 34\], and the GRU's ([`kernels::GruBias`]).
+    pub(crate) fn kernel_biases(&self) -> (Vec<f32>, kernels::GruBias) {
+        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
+        let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
+        let hd = HIDDEN as usize;
+        let mut bias = kernels::GruBias { r: [0.0; HIDDEN as usize], z: [0.0; HIDDEN as usize], i_n: [0.0; HIDDEN as usize], h_n: [0.0; HIDDEN as usize] };
+        for j in 0..hd {
+            bias.r[j] = b_ih[j] + b_hh[j];
+            bias.z[j] = b_ih[hd + j] + b_hh[hd + j];
+            bias.i_n[j] = b_ih[2 * hd + j];
+            bias.h_n[j] = b_hh[2 * hd + j];
+        }
+        (b_msg, bias)
+    }
+
     /// [`Ggnn::logits_inference`]'s function on the CPU, each step the
     /// products for the six edge maps and `W_hh` (306 columns), one loop
     /// for the gated mean ([`kernels::aggregate`]: straight from the
@@ -550,7 +566,7 @@ impl Ggnn {
     /// which MKL computes faster than one wide product. Buffers come from
     /// the workspace.
     fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
-        use kernels::{Bf16, Edges, GruBias, Layout, FUSED, GATES};
+        use kernels::{Bf16, Edges, Layout, FUSED, GATES};
         let n = input.nodes;
         let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
         // BF16 buffers are carved as f32 pairs (every width is even).
@@ -607,16 +623,7 @@ impl Ggnn {
             .into_iter()
             .map(|s| (s / EDGE_TYPES) as usize * f_layout.row + (s % EDGE_TYPES) as usize * f_layout.block)
             .collect();
-        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
-        let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
-        let hd = HIDDEN as usize;
-        let mut bias = GruBias { r: [0.0; HIDDEN as usize], z: [0.0; HIDDEN as usize], i_n: [0.0; HIDDEN as usize], h_n: [0.0; HIDDEN as usize] };
-        for j in 0..hd {
-            bias.r[j] = b_ih[j] + b_hh[j];
-            bias.z[j] = b_ih[hd + j] + b_hh[hd + j];
-            bias.i_n[j] = b_ih[2 * hd + j];
-            bias.h_n[j] = b_hh[2 * hd + j];
-        }
+        let (b_msg, bias) = self.kernel_biases();
         // SAFETY (every `view`/`view_mut` below): CPU tensors of the kind
         // named, contiguous, alive for the borrow, and the mutable ones
         // not aliased by any slice in use at the same time.
@@ -794,7 +801,7 @@ impl Ggnn {
 /// # Safety
 /// `T` matches `kind`; the tensor outlives the slice and is not written
 /// while it is borrowed.
-unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
+pub(crate) unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
     assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
     let len = t.numel();
     if len == 0 {
@@ -808,7 +815,7 @@ unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
 /// # Safety
 /// As [`view`], and no other slice of the tensor's memory is in use.
 #[allow(clippy::mut_from_ref)]
-unsafe fn view_mut<'a, T>(t: &'a Tensor, kind: Kind) -> &'a mut [T] {
+pub(crate) unsafe fn view_mut<'a, T>(t: &'a Tensor, kind: Kind) -> &'a mut [T] {
     assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
     let len = t.numel();
     if len == 0 {
@@ -821,7 +828,7 @@ unsafe fn view_mut<'a, T>(t: &'a Tensor, kind: Kind) -> &'a mut [T] {
 /// \[N, 34\], `w` \[B, 34, 34\], one product per block. (A batched product
 /// over `x` expanded to \[B, N, 34\] copies the expansion into a fresh
 /// tensor first: B copies of the state per step, and their allocation.)
-fn block_products(out: &Tensor, x: &Tensor, w: &Tensor) {
+pub(crate) fn block_products(out: &Tensor, x: &Tensor, w: &Tensor) {
     for b in 0..w.size()[0] {
         let _ = x.mm_out(&out.get(b), &w.get(b));
     }

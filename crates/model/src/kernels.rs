@@ -319,6 +319,259 @@ fn split2<A: Send, B: Send>(a: &mut [A], b: &mut [B], nodes: usize, threads: usi
     });
 }
 
+/// A buffer that threads write in disjoint row ranges.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared(*mut f32);
+
+// SAFETY: every user writes rows that no other thread touches.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    pub fn new(buffer: &mut [f32]) -> Shared {
+        Shared(buffer.as_mut_ptr())
+    }
+
+    /// Elements `start..start + len`.
+    ///
+    /// # Safety
+    /// In bounds, and written by this thread alone for the borrow.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+/// Runs `work(range)` over `0..nodes`, one contiguous range per thread.
+fn par_ranges(nodes: usize, threads: usize, work: impl Fn(std::ops::Range<usize>) + Sync) {
+    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
+    if threads == 1 {
+        return work(0..nodes);
+    }
+    let per = nodes.div_ceil(threads);
+    thread::scope(|s| {
+        for t in 1..threads {
+            let work = &work;
+            s.spawn(move || work((t * per).min(nodes)..((t + 1) * per).min(nodes)));
+        }
+        work(0..per.min(nodes));
+    });
+}
+
+/// What training's forward keeps of one GRU update, \[N, 34\] each: the
+/// reset and update gates, the candidate, and `W_hn h + b_hn`.
+pub(crate) struct GruTape {
+    pub r: Shared,
+    pub z: Shared,
+    pub n: Shared,
+    pub ghn: Shared,
+}
+
+/// [`gru`] for training: writes `next` and the tape.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gru_train<T: Elem>(
+    gi: Product<'_, T>,
+    fused: Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    next: &mut [f32],
+    tape: &GruTape,
+    threads: usize,
+) {
+    let nodes = h.len() / H;
+    let out = Shared::new(next);
+    par_ranges(nodes, threads, |range| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
+            return unsafe { gru_train_avx2(gi, fused, h, bias, out, tape, range) };
+        }
+        // SAFETY: rows of `range` only.
+        unsafe { gru_train_rows(gi, fused, h, bias, out, tape, range) }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gru_train_avx2<T: Elem>(
+    gi: Product<'_, T>,
+    fused: Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    out: Shared,
+    tape: &GruTape,
+    range: std::ops::Range<usize>,
+) {
+    gru_train_rows(gi, fused, h, bias, out, tape, range)
+}
+
+#[inline(always)]
+unsafe fn gru_train_rows<T: Elem>(
+    (gi, gl): Product<'_, T>,
+    (fused, fl): Product<'_, T>,
+    h: &[f32],
+    bias: &GruBias,
+    out: Shared,
+    tape: &GruTape,
+    range: std::ops::Range<usize>,
+) {
+    for v in range {
+        let x = |g: usize| &gi[v * gl.row + g * gl.block..][..H];
+        let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
+        let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
+        let hv = &h[v * H..][..H];
+        let (mut pr, mut pz, mut pxn, mut phn, mut ph) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
+        for j in 0..H {
+            pr[j] = xr[j].f32() + hr[j].f32() + bias.r[j];
+            pz[j] = xz[j].f32() + hz[j].f32() + bias.z[j];
+            pxn[j] = xn[j].f32() + bias.i_n[j];
+            phn[j] = hn[j].f32() + bias.h_n[j];
+            ph[j] = hv[j];
+        }
+        let (mut r, mut z, mut n, mut o) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
+        for j in 0..PADDED {
+            r[j] = sigmoid(pr[j]);
+            z[j] = sigmoid(pz[j]);
+            n[j] = tanh(pxn[j] + r[j] * phn[j]);
+            o[j] = n[j] + z[j] * (ph[j] - n[j]);
+        }
+        out.slice(v * H, H).copy_from_slice(&o[..H]);
+        tape.r.slice(v * H, H).copy_from_slice(&r[..H]);
+        tape.z.slice(v * H, H).copy_from_slice(&z[..H]);
+        tape.n.slice(v * H, H).copy_from_slice(&n[..H]);
+        tape.ghn.slice(v * H, H).copy_from_slice(&phn[..H]);
+    }
+}
+
+/// The GRU update's backward for every node, from `dh_new` (the gradient
+/// of the new state) and the step's tape: writes `dgi` \[N, 102\] (the
+/// gradient of `m · W_ihᵀ + b_ih`), the hidden gates' part of `d_fused`
+/// \[N, 306\] (columns 204..306, the gradient of `W_hh h + b_hh`), and
+/// `dh_direct` \[N, 34\] (the gradient reaching `h` through `z`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gru_backward(
+    dh_new: &[f32],
+    h: &[f32],
+    r: &[f32],
+    z: &[f32],
+    n: &[f32],
+    ghn: &[f32],
+    dgi: &mut [f32],
+    d_fused: &mut [f32],
+    dh_direct: &mut [f32],
+    threads: usize,
+) {
+    let nodes = h.len() / H;
+    let (dgi, d_fused, dh_direct) = (Shared::new(dgi), Shared::new(d_fused), Shared::new(dh_direct));
+    par_ranges(nodes, threads, |range| {
+        for v in range {
+            let row = |t: &'_ [f32]| -> [f32; H] { t[v * H..][..H].try_into().expect("34") };
+            let (dh, hv, rv, zv, nv, gv) = (row(dh_new), row(h), row(r), row(z), row(n), row(ghn));
+            // SAFETY: rows of `range` only.
+            let (gi_row, fu_row, direct) = unsafe { (dgi.slice(v * GATES, GATES), d_fused.slice(v * FUSED + 6 * H, GATES), dh_direct.slice(v * H, H)) };
+            for j in 0..H {
+                let dn = dh[j] * (1.0 - zv[j]);
+                let dz = dh[j] * (hv[j] - nv[j]);
+                direct[j] = dh[j] * zv[j];
+                let d_pre_n = dn * (1.0 - nv[j] * nv[j]);
+                let d_pre_r = d_pre_n * gv[j] * rv[j] * (1.0 - rv[j]);
+                let d_pre_z = dz * zv[j] * (1.0 - zv[j]);
+                gi_row[j] = d_pre_r;
+                gi_row[H + j] = d_pre_z;
+                gi_row[2 * H + j] = d_pre_n;
+                fu_row[j] = d_pre_r;
+                fu_row[H + j] = d_pre_z;
+                fu_row[2 * H + j] = d_pre_n * rv[j];
+            }
+        }
+    });
+}
+
+/// The edges grouped by the fused product's row they read (`9 · source +
+/// type`): row `q`'s edges are `edges[start[q]..start[q + 1]]`.
+pub(crate) struct ByRow {
+    pub start: Vec<usize>,
+    pub edges: Vec<usize>,
+}
+
+impl ByRow {
+    /// Counting sort of `rows` (each below `9 · nodes`), stable.
+    pub fn new(rows: &[i64], nodes: usize) -> ByRow {
+        let mut start = vec![0usize; FUSED / H * nodes + 1];
+        for &q in rows {
+            start[q as usize + 1] += 1;
+        }
+        for q in 1..start.len() {
+            start[q] += start[q - 1];
+        }
+        let mut next = start.clone();
+        let mut edges = vec![0usize; rows.len()];
+        for (e, &q) in rows.iter().enumerate() {
+            edges[next[q as usize]] = e;
+            next[q as usize] += 1;
+        }
+        ByRow { start, edges }
+    }
+}
+
+/// The aggregation's backward. With `s[v] = da[v] / indeg(v)`: the message
+/// rows of `d_fused` \[N, 306\] (columns 0..204: row `q`'s gradient is
+/// `Σ_{e reads q} s[target e] ⊙ gates[pos e]`, zero where no edge reads
+/// it), and `d_table` \[P, 34\] += `Σ_e s[target e] ⊙ (F[e] + bias[type e])`
+/// (the messages before gating, `fused` the step's product as in
+/// [`aggregate`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn aggregate_backward<T: Elem>(
+    da: &[f32],
+    inv_degree: &[f32],
+    fused: Product<'_, T>,
+    bias: &[f32],
+    gates: &[f32],
+    targets: &[i64],
+    positions: &[i64],
+    by_row: &ByRow,
+    d_fused: &mut [f32],
+    d_table: &mut [f32],
+    threads: usize,
+) {
+    let (fused, fl) = fused;
+    let nodes = da.len() / H;
+    let out = Shared::new(d_fused);
+    let partial = std::sync::Mutex::new(Vec::<Vec<f32>>::new());
+    par_ranges(nodes, threads, |range| {
+        let mut table = vec![0f32; d_table.len()];
+        for v in range {
+            for t in 0..6 {
+                let q = v * 9 + t;
+                let mut acc = [0f32; H];
+                let m = &fused[v * fl.row + t * fl.block..][..H];
+                let b = &bias[t * H..][..H];
+                for &e in &by_row.edges[by_row.start[q]..by_row.start[q + 1]] {
+                    let target = targets[e] as usize;
+                    let scale = inv_degree[target];
+                    let d = &da[target * H..][..H];
+                    let p = positions[e] as usize;
+                    let g = &gates[p * H..][..H];
+                    let dt = &mut table[p * H..][..H];
+                    for j in 0..H {
+                        let s = d[j] * scale;
+                        acc[j] += s * g[j];
+                        dt[j] += s * (m[j].f32() + b[j]);
+                    }
+                }
+                // SAFETY: node `v`'s message columns, written by this thread alone.
+                unsafe { out.slice(v * FUSED + t * H, H) }.copy_from_slice(&acc);
+            }
+        }
+        partial.lock().unwrap_or_else(|p| p.into_inner()).push(table);
+    });
+    for table in partial.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        for (d, s) in d_table.iter_mut().zip(&table) {
+            *d += s;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,11 +115,16 @@ fn gradients_match_autograd_on_the_hand_built_graph() {
 /// A seeded random batch: two graphs, every edge type, positions up to 9,
 /// nodes without incoming edges, unknown tokens.
 fn random_batch(seed: u64) -> (Vocabulary, Batch) {
+    sized_random_batch(seed, &[150, 90])
+}
+
+/// [`random_batch`] with graphs of the given sizes.
+fn sized_random_batch(seed: u64, sizes: &[usize]) -> (Vocabulary, Batch) {
     let mut rng = SplitMix64::new(seed);
     let texts: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
     let vocab = vocabulary(&texts[..30]);
     let mut inputs = Vec::new();
-    for n in [150usize, 90] {
+    for &n in sizes {
         let nodes: Vec<&str> = (0..n).map(|_| texts[rng.below(40) as usize].as_str()).collect();
         let mut edges = Vec::new();
         for (flow, count) in [(Flow::Control, n / 2), (Flow::Data, n), (Flow::Call, n / 8)] {
@@ -182,4 +187,29 @@ fn weighted_loss_gradients_match_autograd() {
     // With dropout too (the same masks for both).
     let ours = weighted_by_hand(&model, &prepared, 6, true, 2, 20.0);
     compare(&model, &ours, &weighted_autograd(&model, &prepared, 6, true, 2, 20.0), 1e-4);
+}
+
+/// On the CPU the training step runs fused loops (`kernels.rs`), split
+/// over the intra-op threads; their loss and gradients are libtorch's
+/// operations' (the path other devices take), on a batch large enough to
+/// be split, at 1, 2 and 3 threads, with dropout and a weighted loss.
+#[test]
+fn fused_training_loops_match_libtorch_operations_at_any_thread_count() {
+    let _generator = generator();
+    let (vocab, batch) = sized_random_batch(9, &[2600, 1900]);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(13);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let before = tch::get_num_threads();
+    for threads in [1, 2, 3] {
+        tch::set_num_threads(threads);
+        let run = |fused: bool| {
+            tch::manual_seed(3);
+            let g = model.loss_and_gradients_with(&prepared, 8, true, 3.0, fused);
+            (g.loss.double_value(&[]), g.grads)
+        };
+        compare(&model, &run(true), &run(false), 1e-4);
+    }
+    tch::set_num_threads(before);
 }

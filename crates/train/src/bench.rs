@@ -188,7 +188,12 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
         nodes_per_s: nodes as f64 / m,
         graphs_per_s: batch.graph_count() as f64 / m,
         gflops: FLOP_PER_NODE_STEP * nodes as f64 * steps as f64 * factor / m / 1e9,
-        matmul_gflops: matmul_gflops(nodes, device, Kind::Float),
+        // The reference product in the precision the model's products use.
+        matmul_gflops: matmul_gflops(
+            nodes,
+            device,
+            if programl_model::matmul_precision() == programl_model::Precision::Bf16 { Kind::BFloat16 } else { Kind::Float },
+        ),
         peak_rss_mb: programl_dataset::build::peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
     })
 }
