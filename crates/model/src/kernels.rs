@@ -537,8 +537,11 @@ pub(crate) fn aggregate_backward<T: Elem>(
     let (fused, fl) = fused;
     let nodes = da.len() / H;
     let out = Shared::new(d_fused);
-    let partial = std::sync::Mutex::new(Vec::<Vec<f32>>::new());
+    // Each thread's share of d_table, summed in the order of their node
+    // ranges (not of their finishing): the same bits on every run.
+    let partial = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
     par_ranges(nodes, threads, |range| {
+        let first = range.start;
         let mut table = vec![0f32; d_table.len()];
         for v in range {
             for t in 0..6 {
@@ -563,9 +566,11 @@ pub(crate) fn aggregate_backward<T: Elem>(
                 unsafe { out.slice(v * FUSED + t * H, H) }.copy_from_slice(&acc);
             }
         }
-        partial.lock().unwrap_or_else(|p| p.into_inner()).push(table);
+        partial.lock().unwrap_or_else(|p| p.into_inner()).push((first, table));
     });
-    for table in partial.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    let mut partial = partial.into_inner().unwrap_or_else(|p| p.into_inner());
+    partial.sort_by_key(|(first, _)| *first);
+    for (_, table) in partial {
         for (d, s) in d_table.iter_mut().zip(&table) {
             *d += s;
         }
