@@ -187,9 +187,16 @@ impl Ggnn {
         // FP32 ones one per block of 34 columns (MKL is faster so),
         // block-major [9, N, 34] and [3, N, 34].
         let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
-        let (w_f, w_i) = if pr.bf16 { (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr())) } else { (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3)) };
-        let (layout, gi_layout) =
-            if pr.bf16 { (Layout::row_major(FUSED / 34), Layout::row_major(GATES / 34)) } else { (Layout::block_major(nodes), Layout::block_major(nodes)) };
+        let (w_f, w_i) = if pr.bf16 {
+            (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr()))
+        } else {
+            (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3))
+        };
+        let (layout, gi_layout) = if pr.bf16 {
+            (Layout::row_major(FUSED / 34), Layout::row_major(GATES / 34))
+        } else {
+            (Layout::block_major(nodes), Layout::block_major(nodes))
+        };
         // x · w in that arrangement, `blocks` blocks of it (the backward
         // needs only the six message blocks of F again).
         let product = |x: &Tensor, w: &Tensor, blocks: i64| -> Tensor {
@@ -203,7 +210,8 @@ impl Ggnn {
         };
         let (b_msg, bias) = self.kernel_biases();
         let rows: Vec<i64> = Vec::<i64>::try_from(&input.fused_rows).expect("edge rows");
-        let offsets: Vec<usize> = rows.iter().map(|&q| (q / FUSED_BLOCKS) as usize * layout.row + (q % FUSED_BLOCKS) as usize * layout.block).collect();
+        let offsets: Vec<usize> =
+            rows.iter().map(|&q| (q / FUSED_BLOCKS) as usize * layout.row + (q % FUSED_BLOCKS) as usize * layout.block).collect();
         let (crow, types, pos, targets) = (
             Vec::<i64>::try_from(&input.crow).expect("crow"),
             Vec::<i64>::try_from(&input.edge_types).expect("types"),
@@ -252,15 +260,31 @@ impl Ggnn {
                 };
                 let (gl, fl) = (gi_layout, layout);
                 match pr.bf16 {
-                    true => kernels::gru_train::<Bf16>((view(&gi, kind), gl), (view(&f, kind), fl), view(&h, Kind::Float), &bias, view_mut(&next, Kind::Float), &tape_out, threads),
-                    false => kernels::gru_train::<f32>((view(&gi, kind), gl), (view(&f, kind), fl), view(&h, Kind::Float), &bias, view_mut(&next, Kind::Float), &tape_out, threads),
+                    true => kernels::gru_train::<Bf16>(
+                        (view(&gi, kind), gl),
+                        (view(&f, kind), fl),
+                        view(&h, Kind::Float),
+                        &bias,
+                        view_mut(&next, Kind::Float),
+                        &tape_out,
+                        threads,
+                    ),
+                    false => kernels::gru_train::<f32>(
+                        (view(&gi, kind), gl),
+                        (view(&f, kind), fl),
+                        view(&h, Kind::Float),
+                        &bias,
+                        view_mut(&next, Kind::Float),
+                        &tape_out,
+                        threads,
+                    ),
                 }
             }
             let mask = if dropout {
                 let mut m = h.empty_like();
                 let _ = m.bernoulli_float_(1.0 - p);
                 let _ = m.g_div_scalar_(1.0 - p);
-                next = next * &m;
+                next *= &m;
                 Some(m)
             } else {
                 None
@@ -314,8 +338,32 @@ impl Ggnn {
             unsafe {
                 let (d, fu) = (view(&da, Kind::Float), view_mut(&d_fused, Kind::Float));
                 match pr.bf16 {
-                    true => kernels::aggregate_backward::<Bf16>(d, &inv_degree, (view(&f, kind), Layout::row_major(EDGE_TYPES as usize)), &b_msg, gates, &targets, &pos, &by_row, fu, &mut d_table, threads),
-                    false => kernels::aggregate_backward::<f32>(d, &inv_degree, (view(&f, kind), layout), &b_msg, gates, &targets, &pos, &by_row, fu, &mut d_table, threads),
+                    true => kernels::aggregate_backward::<Bf16>(
+                        d,
+                        &inv_degree,
+                        (view(&f, kind), Layout::row_major(EDGE_TYPES as usize)),
+                        &b_msg,
+                        gates,
+                        &targets,
+                        &pos,
+                        &by_row,
+                        fu,
+                        &mut d_table,
+                        threads,
+                    ),
+                    false => kernels::aggregate_backward::<f32>(
+                        d,
+                        &inv_degree,
+                        (view(&f, kind), layout),
+                        &b_msg,
+                        gates,
+                        &targets,
+                        &pos,
+                        &by_row,
+                        fu,
+                        &mut d_table,
+                        threads,
+                    ),
                 }
             }
             let d_fused_op = pr.operand(&d_fused);
@@ -390,7 +438,7 @@ impl Ggnn {
                 let mut m = h.empty_like();
                 let _ = m.bernoulli_float_(1.0 - p);
                 let _ = m.g_div_scalar_(1.0 - p);
-                next = next * &m;
+                next *= &m;
                 Some(m)
             } else {
                 None

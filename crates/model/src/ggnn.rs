@@ -544,7 +544,12 @@ impl Ggnn {
         let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
         let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
         let hd = HIDDEN as usize;
-        let mut bias = kernels::GruBias { r: [0.0; HIDDEN as usize], z: [0.0; HIDDEN as usize], i_n: [0.0; HIDDEN as usize], h_n: [0.0; HIDDEN as usize] };
+        let mut bias = kernels::GruBias {
+            r: [0.0; HIDDEN as usize],
+            z: [0.0; HIDDEN as usize],
+            i_n: [0.0; HIDDEN as usize],
+            h_n: [0.0; HIDDEN as usize],
+        };
         for j in 0..hd {
             bias.r[j] = b_ih[j] + b_hh[j];
             bias.z[j] = b_ih[hd + j] + b_hh[hd + j];
@@ -594,7 +599,8 @@ impl Ggnn {
         let mut h_b = h_b.view_dtype(Kind::BFloat16);
         let selector = self.selector_table.index_select(0, &input.selector);
         let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
-        let table = (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
+        let table =
+            (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
         let (w, _) = self.fused_weights();
         // Right-hand sides: [34, 306] and [34, 102], or per block [B, 34, 34].
         let (w_f, w_ih) = if bf16 {
@@ -609,7 +615,8 @@ impl Ggnn {
         } else {
             (Layout::block_major(nodes), Layout::block_major(nodes))
         };
-        let (f_out, gi_out) = if bf16 { (f.shallow_clone(), gi.shallow_clone()) } else { (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN])) };
+        let (f_out, gi_out) =
+            if bf16 { (f.shallow_clone(), gi.shallow_clone()) } else { (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN])) };
         let product = |out: &Tensor, x: &Tensor, w: &Tensor| {
             if bf16 {
                 let _ = x.mm_out(out, w);
@@ -801,7 +808,7 @@ impl Ggnn {
 /// # Safety
 /// `T` matches `kind`; the tensor outlives the slice and is not written
 /// while it is borrowed.
-pub(crate) unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
+pub(crate) unsafe fn view<T>(t: &Tensor, kind: Kind) -> &[T] {
     assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
     let len = t.numel();
     if len == 0 {
@@ -815,7 +822,7 @@ pub(crate) unsafe fn view<'a, T>(t: &'a Tensor, kind: Kind) -> &'a [T] {
 /// # Safety
 /// As [`view`], and no other slice of the tensor's memory is in use.
 #[allow(clippy::mut_from_ref)]
-pub(crate) unsafe fn view_mut<'a, T>(t: &'a Tensor, kind: Kind) -> &'a mut [T] {
+pub(crate) unsafe fn view_mut<T>(t: &Tensor, kind: Kind) -> &mut [T] {
     assert!(t.kind() == kind && t.is_contiguous() && t.device() == Device::Cpu, "a contiguous CPU {kind:?} tensor");
     let len = t.numel();
     if len == 0 {

@@ -464,11 +464,54 @@ pub(crate) fn gru_backward(
     let nodes = h.len() / H;
     let (dgi, d_fused, dh_direct) = (Shared::new(dgi), Shared::new(d_fused), Shared::new(dh_direct));
     par_ranges(nodes, threads, |range| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
+            return unsafe { gru_backward_avx2(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) };
+        }
+        // SAFETY: rows of `range` only.
+        unsafe { gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gru_backward_avx2(
+    dh_new: &[f32],
+    h: &[f32],
+    r: &[f32],
+    z: &[f32],
+    n: &[f32],
+    ghn: &[f32],
+    dgi: Shared,
+    d_fused: Shared,
+    dh_direct: Shared,
+    range: std::ops::Range<usize>,
+) {
+    gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gru_backward_rows(
+    dh_new: &[f32],
+    h: &[f32],
+    r: &[f32],
+    z: &[f32],
+    n: &[f32],
+    ghn: &[f32],
+    dgi: Shared,
+    d_fused: Shared,
+    dh_direct: Shared,
+    range: std::ops::Range<usize>,
+) {
+    {
         for v in range {
             let row = |t: &'_ [f32]| -> [f32; H] { t[v * H..][..H].try_into().expect("34") };
             let (dh, hv, rv, zv, nv, gv) = (row(dh_new), row(h), row(r), row(z), row(n), row(ghn));
-            // SAFETY: rows of `range` only.
-            let (gi_row, fu_row, direct) = unsafe { (dgi.slice(v * GATES, GATES), d_fused.slice(v * FUSED + 6 * H, GATES), dh_direct.slice(v * H, H)) };
+            let (gi_row, fu_row, direct) =
+                (dgi.slice(v * GATES, GATES), d_fused.slice(v * FUSED + 6 * H, GATES), dh_direct.slice(v * H, H));
             for j in 0..H {
                 let dn = dh[j] * (1.0 - zv[j]);
                 let dz = dh[j] * (hv[j] - nv[j]);
@@ -484,7 +527,7 @@ pub(crate) fn gru_backward(
                 fu_row[2 * H + j] = d_pre_n * rv[j];
             }
         }
-    });
+    }
 }
 
 /// The edges grouped by the fused product's row they read (`9 · source +
@@ -543,6 +586,64 @@ pub(crate) fn aggregate_backward<T: Elem>(
     par_ranges(nodes, threads, |range| {
         let first = range.start;
         let mut table = vec![0f32; d_table.len()];
+        let run = |table: &mut [f32]| {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
+                return unsafe {
+                    edges_backward_avx2(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone())
+                };
+            }
+            // SAFETY: rows of `range` only.
+            unsafe { edges_backward_rows(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone()) }
+        };
+        run(&mut table);
+        partial.lock().unwrap_or_else(|p| p.into_inner()).push((first, table));
+    });
+    let mut partial = partial.into_inner().unwrap_or_else(|p| p.into_inner());
+    partial.sort_by_key(|(first, _)| *first);
+    for (_, table) in partial {
+        for (d, s) in d_table.iter_mut().zip(&table) {
+            *d += s;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn edges_backward_avx2<T: Elem>(
+    da: &[f32],
+    inv_degree: &[f32],
+    fused: Product<'_, T>,
+    bias: &[f32],
+    gates: &[f32],
+    targets: &[i64],
+    positions: &[i64],
+    by_row: &ByRow,
+    out: Shared,
+    table: &mut [f32],
+    range: std::ops::Range<usize>,
+) {
+    edges_backward_rows(da, inv_degree, fused, bias, gates, targets, positions, by_row, out, table, range)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn edges_backward_rows<T: Elem>(
+    da: &[f32],
+    inv_degree: &[f32],
+    (fused, fl): Product<'_, T>,
+    bias: &[f32],
+    gates: &[f32],
+    targets: &[i64],
+    positions: &[i64],
+    by_row: &ByRow,
+    out: Shared,
+    table: &mut [f32],
+    range: std::ops::Range<usize>,
+) {
+    {
         for v in range {
             for t in 0..6 {
                 let q = v * 9 + t;
@@ -562,17 +663,9 @@ pub(crate) fn aggregate_backward<T: Elem>(
                         dt[j] += s * (m[j].f32() + b[j]);
                     }
                 }
-                // SAFETY: node `v`'s message columns, written by this thread alone.
-                unsafe { out.slice(v * FUSED + t * H, H) }.copy_from_slice(&acc);
+                // Node `v`'s message columns, written by this thread alone.
+                out.slice(v * FUSED + t * H, H).copy_from_slice(&acc);
             }
-        }
-        partial.lock().unwrap_or_else(|p| p.into_inner()).push((first, table));
-    });
-    let mut partial = partial.into_inner().unwrap_or_else(|p| p.into_inner());
-    partial.sort_by_key(|(first, _)| *first);
-    for (_, table) in partial {
-        for (d, s) in d_table.iter_mut().zip(&table) {
-            *d += s;
         }
     }
 }

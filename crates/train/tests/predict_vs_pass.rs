@@ -117,8 +117,11 @@ fn pass_predict_and_eval_agree() {
         for file in &files {
             let annotated = tmp.path().join(format!("{task}-{dtype}-{}", file.file_name().unwrap().to_string_lossy()));
             let before = std::fs::read_to_string(&sidecar).map(|s| s.lines().count()).unwrap_or(0);
-            let pass =
-                format!("programl-infer<model={};device=cpu;threads=1;dtype={dtype};verify;sidecar={}>", bundle.display(), sidecar.display());
+            let pass = format!(
+                "programl-infer<model={};device=cpu;threads=1;dtype={dtype};verify;sidecar={}>",
+                bundle.display(),
+                sidecar.display()
+            );
             let out = run(Command::new(tool("opt"))
                 .arg(format!("-load-pass-plugin={}", plugin.display()))
                 .arg(format!("-passes={pass}"))
@@ -231,7 +234,10 @@ fn pass_predict_and_eval_agree() {
         // BF16's rounding, carried over T = 30 recurrent steps: small on
         // average, and a node near the boundary may cross it (2 of 3,840
         // here; val F1 moved by at most 0.0004 on every task).
-        assert!(drift > 0.0 && mean < 0.01 && flipped * 100 < full.len(), "dtype=bf16 against f32: max {drift}, mean {mean}, {flipped} flipped");
+        assert!(
+            drift > 0.0 && mean < 0.01 && flipped * 100 < full.len(),
+            "dtype=bf16 against f32: max {drift}, mean {mean}, {flipped} flipped"
+        );
     } else {
         assert_eq!(drift, 0.0, "no BF16 on this CPU: FP32's probabilities");
     }
