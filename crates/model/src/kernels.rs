@@ -232,6 +232,41 @@ unsafe fn gru_avx2<T: Elem, C: Elem>(
     gru_rows(gi, fused, h, bias, first, next, copy)
 }
 
+/// One node's GRU update, padded to whole vectors (the transcendental
+/// loop has no scalar tail): its gates, its candidate, `W_hn h + b_hn`
+/// and its new state; entries past 34 are padding.
+struct GruRow {
+    r: [f32; PADDED],
+    z: [f32; PADDED],
+    n: [f32; PADDED],
+    phn: [f32; PADDED],
+    h: [f32; PADDED],
+}
+
+#[inline(always)]
+fn gru_row<T: Elem>((gi, gl): Product<'_, T>, (fused, fl): Product<'_, T>, h: &[f32], bias: &GruBias, v: usize) -> GruRow {
+    let x = |g: usize| &gi[v * gl.row + g * gl.block..][..H];
+    let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
+    let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
+    let hv = &h[v * H..][..H];
+    let (mut pr, mut pz, mut pxn, mut phn, mut ph) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
+    for j in 0..H {
+        pr[j] = xr[j].f32() + hr[j].f32() + bias.r[j];
+        pz[j] = xz[j].f32() + hz[j].f32() + bias.z[j];
+        pxn[j] = xn[j].f32() + bias.i_n[j];
+        phn[j] = hn[j].f32() + bias.h_n[j];
+        ph[j] = hv[j];
+    }
+    let mut row = GruRow { r: [0.0; PADDED], z: [0.0; PADDED], n: [0.0; PADDED], phn, h: [0.0; PADDED] };
+    for j in 0..PADDED {
+        row.r[j] = sigmoid(pr[j]);
+        row.z[j] = sigmoid(pz[j]);
+        row.n[j] = tanh(pxn[j] + row.r[j] * phn[j]);
+        row.h[j] = row.n[j] + row.z[j] * (ph[j] - row.n[j]);
+    }
+    row
+}
+
 #[inline(always)]
 fn gru_rows<T: Elem, C: Elem>(
     (gi, gl): Product<'_, T>,
@@ -243,29 +278,8 @@ fn gru_rows<T: Elem, C: Elem>(
     mut copy: Option<&mut [C]>,
 ) {
     for (i, row) in next.chunks_exact_mut(H).enumerate() {
-        let v = first + i;
-        let x = |g: usize| &gi[v * gl.row + g * gl.block..][..H];
-        let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
-        let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
-        let hv = &h[v * H..][..H];
-        // The pre-activations, padded to whole vectors so that the
-        // transcendental loop has no scalar tail.
-        let (mut pr, mut pz, mut pxn, mut phn, mut ph) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
-        for j in 0..H {
-            pr[j] = xr[j].f32() + hr[j].f32() + bias.r[j];
-            pz[j] = xz[j].f32() + hz[j].f32() + bias.z[j];
-            pxn[j] = xn[j].f32() + bias.i_n[j];
-            phn[j] = hn[j].f32() + bias.h_n[j];
-            ph[j] = hv[j];
-        }
-        let mut out = [0f32; PADDED];
-        for j in 0..PADDED {
-            let r = sigmoid(pr[j]);
-            let z = sigmoid(pz[j]);
-            let n = tanh(pxn[j] + r * phn[j]);
-            out[j] = n + z * (ph[j] - n);
-        }
-        let out = &out[..H];
+        let out = gru_row((gi, gl), (fused, fl), h, bias, first + i);
+        let out = &out.h[..H];
         row.copy_from_slice(out);
         if let Some(c) = copy.as_deref_mut() {
             for (d, s) in c[i * H..][..H].iter_mut().zip(out) {
@@ -416,25 +430,7 @@ unsafe fn gru_train_rows<T: Elem>(
     range: std::ops::Range<usize>,
 ) {
     for v in range {
-        let x = |g: usize| &gi[v * gl.row + g * gl.block..][..H];
-        let hh = |g: usize| &fused[v * fl.row + (6 + g) * fl.block..][..H];
-        let (xr, xz, xn, hr, hz, hn) = (x(0), x(1), x(2), hh(0), hh(1), hh(2));
-        let hv = &h[v * H..][..H];
-        let (mut pr, mut pz, mut pxn, mut phn, mut ph) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
-        for j in 0..H {
-            pr[j] = xr[j].f32() + hr[j].f32() + bias.r[j];
-            pz[j] = xz[j].f32() + hz[j].f32() + bias.z[j];
-            pxn[j] = xn[j].f32() + bias.i_n[j];
-            phn[j] = hn[j].f32() + bias.h_n[j];
-            ph[j] = hv[j];
-        }
-        let (mut r, mut z, mut n, mut o) = ([0f32; PADDED], [0f32; PADDED], [0f32; PADDED], [0f32; PADDED]);
-        for j in 0..PADDED {
-            r[j] = sigmoid(pr[j]);
-            z[j] = sigmoid(pz[j]);
-            n[j] = tanh(pxn[j] + r[j] * phn[j]);
-            o[j] = n[j] + z[j] * (ph[j] - n[j]);
-        }
+        let GruRow { r, z, n, phn, h: o } = gru_row((gi, gl), (fused, fl), h, bias, v);
         out.slice(v * H, H).copy_from_slice(&o[..H]);
         tape.r.slice(v * H, H).copy_from_slice(&r[..H]);
         tape.z.slice(v * H, H).copy_from_slice(&z[..H]);
