@@ -95,6 +95,21 @@ impl Products {
         }
     }
 
+    /// `acc += a · b`, each factor given as (FP32 tensor, its operand):
+    /// one `addmm_` in FP32, the BF16 product added otherwise.
+    fn accumulate(self, acc: &mut Tensor, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor)) {
+        let _ = if self.bf16 { acc.g_add_(&self.mm(a.1, b.1)) } else { acc.addmm_(a.0, b.0) };
+    }
+
+    /// `x + a · b`, the factors as in [`Products::accumulate`].
+    fn plus_product(self, x: &Tensor, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor)) -> Tensor {
+        if self.bf16 {
+            x + self.mm(a.1, b.1)
+        } else {
+            x.addmm(a.0, b.0)
+        }
+    }
+
     /// `a · b` of two operands, as FP32.
     fn mm(self, a: &Tensor, b: &Tensor) -> Tensor {
         let r = a.mm(b);
@@ -165,7 +180,7 @@ impl Ggnn {
     /// as in [`Ggnn::bptt`].
     fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
         use crate::ggnn::{block_products, view, view_mut};
-        use crate::kernels::{self, Bf16, ByRow, Edges, GruTape, Layout, Shared, FUSED, GATES};
+        use crate::kernels::{self, ByRow, Edges, GruTape, Layout, Shared, FUSED, GATES};
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let nodes = n as usize;
@@ -243,10 +258,7 @@ impl Ggnn {
             let a = Tensor::empty([n, 34], float);
             unsafe {
                 let out: &mut [f32] = view_mut(&a, Kind::Float);
-                match pr.bf16 {
-                    true => kernels::aggregate::<Bf16, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads),
-                    false => kernels::aggregate::<f32, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads),
-                }
+                kernels::with_elem!(pr.bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads));
             }
             let a_op = pr.operand(&a);
             let gi = product(&a_op, &w_i, 3);
@@ -259,8 +271,9 @@ impl Ggnn {
                     ghn: Shared::new(view_mut(&ghn, Kind::Float)),
                 };
                 let (gl, fl) = (gi_layout, layout);
-                match pr.bf16 {
-                    true => kernels::gru_train::<Bf16>(
+                kernels::with_elem!(
+                    pr.bf16,
+                    T => kernels::gru_train::<T>(
                         (view(&gi, kind), gl),
                         (view(&f, kind), fl),
                         view(&h, Kind::Float),
@@ -268,17 +281,8 @@ impl Ggnn {
                         view_mut(&next, Kind::Float),
                         &tape_out,
                         threads,
-                    ),
-                    false => kernels::gru_train::<f32>(
-                        (view(&gi, kind), gl),
-                        (view(&f, kind), fl),
-                        view(&h, Kind::Float),
-                        &bias,
-                        view_mut(&next, Kind::Float),
-                        &tape_out,
-                        threads,
-                    ),
-                }
+                    )
+                );
             }
             let mask = if dropout {
                 let mut m = h.empty_like();
@@ -327,21 +331,20 @@ impl Ggnn {
                 );
             }
             let dgi_op = pr.operand(&dgi);
-            if pr.bf16 {
-                let _ = d_w_ih.g_add_(&pr.mm(&dgi_op.tr(), &s.a_op));
-            } else {
-                let _ = d_w_ih.addmm_(&dgi.tr(), &s.a);
-            }
+            pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
             let da = pr.mm(&dgi_op, &w_ih_op).contiguous();
             let f = product(&s.h_op, &w_f, EDGE_TYPES);
             unsafe {
                 let (d, fu) = (view(&da, Kind::Float), view_mut(&d_fused, Kind::Float));
-                match pr.bf16 {
-                    true => kernels::aggregate_backward::<Bf16>(
+                // The recomputed product holds the six message blocks only.
+                let back = if pr.bf16 { Layout::row_major(EDGE_TYPES as usize) } else { layout };
+                kernels::with_elem!(
+                    pr.bf16,
+                    T => kernels::aggregate_backward::<T>(
                         d,
                         &inv_degree,
-                        (view(&f, kind), Layout::row_major(EDGE_TYPES as usize)),
+                        (view(&f, kind), back),
                         &b_msg,
                         gates,
                         &targets,
@@ -350,30 +353,13 @@ impl Ggnn {
                         fu,
                         &mut d_table,
                         threads,
-                    ),
-                    false => kernels::aggregate_backward::<f32>(
-                        d,
-                        &inv_degree,
-                        (view(&f, kind), layout),
-                        &b_msg,
-                        gates,
-                        &targets,
-                        &pos,
-                        &by_row,
-                        fu,
-                        &mut d_table,
-                        threads,
-                    ),
-                }
+                    )
+                );
             }
             let d_fused_op = pr.operand(&d_fused);
-            if pr.bf16 {
-                let _ = d_w.g_add_(&pr.mm(&d_fused_op.tr(), &s.h_op));
-            } else {
-                let _ = d_w.addmm_(&d_fused.tr(), &s.h);
-            }
+            pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = if pr.bf16 { dh_direct + pr.mm(&d_fused_op, &w_op) } else { dh_direct.addmm(&d_fused, &w) };
+            dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
         }
         let hm = EDGE_TYPES * HIDDEN;
         let dh0 = dh + &head.dh0;
@@ -480,11 +466,7 @@ impl Ggnn {
             let d_pre_rz = Tensor::cat(&[&d_pre_n * &s.ghn, dz], 1) * &s.rz * one_minus(&s.rz);
             let dgi = Tensor::cat(&[&d_pre_rz, &d_pre_n], 1);
             let dgi_op = pr.operand(&dgi);
-            if pr.bf16 {
-                let _ = d_w_ih.g_add_(&pr.mm(&dgi_op.tr(), &s.a_op));
-            } else {
-                let _ = d_w_ih.addmm_(&dgi.tr(), &s.a);
-            }
+            pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
             let da = pr.mm(&dgi_op, &w_ih_op);
             // Through the mean (a gather by target) and the gate.
@@ -498,13 +480,9 @@ impl Ggnn {
             let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
             let _ = d_gh.narrow(1, h2, HIDDEN).copy_(&(&d_pre_n * &r));
             let d_fused_op = pr.operand(&d_fused);
-            if pr.bf16 {
-                let _ = d_w.g_add_(&pr.mm(&d_fused_op.tr(), &s.h_op));
-            } else {
-                let _ = d_w.addmm_(&d_fused.tr(), &s.h);
-            }
+            pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = if pr.bf16 { dh_direct + pr.mm(&d_fused_op, &w_op) } else { dh_direct.addmm(&d_fused, &w) };
+            dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
         }
         let d_messages_w = d_w.narrow(0, 0, hm);
         let d_w_hh = d_w.narrow(0, hm, 3 * HIDDEN);

@@ -571,7 +571,7 @@ impl Ggnn {
     /// which MKL computes faster than one wide product. Buffers come from
     /// the workspace.
     fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
-        use kernels::{Bf16, Edges, Layout, FUSED, GATES};
+        use kernels::{Edges, Layout, FUSED, GATES};
         let n = input.nodes;
         let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
         // BF16 buffers are carved as f32 pairs (every width is even).
@@ -653,33 +653,22 @@ impl Ggnn {
             let next = &states[(step % 2) as usize];
             product(&f_out, if bf16 { &h_b } else { &h }, &w_f);
             unsafe {
-                match bf16 {
-                    true => kernels::aggregate::<Bf16, Bf16>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads),
-                    false => kernels::aggregate::<f32, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads),
-                }
+                kernels::with_elem!(bf16, T => kernels::aggregate::<T, T>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads));
             }
             product(&gi_out, &m, &w_ih);
             unsafe {
-                match bf16 {
-                    true => kernels::gru::<Bf16>(
+                kernels::with_elem!(
+                    bf16,
+                    T => kernels::gru::<T>(
                         (view(&gi, kind), gi_layout),
                         (view(&f, kind), f_layout),
                         view(&h, Kind::Float),
                         &bias,
                         view_mut(next, Kind::Float),
-                        Some(view_mut(&h_b, kind)),
+                        bf16.then(|| view_mut(&h_b, kind)),
                         threads,
-                    ),
-                    false => kernels::gru::<f32>(
-                        (view(&gi, kind), gi_layout),
-                        (view(&f, kind), f_layout),
-                        view(&h, Kind::Float),
-                        &bias,
-                        view_mut(next, Kind::Float),
-                        None,
-                        threads,
-                    ),
-                }
+                    )
+                );
             }
             h = next.shallow_clone();
         }

@@ -113,6 +113,21 @@ impl Layout {
     }
 }
 
+/// Runs `$body` with the type `$T` bound to [`Bf16`] when `$bf16`, else to
+/// `f32`: one call site for the two element types of the products.
+macro_rules! with_elem {
+    ($bf16:expr, $T:ident => $body:expr) => {
+        if $bf16 {
+            type $T = $crate::kernels::Bf16;
+            $body
+        } else {
+            type $T = f32;
+            $body
+        }
+    };
+}
+pub(crate) use with_elem;
+
 /// The edges of a batch as the aggregation reads them, sorted by target.
 pub(crate) struct Edges<'a> {
     /// `crow[v]..crow[v + 1]` are node `v`'s incoming edges.
