@@ -16,6 +16,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROGRAML_SKIP_BUILD=1 source "$root/scripts/bootstrap.sh" </dev/null >/dev/null
 rounds="${1:-3}"
 threads="${2:-2}"
+for arg in "ROUNDS=$rounds" "THREADS=$threads"; do
+    [[ ${arg#*=} =~ ^[1-9][0-9]*$ ]] || { echo "side_by_side.sh: ${arg%%=*} must be a positive integer, got '${arg#*=}'" >&2; exit 2; }
+done
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 python="$VIRTUAL_ENV/bin/python"
 dtypes=(f32)
