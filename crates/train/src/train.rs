@@ -84,6 +84,15 @@ pub struct TrainArgs {
     pub seed: u64,
     #[arg(long, default_value_t = 2.5e-4)]
     pub lr: f64,
+    /// Start from this bundle's weights (and vocabulary) instead of a
+    /// random initialisation, with fresh AdamW moments: continues a model
+    /// at another learning rate. Read at the first start only (a resumed
+    /// run continues from its checkpoint); the run validates it before
+    /// training, so its `model/` is never worse on val than the bundle it
+    /// started from.
+    #[serde(skip)]
+    #[arg(long)]
+    pub init: Option<PathBuf>,
     /// Message-passing steps T.
     #[arg(long, default_value_t = 30)]
     pub steps: i64,
@@ -175,6 +184,19 @@ struct State {
     window_loss: f64,
     window_batches: u64,
     history: Vec<Row>,
+    /// Examples and training seconds of the bundle given to `--init`,
+    /// added to this run's own in the bundles it writes (their
+    /// provenance counts the model's whole training).
+    #[serde(default)]
+    init: Option<InitRecord>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct InitRecord {
+    /// The bundle directory as given.
+    from: String,
+    examples: u64,
+    wall_s: f64,
 }
 
 const STATE_VERSION: u32 = 1;
@@ -205,7 +227,21 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
 
     // The vocabulary: fixed at the first start.
     let vocab_path = out.join(bundle::VOCABULARY_FILE);
-    let vocab = if vocab_path.exists() {
+    let fresh = !out.join("checkpoint").join("state.json").exists();
+    let init = match (&args.init, fresh) {
+        (Some(dir), true) => {
+            let b = Bundle::load(dir, device).with_context(|| format!("--init {}", dir.display()))?;
+            if b.config.task != task.to_string() || b.config.head != Head::Node {
+                bail!("--init {}: a {} bundle, not {task}", dir.display(), b.config.task);
+            }
+            Some(b)
+        }
+        _ => None,
+    };
+    let vocab = if let Some(b) = &init {
+        b.vocabulary.save(&vocab_path)?;
+        b.vocabulary.clone()
+    } else if vocab_path.exists() {
         Vocabulary::load(&vocab_path)?
     } else {
         let (v, _) = programl_dataset::vocab::build(&dataset, 1, None)?;
@@ -247,7 +283,17 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let mut opt = AdamW::new(&model.parameters(), args.lr);
     let names: Vec<&str> = hyper.parameter_shapes().iter().map(|(n, _)| *n).collect();
     let ckpt = out.join("checkpoint");
-    let mut state = if ckpt.join("state.json").exists() {
+    if let Some(b) = &init {
+        bundle::load_weights(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+        if b.config.provenance.training_data_hash != hash {
+            eprintln!(
+                "warning: --init {}: trained on other examples (fingerprint {}, this run's {hash})",
+                b.dir.display(),
+                b.config.provenance.training_data_hash
+            );
+        }
+    }
+    let mut state = if !fresh {
         let s: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?).context("checkpoint/state.json")?;
         if s.version != STATE_VERSION {
             bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), s.version);
@@ -288,8 +334,22 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             window_loss: 0.0,
             window_batches: 0,
             history: Vec::new(),
+            init: init.as_ref().map(|b| InitRecord {
+                from: b.dir.display().to_string(),
+                examples: b.config.provenance.examples_seen,
+                wall_s: b.config.provenance.wall_time_s,
+            }),
         }
     };
+    if let Some(b) = &init {
+        say(&format!(
+            "starting from {} ({} examples, {:.0} s of training) at lr {}",
+            b.dir.display(),
+            b.config.provenance.examples_seen,
+            b.config.provenance.wall_time_s,
+            args.lr
+        ));
+    }
 
     let session = Instant::now();
     let wall_before = state.wall_s;
@@ -340,7 +400,9 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         if t.f1() > state.best_f1 {
             state.best_f1 = t.f1();
             state.best_examples = state.examples_seen;
-            let config = bundle_config(task, &hyper, &hash, vocab.id("ptr") != 0, state.examples_seen, wall(state));
+            let (base_examples, base_wall) = state.init.as_ref().map_or((0, 0.0), |i| (i.examples, i.wall_s));
+            let config =
+                bundle_config(task, &hyper, &hash, vocab.id("ptr") != 0, base_examples + state.examples_seen, base_wall + wall(state));
             Bundle::save(&out.join("model"), &config, model, &vocab)?;
         }
         if let Err(e) = crate::plot::curves(&out.join("curves.png"), &state.history, &format!("{task}")) {
@@ -350,6 +412,11 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         Ok(())
     };
 
+    // A run started from a bundle first measures it: the bar to beat.
+    if state.init.is_some() && state.history.is_empty() {
+        validate(&mut state, &model)?;
+        checkpoint(&mut state, &model, &opt)?;
+    }
     let n = kept.len();
     'outer: while !exhausted(&state) {
         let order: Vec<usize> =

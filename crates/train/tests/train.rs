@@ -212,6 +212,66 @@ fn a_killed_run_resumes_to_the_same_weights() {
 }
 
 #[test]
+fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    run(trainer().args(train_args(data, &first, "400")));
+    let val_rows = |d: &Path| -> Vec<(u64, f64)> {
+        std::fs::read_to_string(d.join("log.csv"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("val,"))
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[1].parse().unwrap(), f[6].parse().unwrap())
+            })
+            .collect()
+    };
+    let best_first = val_rows(&first).iter().map(|r| r.1).fold(f64::MIN, f64::max);
+    let config = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap()
+    };
+    let first_examples = config(&first)["provenance"]["examples_seen"].as_u64().unwrap();
+
+    // A lower rate from the first run's bundle: the bundle is validated
+    // at 0 examples, with the F1 it was kept for.
+    let mut args = train_args(data, &second, "400");
+    let at = args.iter().position(|a| a == "--lr").unwrap() + 1;
+    args[at] = "0.002".into();
+    args.extend(["--init".into(), first.join("model").display().to_string()]);
+    run(trainer().args(&args));
+    let rows = val_rows(&second);
+    assert_eq!(rows[0].0, 0, "{rows:?}");
+    assert!((rows[0].1 - best_first).abs() < 1e-9, "the bundle scores {} at the start, {best_first} when it was kept", rows[0].1);
+    let best_second = rows.iter().map(|r| r.1).fold(f64::MIN, f64::max);
+    let shipped = config(&second);
+    let examples = shipped["provenance"]["examples_seen"].as_u64().unwrap();
+    if best_second == rows[0].1 {
+        assert_eq!(examples, first_examples, "no later validation beat the start: the bundle is the one started from");
+        assert_eq!(
+            std::fs::read(first.join("model/weights.safetensors")).unwrap(),
+            std::fs::read(second.join("model/weights.safetensors")).unwrap()
+        );
+    } else {
+        assert!(examples > first_examples, "the provenance counts both runs' examples: {examples}");
+    }
+    assert_eq!(std::fs::read(first.join("model/vocabulary.json")).unwrap(), std::fs::read(second.join("vocabulary.json")).unwrap());
+
+    // Resuming ignores --init (the checkpoint holds the weights); a bundle
+    // of another task is refused by name.
+    run(trainer().args(&args));
+    let other = dir.path().join("other");
+    let mut wrong = train_args(data, &other, "400");
+    let at = wrong.iter().position(|a| a == "datadep").unwrap();
+    wrong[at] = "liveness".into();
+    wrong.extend(["--init".into(), first.join("model").display().to_string()]);
+    let out = trainer().args(&wrong).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--init") && err.contains("datadep bundle, not liveness"), "{err}");
+}
+
+#[test]
 fn eval_on_ir_files_predict_and_broken_bundles() {
     let (ir, data) = fixture();
     let dir = tempfile::tempdir().unwrap();
