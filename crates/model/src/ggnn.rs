@@ -38,6 +38,7 @@ use programl::batch::{Batch, EdgeType};
 use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
 
+use crate::gemm;
 use crate::kernels;
 use crate::workspace::Workspace;
 
@@ -574,6 +575,12 @@ impl Ggnn {
         use kernels::{Edges, Layout, FUSED, GATES};
         let n = input.nodes;
         let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
+        // Hand-written products where the CPU has them (all buffers FP32,
+        // BF16 only inside the products), else libtorch's (`narrow`: BF16
+        // buffers as oneDNN's products read and write them).
+        let hand = gemm::available(bf16) && HAND_PRODUCTS.with(|h| h.get());
+        let narrow = bf16 && !hand;
+        let bf16 = narrow;
         // BF16 buffers are carved as f32 pairs (every width is even).
         let slots = |width: usize| if bf16 { width as i64 / 2 } else { width as i64 };
         let n_b = if bf16 { n } else { 0 };
@@ -602,6 +609,14 @@ impl Ggnn {
         let table =
             (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
         let (w, _) = self.fused_weights();
+        let packed = hand.then(|| {
+            let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
+            let precise = crate::matmul_precision() == crate::Precision::Bf16;
+            (
+                gemm::Packed::from_weight(&floats(&w), FUSED, HIDDEN as usize, precise),
+                gemm::Packed::from_weight(&floats(&self.w_ih), GATES, HIDDEN as usize, precise),
+            )
+        });
         // Right-hand sides: [34, 306] and [34, 102], or per block [B, 34, 34].
         let (w_f, w_ih) = if bf16 {
             (w.tr().contiguous().to_kind(kind), self.w_ih.tr().contiguous().to_kind(kind))
@@ -610,15 +625,19 @@ impl Ggnn {
             (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3))
         };
         let nodes = n as usize;
-        let (f_layout, gi_layout) = if bf16 {
+        let (f_layout, gi_layout) = if bf16 || hand {
             (Layout::row_major(FUSED_BLOCKS as usize), Layout::row_major(3))
         } else {
             (Layout::block_major(nodes), Layout::block_major(nodes))
         };
         let (f_out, gi_out) =
             if bf16 { (f.shallow_clone(), gi.shallow_clone()) } else { (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN])) };
-        let product = |out: &Tensor, x: &Tensor, w: &Tensor| {
-            if bf16 {
+        let threads = tch::get_num_threads().max(1) as usize;
+        let product = |out: &Tensor, x: &Tensor, w: &Tensor, hand: Option<&gemm::Packed>| {
+            if let Some(p) = hand {
+                // SAFETY: FP32 CPU tensors, contiguous, `out` not aliased.
+                unsafe { gemm::product(view(x, Kind::Float), HIDDEN as usize, nodes, p, view_mut(out, Kind::Float), p.cols(), threads) };
+            } else if bf16 {
                 let _ = x.mm_out(out, w);
             } else {
                 block_products(out, x, w);
@@ -643,7 +662,6 @@ impl Ggnn {
             }
         };
         let gates: &[f32] = unsafe { view(&table, Kind::Float) };
-        let threads = tch::get_num_threads().max(1) as usize;
         if bf16 {
             let _ = h_b.copy_(&h0);
         }
@@ -651,11 +669,11 @@ impl Ggnn {
         let mut h = h0.shallow_clone();
         for step in 0..steps {
             let next = &states[(step % 2) as usize];
-            product(&f_out, if bf16 { &h_b } else { &h }, &w_f);
+            product(&f_out, if bf16 { &h_b } else { &h }, &w_f, packed.as_ref().map(|p| &p.0));
             unsafe {
                 kernels::with_elem!(bf16, T => kernels::aggregate::<T, T>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads));
             }
-            product(&gi_out, &m, &w_ih);
+            product(&gi_out, &m, &w_ih, packed.as_ref().map(|p| &p.1));
             unsafe {
                 kernels::with_elem!(
                     bf16,
@@ -818,6 +836,29 @@ pub(crate) unsafe fn view_mut<T>(t: &Tensor, kind: Kind) -> &mut [T] {
         return &mut [];
     }
     std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len)
+}
+
+thread_local! {
+    /// Whether this thread's CPU inference uses the hand-written products
+    /// where the CPU has them ([`with_library_products`]).
+    static HAND_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Runs `f` with the CPU inference step's products left to libtorch on
+/// this thread, whatever the CPU: the tests' second way to the same logits.
+#[doc(hidden)]
+pub fn with_library_products<R>(f: impl FnOnce() -> R) -> R {
+    let before = HAND_PRODUCTS.with(|h| h.replace(false));
+    let out = f();
+    HAND_PRODUCTS.with(|h| h.set(before));
+    out
+}
+
+/// Whether the CPU inference step computes its products itself on this
+/// machine at this precision (AVX-512; for BF16 also AVX512-BF16).
+#[doc(hidden)]
+pub fn hand_products(bf16: bool) -> bool {
+    gemm::available(bf16)
 }
 
 /// `out[b] = x · w[b]` for every block `b`: `out` \[B, N, 34\], `x`

@@ -28,7 +28,7 @@ pub(crate) const GATES: usize = 3 * H;
 const PADDED: usize = 40;
 
 /// An element of a product: FP32, or BF16 stored as its upper 16 bits.
-pub(crate) trait Elem: Copy + Send + Sync {
+pub(crate) trait Elem: Copy + Send + Sync + 'static {
     fn f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
 }
@@ -226,12 +226,22 @@ fn gru_dispatch<T: Elem, C: Elem>(
     copy: Option<&mut [C]>,
 ) {
     #[cfg(target_arch = "x86_64")]
+    if copy.is_none() && std::is_x86_feature_detected!("avx512f") {
+        if let (Some(gi), Some(fused)) = (f32s(gi), f32s(fused)) {
+            let out = Shared::new(next);
+            let nodes = next.len() / H;
+            // SAFETY: the CPU has AVX-512; this range's rows only.
+            return unsafe { avx512::gru(gi, fused, h, bias, out, None, first..first + nodes, first) };
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { gru_avx2(gi, fused, h, bias, first, next, copy) };
     }
     gru_rows(gi, fused, h, bias, first, next, copy)
 }
+
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -361,6 +371,11 @@ impl Shared {
         Shared(buffer.as_mut_ptr())
     }
 
+    /// The buffer's start (writes through it follow [`Shared::slice`]'s rule).
+    pub fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+
     /// Elements `start..start + len`.
     ///
     /// # Safety
@@ -372,7 +387,7 @@ impl Shared {
 }
 
 /// Runs `work(range)` over `0..nodes`, one contiguous range per thread.
-fn par_ranges(nodes: usize, threads: usize, work: impl Fn(std::ops::Range<usize>) + Sync) {
+pub(crate) fn par_ranges(nodes: usize, threads: usize, work: impl Fn(std::ops::Range<usize>) + Sync) {
     let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
     if threads == 1 {
         return work(0..nodes);
@@ -410,6 +425,13 @@ pub(crate) fn gru_train<T: Elem>(
     let nodes = h.len() / H;
     let out = Shared::new(next);
     par_ranges(nodes, threads, |range| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") {
+            if let (Some(gi), Some(fused)) = (f32s(gi), f32s(fused)) {
+                // SAFETY: the CPU has AVX-512; rows of `range` only.
+                return unsafe { avx512::gru(gi, fused, h, bias, out, Some(tape), range, 0) };
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
@@ -451,6 +473,94 @@ unsafe fn gru_train_rows<T: Elem>(
         tape.z.slice(v * H, H).copy_from_slice(&z[..H]);
         tape.n.slice(v * H, H).copy_from_slice(&n[..H]);
         tape.ghn.slice(v * H, H).copy_from_slice(&phn[..H]);
+    }
+}
+
+/// `p` as FP32 products, if they are.
+fn f32s<T: Elem>((p, l): Product<'_, T>) -> Option<Product<'_, f32>> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        // SAFETY: T is f32.
+        .then(|| (unsafe { std::slice::from_raw_parts(p.as_ptr() as *const f32, p.len()) }, l))
+}
+
+/// The GRU cell written out in AVX-512 for FP32 products: 34 values as two
+/// vectors of 16 and a masked one of 2, the exponential as [`exp`]'s
+/// polynomial with `vscalefps` for the power of two, and the reciprocal as
+/// `vrcp14ps` and one Newton step (relative error ~1e-8). The portable
+/// loop, compiled for AVX2, spills its 40-wide rows to the stack.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{GruBias, GruTape, Product, Shared, H};
+
+    const MASKS: [__mmask16; 3] = [0xffff, 0xffff, 0x0003];
+
+    #[inline(always)]
+    unsafe fn exp(x: __m512) -> __m512 {
+        let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+            x,
+            _mm512_set1_ps(std::f32::consts::LOG2_E),
+        ));
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0)));
+        _mm512_scalef_ps(y, n)
+    }
+
+    #[inline(always)]
+    unsafe fn sigmoid(x: __m512) -> __m512 {
+        let d = _mm512_add_ps(_mm512_set1_ps(1.0), exp(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+        let r = _mm512_rcp14_ps(d);
+        _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0)))
+    }
+
+    /// Rows `range` of `out` (row `v` at `(v - base) · 34`) and, if given,
+    /// of the tape (row `v` at `v · 34`).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gru(
+        (gi, gl): Product<'_, f32>,
+        (fused, fl): Product<'_, f32>,
+        h: &[f32],
+        bias: &GruBias,
+        out: Shared,
+        tape: Option<&GruTape>,
+        range: std::ops::Range<usize>,
+        base: usize,
+    ) {
+        let last = range.end.saturating_sub(1);
+        assert!(range.is_empty() || (last * gl.row + 2 * gl.block + H <= gi.len() && last * fl.row + 8 * fl.block + H <= fused.len() && (last + 1) * H <= h.len()));
+        let load = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
+        for v in range {
+            let x = gi.as_ptr().add(v * gl.row);
+            let hh = fused.as_ptr().add(v * fl.row + 6 * fl.block);
+            for j in 0..3 {
+                let r = sigmoid(_mm512_add_ps(_mm512_add_ps(load(x, j), load(hh, j)), load(bias.r.as_ptr(), j)));
+                let z = sigmoid(_mm512_add_ps(
+                    _mm512_add_ps(load(x.add(gl.block), j), load(hh.add(fl.block), j)),
+                    load(bias.z.as_ptr(), j),
+                ));
+                let phn = _mm512_add_ps(load(hh.add(2 * fl.block), j), load(bias.h_n.as_ptr(), j));
+                let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(load(x.add(2 * gl.block), j), load(bias.i_n.as_ptr(), j)));
+                // tanh(a) = 2σ(2a) − 1
+                let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), sigmoid(_mm512_add_ps(a, a)), _mm512_set1_ps(1.0));
+                let new = _mm512_fmadd_ps(z, _mm512_sub_ps(load(h.as_ptr().add(v * H), j), n), n);
+                let at = |s: Shared, row: usize| s.ptr().add(row * H + 16 * j);
+                _mm512_mask_storeu_ps(at(out, v - base), MASKS[j], new);
+                if let Some(t) = tape {
+                    _mm512_mask_storeu_ps(at(t.r, v), MASKS[j], r);
+                    _mm512_mask_storeu_ps(at(t.z, v), MASKS[j], z);
+                    _mm512_mask_storeu_ps(at(t.n, v), MASKS[j], n);
+                    _mm512_mask_storeu_ps(at(t.ghn, v), MASKS[j], phn);
+                }
+            }
+        }
     }
 }
 

@@ -1,0 +1,275 @@
+//! The inference step's products, hand-written for their one shape: a
+//! short inner dimension (34) against a few hundred columns (306 and 102),
+//! `out[N, C] = a[N, 34] · B[34, C]`, in FP32 or BF16 (FP32 accumulation).
+//!
+//! Where the CPU has AVX-512 (and, for BF16, its `vdpbf16ps` dot
+//! products), these replace libtorch's products in the CPU inference step:
+//! on an AMD Zen 4, MKL takes its AVX2 path and oneDNN prepares every new
+//! shape (every module, in a compiler) before its first product, which at
+//! the size of one translation unit costs more than the product. Elsewhere
+//! the step keeps libtorch's products.
+//!
+//! The right-hand side is packed once per call ([`Packed`]): zero-padded to
+//! whole vectors of 16 columns, and for BF16 as pairs of consecutive `k`
+//! (the operand `vdpbf16ps` multiplies and sums). A tile of up to 6 rows by
+//! 4 vectors (64 columns) lives in 24 registers over the 34 `k`; the
+//! columns are the outer loop, so a tile's 34 x 64 weights stay in L1 while
+//! the rows stream past them. Rows split over the threads as the other
+//! loops' do. The BF16 left-hand side is rounded to nearest even, as
+//! libtorch converts.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::kernels::{par_ranges, Bf16, Elem, Shared};
+
+const LANES: usize = 16;
+/// Rows and vectors of one register tile.
+const TILE_ROWS: usize = 6;
+const TILE_VECS: usize = 4;
+
+/// A right-hand side `B[k, cols]`, packed.
+pub(crate) struct Packed {
+    k: usize,
+    cols: usize,
+    /// Row stride in elements: `cols` rounded up to whole vectors.
+    stride: usize,
+    bf16: bool,
+    /// FP32: `[k][stride]`; BF16: `[k / 2][stride]` pairs, the lower half
+    /// `B[2i, c]` and the upper `B[2i + 1, c]`.
+    data: Vec<u32>,
+}
+
+/// Whether [`product`] runs on this CPU for this precision.
+pub(crate) fn available(bf16: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f") && (!bf16 || std::is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = bf16;
+        false
+    }
+}
+
+impl Packed {
+    /// Packs `w`, a weight `[cols, k]` as a linear layer holds it (`out =
+    /// x · wᵀ`), as the right-hand side `wᵀ`.
+    pub fn from_weight(w: &[f32], cols: usize, k: usize, bf16: bool) -> Packed {
+        assert_eq!(w.len(), cols * k, "a [{cols}, {k}] weight");
+        assert!(!bf16 || k % 2 == 0, "BF16 pairs need an even inner dimension");
+        let stride = cols.div_ceil(LANES) * LANES;
+        let data = if bf16 {
+            let mut d = vec![0u32; k / 2 * stride];
+            for i in 0..k / 2 {
+                for c in 0..cols {
+                    let lo = Bf16::from_f32(w[c * k + 2 * i]).0 as u32;
+                    let hi = Bf16::from_f32(w[c * k + 2 * i + 1]).0 as u32;
+                    d[i * stride + c] = lo | hi << 16;
+                }
+            }
+            d
+        } else {
+            let mut d = vec![0u32; k * stride];
+            for kk in 0..k {
+                for c in 0..cols {
+                    d[kk * stride + c] = w[c * k + kk].to_bits();
+                }
+            }
+            d
+        };
+        Packed { k, cols, stride, bf16, data }
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// `out[r, ..cols] = a[r, ..k] · B` for `rows` rows: `a` with row stride
+/// `lda` (FP32, rounded to BF16 here when `b` is BF16), `out` with row
+/// stride `ldo`. Needs [`available`]`(b.bf16)`.
+pub(crate) fn product(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
+    assert!(available(b.bf16), "the hand-written products need AVX-512 (and AVX512-BF16 for BF16)");
+    assert!(rows == 0 || (a.len() >= (rows - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
+    assert!(rows == 0 || (out.len() >= (rows - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    #[cfg(target_arch = "x86_64")]
+    {
+        // BF16: the left-hand side as pairs of k, once for all column groups.
+        let pairs: Vec<u32> = if b.bf16 {
+            let half = b.k / 2;
+            let mut p = vec![0u32; rows * half];
+            for r in 0..rows {
+                for i in 0..half {
+                    let lo = Bf16::from_f32(a[r * lda + 2 * i]).0 as u32;
+                    let hi = Bf16::from_f32(a[r * lda + 2 * i + 1]).0 as u32;
+                    p[r * half + i] = lo | hi << 16;
+                }
+            }
+            p
+        } else {
+            Vec::new()
+        };
+        let shared = Shared::new(out);
+        par_ranges(rows, threads, |range| {
+            // SAFETY: each range writes its own rows of `out`; the CPU
+            // features were checked above.
+            unsafe {
+                let out = shared.ptr().add(range.start * ldo);
+                if b.bf16 {
+                    let half = b.k / 2;
+                    rows_bf16(pairs.as_ptr().add(range.start * half), half, range.len(), b, out, ldo);
+                } else {
+                    rows_f32(a.as_ptr().add(range.start * lda) as *const u32, lda, range.len(), b, out, ldo);
+                }
+            }
+        });
+    }
+}
+
+/// Calls `$tile::<R, V>` for the `(R, V)` that `$key` holds.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dispatch {
+    ($tile:ident, $key:expr, $args:tt) => {
+        dispatch!(@arms $tile, $key, $args, 1 2 3 4 5 6)
+    };
+    (@arms $tile:ident, $key:expr, $args:tt, $($r:literal)*) => {
+        match $key {
+            $(
+                ($r, 4) => $tile::<$r, 4> $args,
+                ($r, 3) => $tile::<$r, 3> $args,
+                ($r, 2) => $tile::<$r, 2> $args,
+                ($r, 1) => $tile::<$r, 1> $args,
+            )*
+            _ => unreachable!(),
+        }
+    };
+}
+
+/// Defines the loops of one precision: `$rows` (all column groups of some
+/// rows) and `$tile` (one register tile), compiled for `$features`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! precision {
+    ($rows:ident, $tile:ident, $features:literal, $bf16:tt) => {
+        /// All column groups of `rows` rows.
+        #[target_feature(enable = $features)]
+        unsafe fn $rows(a: *const u32, lda: usize, rows: usize, b: &Packed, out: *mut f32, ldo: usize) {
+            let depth = if $bf16 { b.k / 2 } else { b.k };
+            let vectors = b.stride / LANES;
+            let mut v0 = 0;
+            while v0 < vectors {
+                let vecs = (vectors - v0).min(TILE_VECS);
+                let mut masks = [0u16; TILE_VECS];
+                for (v, m) in masks.iter_mut().enumerate().take(vecs) {
+                    let live = b.cols.saturating_sub((v0 + v) * LANES).min(LANES);
+                    *m = if live == LANES { u16::MAX } else { (1u16 << live) - 1 };
+                }
+                let bp = b.data.as_ptr().add(v0 * LANES);
+                let mut r = 0;
+                while r < rows {
+                    let tile = (rows - r).min(TILE_ROWS);
+                    let (ap, op) = (a.add(r * lda), out.add(r * ldo + v0 * LANES));
+                    dispatch!($tile, (tile, vecs), (ap, lda, bp, b.stride, depth, op, ldo, &masks));
+                    r += tile;
+                }
+                v0 += vecs;
+            }
+        }
+
+        /// One register tile: `R` rows by `V` vectors, over `depth` steps
+        /// of k (BF16: pairs of k).
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        #[inline]
+        unsafe fn $tile<const R: usize, const V: usize>(
+            a: *const u32,
+            lda: usize,
+            b: *const u32,
+            ldb: usize,
+            depth: usize,
+            out: *mut f32,
+            ldo: usize,
+            masks: &[u16; TILE_VECS],
+        ) {
+            let mut acc = [[_mm512_setzero_ps(); V]; R];
+            for kk in 0..depth {
+                let row = b.add(kk * ldb);
+                let bv: [__m512i; V] = std::array::from_fn(|v| _mm512_loadu_si512(row.add(v * LANES) as *const _));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = *a.add(r * lda + kk);
+                    precision!(@step $bf16, x, bv, acc, V);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                for v in 0..V {
+                    _mm512_mask_storeu_ps(out.add(r * ldo + v * LANES), masks[v], acc[v]);
+                }
+            }
+        }
+    };
+    (@step true, $x:ident, $bv:ident, $acc:ident, $V:ident) => {
+        let x: __m512bh = std::mem::transmute(_mm512_set1_epi32($x as i32));
+        for v in 0..$V {
+            $acc[v] = _mm512_dpbf16_ps($acc[v], x, std::mem::transmute::<__m512i, __m512bh>($bv[v]));
+        }
+    };
+    (@step false, $x:ident, $bv:ident, $acc:ident, $V:ident) => {
+        let x = _mm512_set1_ps(f32::from_bits($x));
+        for v in 0..$V {
+            $acc[v] = _mm512_fmadd_ps(x, _mm512_castsi512_ps($bv[v]), $acc[v]);
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+precision!(rows_f32, tile_f32, "avx512f", false);
+#[cfg(target_arch = "x86_64")]
+precision!(rows_bf16, tile_bf16, "avx512f,avx512bf16", true);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The products against a plain triple loop (BF16: on the rounded
+    /// operands), at every tile remainder and a column count that is not
+    /// whole vectors, with padded strides, at 1 and 3 threads.
+    #[test]
+    fn products_match_a_plain_loop() {
+        let mut seed = 0x1234_5678u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for bf16 in [false, true] {
+            // (Where this CPU lacks the instructions nothing runs them:
+            // `tests/ggnn.rs` checks that `available` follows the CPU.)
+            if !available(bf16) {
+                continue;
+            }
+            let round = |x: f32| if bf16 { Bf16::from_f32(x).f32() } else { x };
+            for (rows, cols, threads) in [(1, 306, 1), (7, 102, 1), (13, 34, 1), (4099, 306, 3), (6000, 17, 2)] {
+                let k = 34;
+                let (lda, ldo) = (k + 3, cols + 5);
+                let a: Vec<f32> = (0..rows * lda).map(|_| next()).collect();
+                let w: Vec<f32> = (0..cols * k).map(|_| next()).collect();
+                let packed = Packed::from_weight(&w, cols, k, bf16);
+                let mut out = vec![f32::NAN; rows * ldo];
+                product(&a, lda, rows, &packed, &mut out, ldo, threads);
+                for r in 0..rows {
+                    for c in 0..ldo {
+                        let got = out[r * ldo + c];
+                        if c >= cols {
+                            assert!(got.is_nan(), "column {c} past {cols} written");
+                            continue;
+                        }
+                        let want: f64 = (0..k).map(|kk| round(a[r * lda + kk]) as f64 * round(w[c * k + kk]) as f64).sum();
+                        assert!((got as f64 - want).abs() < 1e-4, "bf16 {bf16} rows {rows} cols {cols}: [{r}, {c}] {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+}
