@@ -100,13 +100,9 @@ pub(crate) fn product(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut 
         let pairs: Vec<u32> = if b.bf16 {
             let half = b.k / 2;
             let mut p = vec![0u32; rows * half];
-            for r in 0..rows {
-                for i in 0..half {
-                    let lo = Bf16::from_f32(a[r * lda + 2 * i]).0 as u32;
-                    let hi = Bf16::from_f32(a[r * lda + 2 * i + 1]).0 as u32;
-                    p[r * half + i] = lo | hi << 16;
-                }
-            }
+            // SAFETY: the CPU has AVX512-BF16 (checked above); the rows are
+            // in bounds (checked above).
+            unsafe { to_pairs(a, lda, rows, b.k, &mut p) };
             p
         } else {
             Vec::new()
@@ -125,6 +121,28 @@ pub(crate) fn product(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut 
                 }
             }
         });
+    }
+}
+
+/// `a`'s rows (`k` values each, `k` even) rounded to BF16 as pairs, 16
+/// pairs per instruction (`vcvtne2ps2bf16`: nearest even, as
+/// [`Bf16::from_f32`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn to_pairs(a: &[f32], lda: usize, rows: usize, k: usize, out: &mut [u32]) {
+    let half = k / 2;
+    for r in 0..rows {
+        let (src, dst) = (a.as_ptr().add(r * lda), out.as_mut_ptr().add(r * half));
+        let mut i = 0;
+        while i < half {
+            let n = (half - i).min(16);
+            let mask = if n == 16 { u32::MAX } else { (1u32 << (2 * n)) - 1 };
+            let lo = _mm512_maskz_loadu_ps(mask as u16, src.add(2 * i));
+            let hi = _mm512_maskz_loadu_ps((mask >> 16) as u16, src.add(2 * i + 16));
+            let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_mask_storeu_epi32(dst.add(i) as *mut i32, if n == 16 { u16::MAX } else { (1u16 << n) - 1 }, packed);
+            i += n;
+        }
     }
 }
 
@@ -256,6 +274,16 @@ mod tests {
                 let a: Vec<f32> = (0..rows * lda).map(|_| next()).collect();
                 let w: Vec<f32> = (0..cols * k).map(|_| next()).collect();
                 let packed = Packed::from_weight(&w, cols, k, bf16);
+                if bf16 {
+                    // The vector rounding is the scalar one, bit for bit.
+                    let mut pairs = vec![0u32; rows * k / 2];
+                    unsafe { to_pairs(&a, lda, rows, k, &mut pairs) };
+                    for (i, p) in pairs.iter().enumerate() {
+                        let (r, j) = (i / (k / 2), i % (k / 2));
+                        let want = Bf16::from_f32(a[r * lda + 2 * j]).0 as u32 | (Bf16::from_f32(a[r * lda + 2 * j + 1]).0 as u32) << 16;
+                        assert_eq!(*p, want, "row {r} pair {j}");
+                    }
+                }
                 let mut out = vec![f32::NAN; rows * ldo];
                 product(&a, lda, rows, &packed, &mut out, ldo, threads);
                 for r in 0..rows {

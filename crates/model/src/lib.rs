@@ -89,21 +89,40 @@ extern "C" {
 /// BF16 leaves FP32 in effect (BF16 products would be emulated, slowly).
 pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
     let bf16 = precision == Precision::Bf16;
+    // Where the inference step computes its products in BF16 itself, the
+    // rest of libtorch's (the readout's small ones) stay FP32: its setting
+    // sends them through oneDNN, which compiles kernels for every new
+    // shape (every module, in a compiler) before running them.
+    let library = bf16 && !(cpu_has_bf16() && ggnn::hand_products(true));
     // SAFETY: plain setters over libtorch's global context; they catch
     // every C++ exception.
     let read = unsafe {
-        if programl_set_matmul_bf16(bf16.into()) != 0 {
+        if programl_set_matmul_bf16(library.into()) != 0 {
             return Err("libtorch refused to set the matmul precision".into());
         }
         programl_matmul_bf16()
     };
-    if read != bf16 as std::ffi::c_int {
+    if read != library as std::ffi::c_int {
         return Err(format!("libtorch's matmul precision reads {read} after setting it to {precision}"));
     }
     if !bf16 {
         IN_EFFECT.store(false, std::sync::atomic::Ordering::Relaxed);
         return Ok(Precision::F32);
     }
+    // The inference forward computes its products in BF16 itself where
+    // the CPU has the instructions (libtorch 2.13 routes FP32 products
+    // through oneDNN's BF16 only on some CPUs: not on AMD's AVX512-BF16).
+    // Elsewhere, whether libtorch's setting does anything is measured once
+    // per process (the pass sets the precision before every module).
+    static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let effective = if cpu_has_bf16() || *PROBED.get_or_init(libtorch_bf16_changes_products) { Precision::Bf16 } else { Precision::F32 };
+    IN_EFFECT.store(effective == Precision::Bf16, std::sync::atomic::Ordering::Relaxed);
+    Ok(effective)
+}
+
+/// Whether libtorch's BF16 setting (on) changes an FP32 product of the
+/// message map's shape.
+fn libtorch_bf16_changes_products() -> bool {
     let _guard = tch::no_grad_guard();
     let options = (tch::Kind::Float, Device::Cpu);
     let (x, w) = (
@@ -111,26 +130,25 @@ pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
         Tensor::linspace(-1.0, 1.0, 34 * 204, options).view([34, 204]).cos(),
     );
     let reduced = x.mm(&w);
-    // SAFETY: as above.
+    // SAFETY: plain setters over libtorch's global context; they catch
+    // every C++ exception.
     unsafe { programl_set_matmul_bf16(0) };
     let plain = x.mm(&w);
     // SAFETY: as above.
     unsafe { programl_set_matmul_bf16(1) };
-    // The inference forward computes its products in BF16 itself where
-    // the CPU has the instructions (libtorch 2.13 routes FP32 products
-    // through oneDNN's BF16 only on some CPUs: not on AMD's AVX512-BF16).
-    let effective = if cpu_has_bf16() || !reduced.equal(&plain) { Precision::Bf16 } else { Precision::F32 };
-    IN_EFFECT.store(effective == Precision::Bf16, std::sync::atomic::Ordering::Relaxed);
-    Ok(effective)
+    !reduced.equal(&plain)
 }
 
 /// Whether the CPU has native BF16 products (AVX512-BF16 or AMX-BF16), as
 /// the kernel reports them in `/proc/cpuinfo`.
 pub fn cpu_has_bf16() -> bool {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("flags"))
-        .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("flags"))
+            .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
+    })
 }
 
 static IN_EFFECT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -129,6 +129,12 @@ fn setup() {
                 }
             });
         }));
+        // One intra-op thread until `programl_runtime_set_threads` says
+        // otherwise, from the first operation on: libtorch's default (all
+        // cores) would run the bundle's warm-up on an OpenMP team whose
+        // worker then spins, taking a core from the compiler (and from
+        // the other jobs of a parallel build).
+        tch::set_num_threads(1);
         if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
             // SAFETY: a plain int of libc10, written once before any tensor
             // work of this runtime.

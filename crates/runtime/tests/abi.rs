@@ -72,6 +72,10 @@ fn open_describe_predict_close() {
         (Some(u64::from(ABI_VERSION)), Some("reachability"), Some("cpu"))
     );
     assert_eq!(info["classes"].as_array().unwrap().len(), 2);
+    // One intra-op thread from the first call on, before any set_threads
+    // (libtorch's default, every core, left a spinning OpenMP worker
+    // behind the bundle's warm-up). No test here asks for more.
+    assert_eq!(programl_model::tch::get_num_threads(), 1, "the runtime's default is one thread");
     assert_eq!(programl_runtime_set_threads(1), 0);
 
     let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
