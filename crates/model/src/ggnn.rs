@@ -578,7 +578,9 @@ impl Ggnn {
         // Hand-written products where the CPU has them (all buffers FP32,
         // BF16 only inside the products), else libtorch's (`narrow`: BF16
         // buffers as oneDNN's products read and write them).
-        let hand = gemm::available(bf16) && HAND_PRODUCTS.with(|h| h.get());
+        // (BF16 beyond HAND_BF16_NODES: libtorch's path, whose BF16
+        // product buffers halve the memory the step streams through.)
+        let hand = gemm::available(bf16) && HAND_PRODUCTS.with(|h| h.get()) && (!bf16 || n <= HAND_BF16_NODES);
         let narrow = bf16 && !hand;
         let bf16 = narrow;
         // BF16 buffers are carved as f32 pairs (every width is even).
@@ -837,6 +839,16 @@ pub(crate) unsafe fn view_mut<T>(t: &Tensor, kind: Kind) -> &mut [T] {
     }
     std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len)
 }
+
+/// The largest batch (in nodes) whose BF16 inference uses the hand-written
+/// products. Their buffers are FP32 (BF16 only inside the products), twice
+/// the memory of libtorch's BF16 path, which wins once the step's buffers
+/// outgrow the caches: on a Zen 4 at 1 thread (`programl-train bench
+/// --mode infer --dtype bf16 --batch-nodes N --graph-nodes N`), hand-written
+/// against libtorch's, 123k/101k nodes/s at 1,000 nodes, 115k/109k at
+/// 5,000, 99k/98k at 6,000, 74k/107k at 8,640. FP32 keeps them at every
+/// size (87k/60k at 1,000 nodes, 57k/55k at 8,640).
+const HAND_BF16_NODES: i64 = 6000;
 
 thread_local! {
     /// Whether this thread's CPU inference uses the hand-written products

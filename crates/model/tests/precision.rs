@@ -66,6 +66,27 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
             assert!(grad_diff > 0.0 && grad_diff < 0.05, "BF16: gradients within its rounding (relative {grad_diff})");
         }
     }
+    // A batch of a module's size takes the hand-written products (where
+    // the CPU has AVX512-BF16): the same rounding of the products'
+    // operands as libtorch's BF16 path (whose outputs are BF16 too; the
+    // hand-written ones stay FP32): as close to FP32 on average.
+    if in_effect == Precision::Bf16 {
+        let small = Batch::from_samples(&samples[..200]).unwrap();
+        let small = Prepared::new(&small, &hyper, Device::Cpu);
+        let hand = model.forward_inference(&small, 10);
+        let library = programl_model::with_library_products(|| model.forward_inference(&small, 10));
+        let exact = f32_logits.narrow(0, 0, 1000);
+        let off = |t: &tch::Tensor| {
+            let d = (t - &exact).abs();
+            (d.max().double_value(&[]), d.mean(tch::Kind::Double).double_value(&[]))
+        };
+        let ((hand_max, hand_mean), (library_max, library_mean)) = (off(&hand), off(&library));
+        eprintln!(
+            "1,000 nodes under BF16, difference from FP32 (largest, mean): hand-written products {hand_max}, {hand_mean}; libtorch's {library_max}, {library_mean}"
+        );
+        assert!(hand_max > 0.0 && hand_max < 0.05 * scale, "BF16 products move logits within its rounding ({hand_max})");
+        assert!(hand_mean <= 1.1 * library_mean, "the hand-written BF16 products are farther from FP32 ({hand_mean}) than libtorch's ({library_mean})");
+    }
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
     assert!(model.forward_inference(&prepared, 10).equal(&f32_logits), "back to FP32: the FP32 logits again");
     assert!(model.loss_and_gradients(&prepared, 10, false, 1.0).loss.equal(&f32_grads.loss), "back to FP32: the FP32 loss again");
