@@ -20,15 +20,14 @@
 //!   `n` and `W_hh h + b_hh` per step; its weight gradients are one `addmm`
 //!   per step each.
 //!
-//! Dropout masks are drawn exactly as ATen's CPU dropout draws them
-//! (`bernoulli_(1 − p)` on an empty tensor like `h`, then `/(1 − p)`), in the
-//! same order, so for one seed the masks, and the loss, are those of
-//! [`Ggnn::forward`] in training mode; `crates/model/tests/bptt.rs` checks
+//! Dropout masks come from the function the autograd forward uses
+//! ([`state_dropout_mask`]), in the same order, so for one seed the masks,
+//! and the loss, are those of [`Ggnn::forward`] in training mode; `crates/model/tests/bptt.rs` checks
 //! the loss and every gradient against autograd.
 
 use tch::{Kind, Tensor};
 
-use crate::ggnn::{Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
+use crate::ggnn::{state_dropout_mask, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
 
 /// What the backward pass keeps of one step.
 struct Step {
@@ -285,9 +284,7 @@ impl Ggnn {
                 );
             }
             let mask = if dropout {
-                let mut m = h.empty_like();
-                let _ = m.bernoulli_float_(1.0 - p);
-                let _ = m.g_div_scalar_(1.0 - p);
+                let m = state_dropout_mask(&h, p);
                 next *= &m;
                 Some(m)
             } else {
@@ -421,9 +418,7 @@ impl Ggnn {
             // GRUCell: h' = (h − n) ⊙ z + n.
             let mut next = (&h - &new).g_mul_(&rz.narrow(1, HIDDEN, HIDDEN)).g_add_(&new);
             let mask = if dropout {
-                let mut m = h.empty_like();
-                let _ = m.bernoulli_float_(1.0 - p);
-                let _ = m.g_div_scalar_(1.0 - p);
+                let m = state_dropout_mask(&h, p);
                 next *= &m;
                 Some(m)
             } else {

@@ -362,7 +362,8 @@ impl Ggnn {
             let m = self.messages(input, &h, &gates);
             h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
             if train && self.hyper.state_dropout > 0.0 {
-                h = h.dropout(self.hyper.state_dropout, true);
+                let mask = state_dropout_mask(&h, self.hyper.state_dropout);
+                h = h * mask;
             }
         }
         h
@@ -838,6 +839,18 @@ pub(crate) unsafe fn view_mut<T>(t: &Tensor, kind: Kind) -> &mut [T] {
         return &mut [];
     }
     std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len)
+}
+
+/// A dropout mask like `h` \[N, 34\] at rate `p`, scaled by `1/(1 − p)`:
+/// what the state's dropout multiplies by in training, in the autograd
+/// forward and the hand-written step alike (so one seed gives both the same
+/// masks). Its seed is one draw from libtorch's generator, so
+/// `tch::manual_seed` governs it as it does the rest.
+pub(crate) fn state_dropout_mask(h: &Tensor, p: f64) -> Tensor {
+    let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
+    let mut mask = vec![0f32; h.numel()];
+    kernels::dropout_mask(&mut mask, seed, (1.0 - p) as f32, (1.0 / (1.0 - p)) as f32, tch::get_num_threads().max(1) as usize);
+    Tensor::from_slice(&mask).view(h.size().as_slice()).to_device(h.device())
 }
 
 /// The largest batch (in nodes) whose BF16 inference uses the hand-written
