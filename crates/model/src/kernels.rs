@@ -226,13 +226,11 @@ fn gru_dispatch<T: Elem, C: Elem>(
     copy: Option<&mut [C]>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if copy.is_none() && std::is_x86_feature_detected!("avx512f") {
-        if let (Some(gi), Some(fused)) = (f32s(gi), f32s(fused)) {
-            let out = Shared::new(next);
-            let nodes = next.len() / H;
-            // SAFETY: the CPU has AVX-512; this range's rows only.
-            return unsafe { avx512::gru(gi, fused, h, bias, out, None, first..first + nodes, first) };
-        }
+    if copy.is_none() && avx512::usable() {
+        let out = Shared::new(next);
+        let nodes = next.len() / H;
+        // SAFETY: the CPU has AVX-512; this range's rows only.
+        return unsafe { avx512::gru(gi, fused, h, bias, out, None, first..first + nodes, first) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
@@ -447,11 +445,9 @@ pub(crate) fn gru_train<T: Elem>(
     let out = Shared::new(next);
     par_ranges(nodes, threads, |range| {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx512f") {
-            if let (Some(gi), Some(fused)) = (f32s(gi), f32s(fused)) {
-                // SAFETY: the CPU has AVX-512; rows of `range` only.
-                return unsafe { avx512::gru(gi, fused, h, bias, out, Some(tape), range, 0) };
-            }
+        if avx512::usable() {
+            // SAFETY: the CPU has AVX-512; rows of `range` only.
+            return unsafe { avx512::gru(gi, fused, h, bias, out, Some(tape), range, 0) };
         }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
@@ -497,14 +493,7 @@ unsafe fn gru_train_rows<T: Elem>(
     }
 }
 
-/// `p` as FP32 products, if they are.
-fn f32s<T: Elem>((p, l): Product<'_, T>) -> Option<Product<'_, f32>> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        // SAFETY: T is f32.
-        .then(|| (unsafe { std::slice::from_raw_parts(p.as_ptr() as *const f32, p.len()) }, l))
-}
-
-/// The GRU cell written out in AVX-512 for FP32 products: 34 values as two
+/// The GRU cell written out in AVX-512 (FP32 or BF16 products): 34 values as two
 /// vectors of 16 and a masked one of 2, the exponential as [`exp`]'s
 /// polynomial with `vscalefps` for the power of two, and the reciprocal as
 /// `vrcp14ps` and one Newton step (relative error ~1e-8). The portable
@@ -513,11 +502,29 @@ fn f32s<T: Elem>((p, l): Product<'_, T>) -> Option<Product<'_, f32>> {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{GruBias, GruTape, Product, Shared, H};
+    use super::{Elem, GruBias, GruTape, Product, Shared, H};
+
+    /// Whether the CPU runs this module's loops.
+    pub(super) fn usable() -> bool {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// 16 products' values (`mask` of them) from `p`, as FP32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn load<T: Elem>(p: *const T, mask: __mmask16) -> __m512 {
+        if std::mem::size_of::<T>() == 4 {
+            _mm512_maskz_loadu_ps(mask, p as *const f32)
+        } else {
+            // BF16: the upper half of an FP32.
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p as *const i16))))
+        }
+    }
 
     const MASKS: [__mmask16; 3] = [0xffff, 0xffff, 0x0003];
 
-    #[inline(always)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
     unsafe fn exp(x: __m512) -> __m512 {
         let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
@@ -534,7 +541,8 @@ mod avx512 {
         _mm512_scalef_ps(y, n)
     }
 
-    #[inline(always)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
     unsafe fn sigmoid(x: __m512) -> __m512 {
         let d = _mm512_add_ps(_mm512_set1_ps(1.0), exp(_mm512_sub_ps(_mm512_setzero_ps(), x)));
         let r = _mm512_rcp14_ps(d);
@@ -543,11 +551,11 @@ mod avx512 {
 
     /// Rows `range` of `out` (row `v` at `(v - base) · 34`) and, if given,
     /// of the tape (row `v` at `v · 34`).
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn gru(
-        (gi, gl): Product<'_, f32>,
-        (fused, fl): Product<'_, f32>,
+    pub(super) unsafe fn gru<T: Elem>(
+        (gi, gl): Product<'_, T>,
+        (fused, fl): Product<'_, T>,
         h: &[f32],
         bias: &GruBias,
         out: Shared,
@@ -557,21 +565,22 @@ mod avx512 {
     ) {
         let last = range.end.saturating_sub(1);
         assert!(range.is_empty() || (last * gl.row + 2 * gl.block + H <= gi.len() && last * fl.row + 8 * fl.block + H <= fused.len() && (last + 1) * H <= h.len()));
-        let load = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
+        let load = |p: *const T, j: usize| load(p.add(16 * j), MASKS[j]);
+        let f32s = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
         for v in range {
             let x = gi.as_ptr().add(v * gl.row);
             let hh = fused.as_ptr().add(v * fl.row + 6 * fl.block);
             for j in 0..3 {
-                let r = sigmoid(_mm512_add_ps(_mm512_add_ps(load(x, j), load(hh, j)), load(bias.r.as_ptr(), j)));
+                let r = sigmoid(_mm512_add_ps(_mm512_add_ps(load(x, j), load(hh, j)), f32s(bias.r.as_ptr(), j)));
                 let z = sigmoid(_mm512_add_ps(
                     _mm512_add_ps(load(x.add(gl.block), j), load(hh.add(fl.block), j)),
-                    load(bias.z.as_ptr(), j),
+                    f32s(bias.z.as_ptr(), j),
                 ));
-                let phn = _mm512_add_ps(load(hh.add(2 * fl.block), j), load(bias.h_n.as_ptr(), j));
-                let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(load(x.add(2 * gl.block), j), load(bias.i_n.as_ptr(), j)));
+                let phn = _mm512_add_ps(load(hh.add(2 * fl.block), j), f32s(bias.h_n.as_ptr(), j));
+                let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(load(x.add(2 * gl.block), j), f32s(bias.i_n.as_ptr(), j)));
                 // tanh(a) = 2σ(2a) − 1
                 let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), sigmoid(_mm512_add_ps(a, a)), _mm512_set1_ps(1.0));
-                let new = _mm512_fmadd_ps(z, _mm512_sub_ps(load(h.as_ptr().add(v * H), j), n), n);
+                let new = _mm512_fmadd_ps(z, _mm512_sub_ps(f32s(h.as_ptr().add(v * H), j), n), n);
                 let at = |s: Shared, row: usize| s.ptr().add(row * H + 16 * j);
                 _mm512_mask_storeu_ps(at(out, v - base), MASKS[j], new);
                 if let Some(t) = tape {
