@@ -15,7 +15,6 @@
 //! FMA and chosen at run time (the portable build's FMAs are library calls:
 //! slow, but x86-64 CPUs without AVX2 and FMA predate 2013).
 
-use std::thread;
 
 use crate::ggnn::HIDDEN;
 
@@ -318,42 +317,34 @@ const PARALLEL_NODES: usize = 2048;
 /// Runs `work(first_node, rows)` over `nodes` rows of 34 of `out`, split
 /// into one contiguous range per thread.
 fn split<O: Send>(out: &mut [O], nodes: usize, threads: usize, work: impl Fn(usize, &mut [O]) + Sync) {
-    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
-    if threads == 1 {
-        return work(0, out);
-    }
-    let per = nodes.div_ceil(threads);
-    thread::scope(|s| {
-        let mut chunks = out.chunks_mut(per * H).enumerate();
-        let own = chunks.next();
-        for (i, chunk) in chunks {
-            let work = &work;
-            s.spawn(move || work(i * per, chunk));
-        }
-        if let Some((_, chunk)) = own {
-            work(0, chunk);
-        }
-    });
+    assert!(out.len() >= nodes * H);
+    let rows = Rows(out.as_mut_ptr());
+    // SAFETY: the ranges are disjoint and within `nodes`.
+    par_ranges(nodes, threads, |r| work(r.start, unsafe { rows.get(r.start * H, r.len() * H) }));
 }
 
 /// [`split`] over two outputs of the same rows.
 fn split2<A: Send, B: Send>(a: &mut [A], b: &mut [B], nodes: usize, threads: usize, work: impl Fn(usize, &mut [A], &mut [B]) + Sync) {
-    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
-    if threads == 1 {
-        return work(0, a, b);
+    assert!(a.len() >= nodes * H && b.len() >= nodes * H);
+    let (ra, rb) = (Rows(a.as_mut_ptr()), Rows(b.as_mut_ptr()));
+    // SAFETY: the ranges are disjoint and within `nodes`.
+    par_ranges(nodes, threads, |r| work(r.start, unsafe { ra.get(r.start * H, r.len() * H) }, unsafe { rb.get(r.start * H, r.len() * H) }));
+}
+
+/// A slice that threads take disjoint parts of.
+struct Rows<O>(*mut O);
+
+// SAFETY: every user takes parts that no other thread touches.
+unsafe impl<O: Send> Send for Rows<O> {}
+unsafe impl<O: Send> Sync for Rows<O> {}
+
+impl<O> Rows<O> {
+    /// # Safety
+    /// In bounds, and taken by this thread alone for the borrow.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self, start: usize, len: usize) -> &mut [O] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
-    let per = nodes.div_ceil(threads);
-    thread::scope(|s| {
-        let mut chunks = a.chunks_mut(per * H).zip(b.chunks_mut(per * H)).enumerate();
-        let own = chunks.next();
-        for (i, (ca, cb)) in chunks {
-            let work = &work;
-            s.spawn(move || work(i * per, ca, cb));
-        }
-        if let Some((_, (ca, cb))) = own {
-            work(0, ca, cb);
-        }
-    });
 }
 
 /// A buffer that threads write in disjoint row ranges.
@@ -384,20 +375,38 @@ impl Shared {
     }
 }
 
-/// Runs `work(range)` over `0..nodes`, one contiguous range per thread.
+/// Runs `work(range)` over `0..nodes`, one contiguous range per thread,
+/// on libtorch's intra-op threads (`at::parallel_for`: ranges of at least
+/// [`PARALLEL_NODES`], as many as there are threads at most, split
+/// evenly, so the same ranges for the same thread count every time).
+/// `threads` 1 runs `work` on the calling thread.
 pub(crate) fn par_ranges(nodes: usize, threads: usize, work: impl Fn(std::ops::Range<usize>) + Sync) {
-    let threads = threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1));
-    if threads == 1 {
+    if threads.clamp(1, nodes.div_ceil(PARALLEL_NODES).max(1)) == 1 {
         return work(0..nodes);
     }
-    let per = nodes.div_ceil(threads);
-    thread::scope(|s| {
-        for t in 1..threads {
-            let work = &work;
-            s.spawn(move || work((t * per).min(nodes)..((t + 1) * per).min(nodes)));
+    struct Call<'a> {
+        work: &'a (dyn Fn(std::ops::Range<usize>) + Sync),
+        panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    }
+    extern "C" fn run(ctx: *mut std::ffi::c_void, begin: i64, end: i64) {
+        // SAFETY: `ctx` is the `Call` below, alive for the whole call.
+        let call = unsafe { &*(ctx as *const Call<'_>) };
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (call.work)(begin as usize..end as usize))) {
+            call.panic.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(payload);
         }
-        work(0..per.min(nodes));
-    });
+    }
+    let call = Call { work: &work, panic: std::sync::Mutex::new(None) };
+    // SAFETY: `run` matches the callback's signature and catches every
+    // panic; `call` outlives the call.
+    let status = unsafe { programl_parallel_for(nodes as i64, PARALLEL_NODES as i64, run, &call as *const Call<'_> as *mut _) };
+    if let Some(payload) = call.panic.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        std::panic::resume_unwind(payload);
+    }
+    assert_eq!(status, 0, "at::parallel_for failed");
+}
+
+extern "C" {
+    fn programl_parallel_for(n: i64, grain: i64, f: extern "C" fn(*mut std::ffi::c_void, i64, i64), ctx: *mut std::ffi::c_void) -> std::ffi::c_int;
 }
 
 /// Fills `out` (rows of 34) with a dropout mask: each entry `scale` with
