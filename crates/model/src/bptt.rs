@@ -27,6 +27,7 @@
 
 use tch::{Kind, Tensor};
 
+use crate::gemm;
 use crate::ggnn::{state_dropout_mask, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
 
 /// What the backward pass keeps of one step.
@@ -206,7 +207,29 @@ impl Ggnn {
         } else {
             (by_block(&w, FUSED_BLOCKS), by_block(&self.w_ih, 3))
         };
-        let (layout, gi_layout) = if pr.bf16 {
+        // FP32 where the CPU has AVX-512: the hand-written products
+        // (`gemm.rs`), row-major, the message blocks' own packing for the
+        // backward's recomputation, and the two backward products by the
+        // transposed weights.
+        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
+        let hand = (!pr.bf16 && crate::ggnn::hand_products_on(false)).then(|| {
+            let h = HIDDEN as usize;
+            [
+                gemm::Packed::from_weight(&floats(&w), FUSED, h, false),
+                gemm::Packed::from_weight(&floats(&w.narrow(0, 0, EDGE_TYPES * HIDDEN)), EDGE_TYPES as usize * h, h, false),
+                gemm::Packed::from_weight(&floats(&self.w_ih), GATES, h, false),
+                gemm::Packed::from_weight(&floats(&self.w_ih.tr()), h, GATES, false),
+                gemm::Packed::from_weight(&floats(&w.tr()), h, FUSED, false),
+            ]
+        });
+        // out [n, cols] = x [n, ld] · the packed right-hand side.
+        let by_hand = |x: &Tensor, ld: usize, pack: &gemm::Packed| -> Tensor {
+            let out = Tensor::empty([n, pack.cols() as i64], float);
+            // SAFETY: FP32 CPU tensors, contiguous, `out` fresh.
+            unsafe { gemm::product(view(x, Kind::Float), ld, nodes, pack, view_mut(&out, Kind::Float), pack.cols(), threads) };
+            out
+        };
+        let (layout, gi_layout) = if pr.bf16 || hand.is_some() {
             (Layout::row_major(FUSED / 34), Layout::row_major(GATES / 34))
         } else {
             (Layout::block_major(nodes), Layout::block_major(nodes))
@@ -214,7 +237,14 @@ impl Ggnn {
         // x · w in that arrangement, `blocks` blocks of it (the backward
         // needs only the six message blocks of F again).
         let product = |x: &Tensor, w: &Tensor, blocks: i64| -> Tensor {
-            if pr.bf16 {
+            if let Some(packs) = &hand {
+                let pack = match blocks {
+                    FUSED_BLOCKS => &packs[0],
+                    EDGE_TYPES => &packs[1],
+                    _ => &packs[2],
+                };
+                by_hand(x, HIDDEN as usize, pack)
+            } else if pr.bf16 {
                 x.mm(&w.narrow(1, 0, blocks * HIDDEN))
             } else {
                 let out = Tensor::empty([blocks, n, HIDDEN], float);
@@ -330,12 +360,15 @@ impl Ggnn {
             let dgi_op = pr.operand(&dgi);
             pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
-            let da = pr.mm(&dgi_op, &w_ih_op).contiguous();
+            let da = match &hand {
+                Some(packs) => by_hand(&dgi, GATES, &packs[3]),
+                None => pr.mm(&dgi_op, &w_ih_op).contiguous(),
+            };
             let f = product(&s.h_op, &w_f, EDGE_TYPES);
             unsafe {
                 let (d, fu) = (view(&da, Kind::Float), view_mut(&d_fused, Kind::Float));
                 // The recomputed product holds the six message blocks only.
-                let back = if pr.bf16 { Layout::row_major(EDGE_TYPES as usize) } else { layout };
+                let back = if pr.bf16 || hand.is_some() { Layout::row_major(EDGE_TYPES as usize) } else { layout };
                 kernels::with_elem!(
                     pr.bf16,
                     T => kernels::aggregate_backward::<T>(
@@ -356,7 +389,10 @@ impl Ggnn {
             let d_fused_op = pr.operand(&d_fused);
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
+            dh = match &hand {
+                Some(packs) => by_hand(&d_fused, FUSED, &packs[4]).g_add_(&dh_direct),
+                None => pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op)),
+            };
         }
         let hm = EDGE_TYPES * HIDDEN;
         let dh0 = dh + &head.dh0;

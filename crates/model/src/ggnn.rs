@@ -581,7 +581,7 @@ impl Ggnn {
         // buffers as oneDNN's products read and write them).
         // (BF16 beyond HAND_BF16_NODES: libtorch's path, whose BF16
         // product buffers halve the memory the step streams through.)
-        let hand = gemm::available(bf16) && HAND_PRODUCTS.with(|h| h.get()) && (!bf16 || n <= HAND_BF16_NODES);
+        let hand = hand_products_on(bf16) && (!bf16 || n <= HAND_BF16_NODES);
         let narrow = bf16 && !hand;
         let bf16 = narrow;
         // BF16 buffers are carved as f32 pairs (every width is even).
@@ -869,8 +869,16 @@ thread_local! {
     static HAND_PRODUCTS: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
-/// Runs `f` with the CPU inference step's products left to libtorch on
-/// this thread, whatever the CPU: the tests' second way to the same logits.
+/// Whether this thread's CPU steps compute their products by hand (FP32 or
+/// BF16, as `bf16` says): where the CPU can, unless
+/// [`with_library_products`] says otherwise.
+pub(crate) fn hand_products_on(bf16: bool) -> bool {
+    gemm::available(bf16) && HAND_PRODUCTS.with(|h| h.get())
+}
+
+/// Runs `f` with the CPU steps' products (inference, and FP32 training)
+/// left to libtorch on this thread, whatever the CPU: the tests' second
+/// way to the same logits and gradients.
 #[doc(hidden)]
 pub fn with_library_products<R>(f: impl FnOnce() -> R) -> R {
     let before = HAND_PRODUCTS.with(|h| h.replace(false));

@@ -511,7 +511,7 @@ unsafe fn gru_train_rows<T: Elem>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{Elem, GruBias, GruTape, Product, Shared, H};
+    use super::{ByRow, Elem, GruBias, GruTape, Product, Shared, FUSED, GATES, H};
 
     /// Whether the CPU runs this module's loops.
     pub(super) fn usable() -> bool {
@@ -601,6 +601,92 @@ mod avx512 {
             }
         }
     }
+
+    /// [`super::gru_backward`]'s rows `range`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gru_backward(
+        dh_new: &[f32],
+        h: &[f32],
+        r: &[f32],
+        z: &[f32],
+        n: &[f32],
+        ghn: &[f32],
+        dgi: Shared,
+        d_fused: Shared,
+        dh_direct: Shared,
+        range: std::ops::Range<usize>,
+    ) {
+        assert!(range.end * H <= h.len().min(dh_new.len()).min(r.len()).min(z.len()).min(n.len()).min(ghn.len()));
+        let one = _mm512_set1_ps(1.0);
+        for v in range {
+            let at = |t: &[f32], j: usize| _mm512_maskz_loadu_ps(MASKS[j], t.as_ptr().add(v * H + 16 * j));
+            let (gi_row, fu_row, direct) = (dgi.ptr().add(v * GATES), d_fused.ptr().add(v * FUSED + 6 * H), dh_direct.ptr().add(v * H));
+            for j in 0..3 {
+                let (dh, hv, rv, zv, nv, gv) = (at(dh_new, j), at(h, j), at(r, j), at(z, j), at(n, j), at(ghn, j));
+                let dn = _mm512_mul_ps(dh, _mm512_sub_ps(one, zv));
+                let dz = _mm512_mul_ps(dh, _mm512_sub_ps(hv, nv));
+                let d_pre_n = _mm512_mul_ps(dn, _mm512_fnmadd_ps(nv, nv, one));
+                let d_pre_r = _mm512_mul_ps(_mm512_mul_ps(d_pre_n, gv), _mm512_mul_ps(rv, _mm512_sub_ps(one, rv)));
+                let d_pre_z = _mm512_mul_ps(dz, _mm512_mul_ps(zv, _mm512_sub_ps(one, zv)));
+                let (m, o) = (MASKS[j], 16 * j);
+                _mm512_mask_storeu_ps(direct.add(o), m, _mm512_mul_ps(dh, zv));
+                _mm512_mask_storeu_ps(gi_row.add(o), m, d_pre_r);
+                _mm512_mask_storeu_ps(gi_row.add(H + o), m, d_pre_z);
+                _mm512_mask_storeu_ps(gi_row.add(2 * H + o), m, d_pre_n);
+                _mm512_mask_storeu_ps(fu_row.add(o), m, d_pre_r);
+                _mm512_mask_storeu_ps(fu_row.add(H + o), m, d_pre_z);
+                _mm512_mask_storeu_ps(fu_row.add(2 * H + o), m, _mm512_mul_ps(d_pre_n, rv));
+            }
+        }
+    }
+
+    /// [`super::aggregate_backward`]'s rows `range`, with this thread's
+    /// share of the gate table's gradient in `table`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn edges_backward<T: Elem>(
+        da: &[f32],
+        inv_degree: &[f32],
+        (fused, fl): Product<'_, T>,
+        bias: &[f32],
+        gates: &[f32],
+        targets: &[i64],
+        positions: &[i64],
+        by_row: &ByRow,
+        out: Shared,
+        table: &mut [f32],
+        range: std::ops::Range<usize>,
+    ) {
+        let f32s = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
+        for v in range {
+            for t in 0..6 {
+                let q = v * 9 + t;
+                let m = fused[v * fl.row + t * fl.block..][..H].as_ptr();
+                let b = bias[t * H..][..H].as_ptr();
+                let message: [__m512; 3] = std::array::from_fn(|j| _mm512_add_ps(load(m.add(16 * j), MASKS[j]), f32s(b, j)));
+                let mut acc = [_mm512_setzero_ps(); 3];
+                for &e in &by_row.edges[by_row.start[q]..by_row.start[q + 1]] {
+                    let target = targets[e] as usize;
+                    let scale = _mm512_set1_ps(inv_degree[target]);
+                    let d = da[target * H..][..H].as_ptr();
+                    let p = positions[e] as usize;
+                    let g = gates[p * H..][..H].as_ptr();
+                    let dt = table[p * H..][..H].as_mut_ptr();
+                    for j in 0..3 {
+                        let s = _mm512_mul_ps(f32s(d, j), scale);
+                        acc[j] = _mm512_fmadd_ps(s, f32s(g, j), acc[j]);
+                        _mm512_mask_storeu_ps(dt.add(16 * j), MASKS[j], _mm512_fmadd_ps(s, message[j], f32s(dt, j)));
+                    }
+                }
+                // Node `v`'s message columns, written by this thread alone.
+                let o = out.ptr().add(v * FUSED + t * H);
+                for j in 0..3 {
+                    _mm512_mask_storeu_ps(o.add(16 * j), MASKS[j], acc[j]);
+                }
+            }
+        }
+    }
 }
 
 /// The GRU update's backward for every node, from `dh_new` (the gradient
@@ -624,6 +710,11 @@ pub(crate) fn gru_backward(
     let nodes = h.len() / H;
     let (dgi, d_fused, dh_direct) = (Shared::new(dgi), Shared::new(d_fused), Shared::new(dh_direct));
     par_ranges(nodes, threads, |range| {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::usable() {
+            // SAFETY: the CPU has AVX-512; rows of `range` only.
+            return unsafe { avx512::gru_backward(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) };
+        }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
@@ -747,6 +838,13 @@ pub(crate) fn aggregate_backward<T: Elem>(
         let first = range.start;
         let mut table = vec![0f32; d_table.len()];
         let run = |table: &mut [f32]| {
+            #[cfg(target_arch = "x86_64")]
+            if avx512::usable() {
+                // SAFETY: the CPU has AVX-512; rows of `range` only.
+                return unsafe {
+                    avx512::edges_backward(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone())
+                };
+            }
             #[cfg(target_arch = "x86_64")]
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
