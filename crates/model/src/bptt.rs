@@ -28,7 +28,7 @@
 use tch::{Kind, Tensor};
 
 use crate::gemm;
-use crate::ggnn::{state_dropout_mask, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
+use crate::ggnn::{floats, state_dropout_mask, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
 
 /// What the backward pass keeps of one step.
 struct Step {
@@ -211,7 +211,6 @@ impl Ggnn {
         // (`gemm.rs`), row-major, the message blocks' own packing for the
         // backward's recomputation, and the two backward products by the
         // transposed weights.
-        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
         let hand = (!pr.bf16 && crate::ggnn::hand_products_on(false)).then(|| {
             let h = HIDDEN as usize;
             [

@@ -543,7 +543,6 @@ impl Ggnn {
     /// The biases as the fused loops add them: the six edge-type biases
     /// \[6 × 34\], and the GRU's ([`kernels::GruBias`]).
     pub(crate) fn kernel_biases(&self) -> (Vec<f32>, kernels::GruBias) {
-        let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
         let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
         let hd = HIDDEN as usize;
         let mut bias = kernels::GruBias {
@@ -567,11 +566,12 @@ impl Ggnn {
     /// product, the edge-type biases and the gate table), the products for
     /// `W_ih` (102 columns), and one loop for the GRU cell
     /// ([`kernels::gru`]), which also writes the next step's BF16 input
-    /// when the products are BF16. BF16 products are one product each
-    /// (oneDNN: row-major \[N, 306\] and \[N, 102\]); FP32 ones one per
-    /// block of 34 columns (block-major \[9, N, 34\] and \[3, N, 34\]),
-    /// which MKL computes faster than one wide product. Buffers come from
-    /// the workspace.
+    /// when the products are BF16. Where the CPU has AVX-512 the products
+    /// are hand-written (`gemm.rs`; row-major FP32 buffers). Otherwise
+    /// BF16 products are one product each (oneDNN: row-major \[N, 306\]
+    /// and \[N, 102\]); FP32 ones one per block of 34 columns
+    /// (block-major \[9, N, 34\] and \[3, N, 34\]), which MKL computes
+    /// faster than one wide product. Buffers come from the workspace.
     fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
         use kernels::{Edges, Layout, FUSED, GATES};
         let n = input.nodes;
@@ -582,8 +582,15 @@ impl Ggnn {
         // (BF16 beyond HAND_BF16_NODES: libtorch's path, whose BF16
         // product buffers halve the memory the step streams through.)
         let hand = hand_products_on(bf16) && (!bf16 || n <= HAND_BF16_NODES);
-        let narrow = bf16 && !hand;
-        let bf16 = narrow;
+        let (w, _) = self.fused_weights();
+        let packed = hand.then(|| {
+            (
+                gemm::Packed::from_weight(&floats(&w), FUSED, HIDDEN as usize, bf16),
+                gemm::Packed::from_weight(&floats(&self.w_ih), GATES, HIDDEN as usize, bf16),
+            )
+        });
+        // From here `bf16` means BF16 buffers.
+        let bf16 = bf16 && !hand;
         // BF16 buffers are carved as f32 pairs (every width is even).
         let slots = |width: usize| if bf16 { width as i64 / 2 } else { width as i64 };
         let n_b = if bf16 { n } else { 0 };
@@ -611,15 +618,6 @@ impl Ggnn {
         let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
         let table =
             (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
-        let (w, _) = self.fused_weights();
-        let packed = hand.then(|| {
-            let floats = |t: &Tensor| Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters");
-            let precise = crate::matmul_precision() == crate::Precision::Bf16;
-            (
-                gemm::Packed::from_weight(&floats(&w), FUSED, HIDDEN as usize, precise),
-                gemm::Packed::from_weight(&floats(&self.w_ih), GATES, HIDDEN as usize, precise),
-            )
-        });
         // Right-hand sides: [34, 306] and [34, 102], or per block [B, 34, 34].
         let (w_f, w_ih) = if bf16 {
             (w.tr().contiguous().to_kind(kind), self.w_ih.tr().contiguous().to_kind(kind))
@@ -839,6 +837,11 @@ pub(crate) unsafe fn view_mut<T>(t: &Tensor, kind: Kind) -> &mut [T] {
         return &mut [];
     }
     std::slice::from_raw_parts_mut(t.data_ptr() as *mut T, len)
+}
+
+/// A parameter's values, row-major (FP32 parameters).
+pub(crate) fn floats(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(t.contiguous().view([-1])).expect("f32 parameters")
 }
 
 /// A dropout mask like `h` \[N, 34\] at rate `p`, scaled by `1/(1 − p)`:
