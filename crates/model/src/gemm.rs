@@ -146,6 +146,39 @@ unsafe fn to_pairs(a: &[f32], lda: usize, rows: usize, k: usize, out: &mut [u32]
     }
 }
 
+/// `src` rounded to BF16 (nearest even) into `dst`, 32 values per
+/// instruction, split over the intra-op threads (`threads`). Needs
+/// [`available`]`(true)`.
+pub(crate) fn to_bf16(src: &[f32], dst: &mut [Bf16], threads: usize) {
+    assert!(available(true) && src.len() == dst.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        const ROW: usize = 1024;
+        let out = crate::kernels::Rows::new(dst);
+        par_ranges(src.len().div_ceil(ROW), threads, |range| {
+            let (start, end) = (range.start * ROW, (range.end * ROW).min(src.len()));
+            // SAFETY: the CPU has AVX512-BF16 (asserted); each range
+            // writes its own part of `dst`.
+            unsafe { to_bf16_avx512(&src[start..end], out.get(start, end - start)) }
+        });
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn to_bf16_avx512(src: &[f32], dst: &mut [Bf16]) {
+    let mut i = 0;
+    while i < src.len() {
+        let n = (src.len() - i).min(32);
+        let mask = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+        let lo = _mm512_maskz_loadu_ps(mask as u16, src.as_ptr().add(i));
+        let hi = _mm512_maskz_loadu_ps((mask >> 16) as u16, src.as_ptr().add(i + 16));
+        let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        _mm512_mask_storeu_epi16(dst.as_mut_ptr().add(i) as *mut i16, mask, packed);
+        i += n;
+    }
+}
+
 /// Calls `$tile::<R, V>` for the `(R, V)` that `$key` holds.
 #[cfg(target_arch = "x86_64")]
 macro_rules! dispatch {
@@ -248,6 +281,23 @@ precision!(rows_bf16, tile_bf16, "avx512f,avx512bf16", true);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vector conversion is the scalar one, bit for bit, at lengths
+    /// with every tail and split over threads.
+    #[test]
+    fn to_bf16_rounds_as_the_scalar_conversion() {
+        if !available(true) {
+            return; // (tests/ggnn.rs checks that `available` follows the CPU)
+        }
+        for len in [0, 1, 31, 32, 33, 5000, 70_001] {
+            let src: Vec<f32> = (0..len).map(|i| ((i as f32) * 0.618_034).sin() * 3.0e3 / (1.0 + i as f32)).collect();
+            let mut dst = vec![Bf16(0); len];
+            to_bf16(&src, &mut dst, 3);
+            for (i, (d, s)) in dst.iter().zip(&src).enumerate() {
+                assert_eq!(d.0, Bf16::from_f32(*s).0, "{len} values: [{i}] = {s}");
+            }
+        }
+    }
 
     /// The products against a plain triple loop (BF16: on the rounded
     /// operands), at every tile remainder and a column count that is not

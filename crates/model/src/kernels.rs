@@ -332,17 +332,21 @@ fn split2<A: Send, B: Send>(a: &mut [A], b: &mut [B], nodes: usize, threads: usi
 }
 
 /// A slice that threads take disjoint parts of.
-struct Rows<O>(*mut O);
+pub(crate) struct Rows<O>(*mut O);
 
 // SAFETY: every user takes parts that no other thread touches.
 unsafe impl<O: Send> Send for Rows<O> {}
 unsafe impl<O: Send> Sync for Rows<O> {}
 
 impl<O> Rows<O> {
+    pub fn new(slice: &mut [O]) -> Rows<O> {
+        Rows(slice.as_mut_ptr())
+    }
+
     /// # Safety
     /// In bounds, and taken by this thread alone for the borrow.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn get(&self, start: usize, len: usize) -> &mut [O] {
+    pub unsafe fn get(&self, start: usize, len: usize) -> &mut [O] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
 }
