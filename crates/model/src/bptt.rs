@@ -340,9 +340,10 @@ impl Ggnn {
         let by_row = ByRow::new(&rows, nodes);
         let zeros = |shape: &[i64]| Tensor::zeros(shape, float);
         let mut d_w = zeros(&[FUSED as i64, 34]);
-        let mut d_b = zeros(&[FUSED as i64]);
         let mut d_w_ih = zeros(&[GATES as i64, 34]);
-        let mut d_b_ih = zeros(&[GATES as i64]);
+        // The biases' gradients: column sums the backward loops take.
+        // (`gru_sums`: the input gates' `b_ih`, then the hidden gates' `b_hh`.)
+        let (mut d_b, mut gru_sums) = (vec![0f32; FUSED], vec![0f32; 2 * GATES]);
         let mut d_table = vec![0f32; positions as usize * 34];
         for s in tape.iter().rev() {
             let dh_new = match &s.mask {
@@ -364,12 +365,12 @@ impl Ggnn {
                     view_mut(&dgi, Kind::Float),
                     view_mut(&d_fused, Kind::Float),
                     view_mut(&dh_direct, Kind::Float),
+                    &mut gru_sums,
                     threads,
                 );
             }
             let dgi_op = pr.operand(&dgi);
             pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
-            let _ = d_b_ih.g_add_(&sum_rows(&dgi));
             let da = match &hand {
                 Some(packs) => by_hand(&dgi, GATES, &packs[3]),
                 None => pr.mm(&dgi_op, &w_ih_op).contiguous(),
@@ -392,19 +393,23 @@ impl Ggnn {
                         &by_row,
                         fu,
                         &mut d_table,
+                        &mut d_b[..EDGE_TYPES as usize * 34],
                         threads,
                     )
                 );
             }
             let d_fused_op = pr.operand(&d_fused);
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
-            let _ = d_b.g_add_(&sum_rows(&d_fused));
             dh = match &hand {
                 Some(packs) => by_hand(&d_fused, FUSED, &packs[4]).g_add_(&dh_direct),
                 None => pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op)),
             };
         }
         let hm = EDGE_TYPES * HIDDEN;
+        for (d, s) in d_b[hm as usize..].iter_mut().zip(&gru_sums[GATES..]) {
+            *d += s;
+        }
+        let (d_b, d_b_ih) = (Tensor::from_slice(&d_b), Tensor::from_slice(&gru_sums[..GATES]));
         let dh0 = dh + &head.dh0;
         let d_embedding = self.embedding.zeros_like().index_add_(0, &input.tokens, &dh0.narrow(1, 0, TEXT_DIM));
         // Gate table p = 2σ(P): dP = dp ⊙ p ⊙ (1 − p/2), over every row.

@@ -693,6 +693,59 @@ mod avx512 {
     }
 }
 
+/// Runs `work(range, part)` over `0..nodes` as [`par_ranges`] does, each
+/// range with a zeroed `part` as long as `sums`, and adds the parts to
+/// `sums` in the order of their ranges (not of their finishing): the same
+/// bits on every run.
+fn par_ranges_summing(nodes: usize, threads: usize, sums: &mut [f32], work: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync) {
+    let partial = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
+    let len = sums.len();
+    par_ranges(nodes, threads, |range| {
+        let mut part = vec![0f32; len];
+        let first = range.start;
+        work(range, &mut part);
+        partial.lock().unwrap_or_else(|p| p.into_inner()).push((first, part));
+    });
+    let mut partial = partial.into_inner().unwrap_or_else(|p| p.into_inner());
+    partial.sort_by_key(|(first, _)| *first);
+    for (_, part) in partial {
+        for (d, s) in sums.iter_mut().zip(&part) {
+            *d += s;
+        }
+    }
+}
+
+/// Rows summed per range while they are in cache: a range's rows are
+/// written and then summed this many at a time.
+const SUM_CHUNK: usize = 64;
+
+/// `sums[j] += Σ_v rows[v · stride + j]` for the rows `range` of `rows`
+/// (`sums.len()` columns).
+fn add_rows(sums: &mut [f32], rows: &[f32], stride: usize, range: std::ops::Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512.
+        return unsafe { add_rows_avx512(sums, rows, stride, range) };
+    }
+    add_rows_plain(sums, rows, stride, range)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn add_rows_avx512(sums: &mut [f32], rows: &[f32], stride: usize, range: std::ops::Range<usize>) {
+    add_rows_plain(sums, rows, stride, range)
+}
+
+#[inline(always)]
+fn add_rows_plain(sums: &mut [f32], rows: &[f32], stride: usize, range: std::ops::Range<usize>) {
+    let width = sums.len();
+    for v in range {
+        for (d, s) in sums.iter_mut().zip(&rows[v * stride..][..width]) {
+            *d += s;
+        }
+    }
+}
+
 /// The GRU update's backward for every node, from `dh_new` (the gradient
 /// of the new state) and the step's tape: writes `dgi` \[N, 102\] (the
 /// gradient of `m · W_ihᵀ + b_ih`), the hidden gates' part of `d_fused`
@@ -709,23 +762,40 @@ pub(crate) fn gru_backward(
     dgi: &mut [f32],
     d_fused: &mut [f32],
     dh_direct: &mut [f32],
+    bias_sums: &mut [f32],
     threads: usize,
 ) {
+    assert_eq!(bias_sums.len(), 2 * GATES);
     let nodes = h.len() / H;
     let (dgi, d_fused, dh_direct) = (Shared::new(dgi), Shared::new(d_fused), Shared::new(dh_direct));
-    par_ranges(nodes, threads, |range| {
-        #[cfg(target_arch = "x86_64")]
-        if avx512::usable() {
-            // SAFETY: the CPU has AVX-512; rows of `range` only.
-            return unsafe { avx512::gru_backward(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) };
+    par_ranges_summing(nodes, threads, bias_sums, |range, sums| {
+        let mut start = range.start;
+        while start < range.end {
+            let chunk = start..(start + SUM_CHUNK).min(range.end);
+            let run = |chunk: std::ops::Range<usize>| {
+                #[cfg(target_arch = "x86_64")]
+                if avx512::usable() {
+                    // SAFETY: the CPU has AVX-512; rows of `range` only.
+                    return unsafe { avx512::gru_backward(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) };
+                }
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
+                    return unsafe { gru_backward_avx2(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) };
+                }
+                // SAFETY: rows of `range` only.
+                unsafe { gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) }
+            };
+            run(chunk.clone());
+            // SAFETY: the rows this thread just wrote, read back by it.
+            let len = chunk.len();
+            let (gi_rows, hh_rows) =
+                unsafe { (dgi.slice(chunk.start * GATES, len * GATES), d_fused.slice(chunk.start * FUSED + 6 * H, len * FUSED - 6 * H)) };
+            let (s_gi, s_hh) = sums.split_at_mut(GATES);
+            add_rows(s_gi, gi_rows, GATES, 0..len);
+            add_rows(s_hh, hh_rows, FUSED, 0..len);
+            start = chunk.end;
         }
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
-            return unsafe { gru_backward_avx2(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) };
-        }
-        // SAFETY: rows of `range` only.
-        unsafe { gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range) }
     });
 }
 
@@ -830,44 +900,47 @@ pub(crate) fn aggregate_backward<T: Elem>(
     by_row: &ByRow,
     d_fused: &mut [f32],
     d_table: &mut [f32],
+    bias_sums: &mut [f32],
     threads: usize,
 ) {
+    assert_eq!(bias_sums.len(), 6 * H);
     let (fused, fl) = fused;
     let nodes = da.len() / H;
     let out = Shared::new(d_fused);
-    // Each thread's share of d_table, summed in the order of their node
-    // ranges (not of their finishing): the same bits on every run.
-    let partial = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
-    par_ranges(nodes, threads, |range| {
-        let first = range.start;
-        let mut table = vec![0f32; d_table.len()];
-        let run = |table: &mut [f32]| {
-            #[cfg(target_arch = "x86_64")]
-            if avx512::usable() {
-                // SAFETY: the CPU has AVX-512; rows of `range` only.
-                return unsafe {
-                    avx512::edges_backward(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone())
-                };
-            }
-            #[cfg(target_arch = "x86_64")]
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
-                return unsafe {
-                    edges_backward_avx2(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone())
-                };
-            }
-            // SAFETY: rows of `range` only.
-            unsafe { edges_backward_rows(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, range.clone()) }
-        };
-        run(&mut table);
-        partial.lock().unwrap_or_else(|p| p.into_inner()).push((first, table));
-    });
-    let mut partial = partial.into_inner().unwrap_or_else(|p| p.into_inner());
-    partial.sort_by_key(|(first, _)| *first);
-    for (_, table) in partial {
-        for (d, s) in d_table.iter_mut().zip(&table) {
-            *d += s;
+    // Per range: its share of d_table, then the message columns' sums.
+    let mut both = vec![0f32; d_table.len() + bias_sums.len()];
+    let table_len = d_table.len();
+    par_ranges_summing(nodes, threads, &mut both, |range, part| {
+        let (table, sums) = part.split_at_mut(table_len);
+        let mut start = range.start;
+        while start < range.end {
+            let chunk = start..(start + SUM_CHUNK).min(range.end);
+            let run = |table: &mut [f32], chunk: std::ops::Range<usize>| {
+                #[cfg(target_arch = "x86_64")]
+                if avx512::usable() {
+                    // SAFETY: the CPU has AVX-512; rows of `range` only.
+                    return unsafe {
+                        avx512::edges_backward(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk)
+                    };
+                }
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
+                    return unsafe {
+                        edges_backward_avx2(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk)
+                    };
+                }
+                // SAFETY: rows of `range` only.
+                unsafe { edges_backward_rows(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk) }
+            };
+            run(table, chunk.clone());
+            // SAFETY: the rows this thread just wrote, read back by it.
+            add_rows(sums, unsafe { out.slice(chunk.start * FUSED, chunk.len() * FUSED) }, FUSED, 0..chunk.len());
+            start = chunk.end;
         }
+    });
+    for (d, s) in d_table.iter_mut().chain(bias_sums.iter_mut()).zip(&both) {
+        *d += s;
     }
 }
 
