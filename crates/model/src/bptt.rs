@@ -236,7 +236,7 @@ impl Ggnn {
         let by_hand = |x: &Tensor, ld: usize, pack: &gemm::Packed| -> Tensor {
             let out = Tensor::empty([n, pack.cols() as i64], float);
             // SAFETY: FP32 CPU tensors, contiguous, `out` fresh.
-            unsafe { gemm::product(view(x, Kind::Float), ld, nodes, pack, view_mut(&out, Kind::Float), pack.cols(), threads) };
+            unsafe { gemm::product(view(x, Kind::Float), ld, nodes, pack, view_mut::<f32>(&out, Kind::Float), pack.cols(), threads) };
             out
         };
         let (layout, gi_layout) = if pr.bf16 || hand.is_some() {

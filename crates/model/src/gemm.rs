@@ -21,7 +21,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::kernels::{par_ranges, Bf16, Elem, Shared};
+use crate::kernels::{par_ranges, Bf16, Elem, Rows};
 
 const LANES: usize = 16;
 /// Rows and vectors of one register tile.
@@ -44,7 +44,11 @@ pub(crate) struct Packed {
 pub(crate) fn available(bf16: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f") && (!bf16 || std::is_x86_feature_detected!("avx512bf16"))
+        std::is_x86_feature_detected!("avx512f")
+            && (!bf16
+                || (std::is_x86_feature_detected!("avx512bf16")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vl")))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -89,9 +93,12 @@ impl Packed {
 
 /// `out[r, ..cols] = a[r, ..k] · B` for `rows` rows: `a` with row stride
 /// `lda` (FP32, rounded to BF16 here when `b` is BF16), `out` with row
-/// stride `ldo`. Needs [`available`]`(b.bf16)`.
-pub(crate) fn product(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
+/// stride `ldo`, FP32 or (BF16 products only) BF16 rounded to nearest
+/// even. Needs [`available`]`(b.bf16)`.
+pub(crate) fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
     assert!(available(b.bf16), "the hand-written products need AVX-512 (and AVX512-BF16 for BF16)");
+    let narrow = std::mem::size_of::<O>() == 2;
+    assert!(!narrow || b.bf16, "BF16 results come from BF16 products only");
     assert!(rows == 0 || (a.len() >= (rows - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
     assert!(rows == 0 || (out.len() >= (rows - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     #[cfg(target_arch = "x86_64")]
@@ -107,17 +114,21 @@ pub(crate) fn product(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut 
         } else {
             Vec::new()
         };
-        let shared = Shared::new(out);
+        let shared = Rows::new(out);
         par_ranges(rows, threads, |range| {
             // SAFETY: each range writes its own rows of `out`; the CPU
-            // features were checked above.
+            // features were checked above (AVX512-BW and VL come with
+            // AVX512-BF16 on every CPU that has it).
             unsafe {
-                let out = shared.ptr().add(range.start * ldo);
-                if b.bf16 {
+                let out = shared.get(range.start * ldo, 0).as_mut_ptr();
+                if narrow {
                     let half = b.k / 2;
-                    rows_bf16(pairs.as_ptr().add(range.start * half), half, range.len(), b, out, ldo);
+                    rows_bf16_out(pairs.as_ptr().add(range.start * half), half, range.len(), b, out as *mut u16, ldo);
+                } else if b.bf16 {
+                    let half = b.k / 2;
+                    rows_bf16(pairs.as_ptr().add(range.start * half), half, range.len(), b, out as *mut f32, ldo);
                 } else {
-                    rows_f32(a.as_ptr().add(range.start * lda) as *const u32, lda, range.len(), b, out, ldo);
+                    rows_f32(a.as_ptr().add(range.start * lda) as *const u32, lda, range.len(), b, out as *mut f32, ldo);
                 }
             }
         });
@@ -202,10 +213,10 @@ macro_rules! dispatch {
 /// rows) and `$tile` (one register tile), compiled for `$features`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! precision {
-    ($rows:ident, $tile:ident, $features:literal, $bf16:tt) => {
+    ($rows:ident, $tile:ident, $features:literal, $bf16:tt, $out:tt) => {
         /// All column groups of `rows` rows.
         #[target_feature(enable = $features)]
-        unsafe fn $rows(a: *const u32, lda: usize, rows: usize, b: &Packed, out: *mut f32, ldo: usize) {
+        unsafe fn $rows(a: *const u32, lda: usize, rows: usize, b: &Packed, out: *mut $out, ldo: usize) {
             let depth = if $bf16 { b.k / 2 } else { b.k };
             let vectors = b.stride / LANES;
             let mut v0 = 0;
@@ -239,7 +250,7 @@ macro_rules! precision {
             b: *const u32,
             ldb: usize,
             depth: usize,
-            out: *mut f32,
+            out: *mut $out,
             ldo: usize,
             masks: &[u16; TILE_VECS],
         ) {
@@ -254,10 +265,17 @@ macro_rules! precision {
             }
             for (r, acc) in acc.iter().enumerate() {
                 for v in 0..V {
-                    _mm512_mask_storeu_ps(out.add(r * ldo + v * LANES), masks[v], acc[v]);
+                    precision!(@store $out, out.add(r * ldo + v * LANES), masks[v], acc[v]);
                 }
             }
         }
+    };
+    (@store f32, $p:expr, $mask:expr, $x:expr) => {
+        _mm512_mask_storeu_ps($p, $mask, $x)
+    };
+    // BF16 results: rounded to nearest even as they are stored.
+    (@store u16, $p:expr, $mask:expr, $x:expr) => {
+        _mm256_mask_storeu_epi16($p as *mut i16, $mask, std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh($x)))
     };
     (@step true, $x:ident, $bv:ident, $acc:ident, $V:ident) => {
         let x: __m512bh = std::mem::transmute(_mm512_set1_epi32($x as i32));
@@ -274,9 +292,11 @@ macro_rules! precision {
 }
 
 #[cfg(target_arch = "x86_64")]
-precision!(rows_f32, tile_f32, "avx512f", false);
+precision!(rows_f32, tile_f32, "avx512f", false, f32);
 #[cfg(target_arch = "x86_64")]
-precision!(rows_bf16, tile_bf16, "avx512f,avx512bf16", true);
+precision!(rows_bf16, tile_bf16, "avx512f,avx512bf16", true, f32);
+#[cfg(target_arch = "x86_64")]
+precision!(rows_bf16_out, tile_bf16_out, "avx512f,avx512bf16,avx512bw,avx512vl", true, u16);
 
 #[cfg(test)]
 mod tests {
@@ -336,6 +356,16 @@ mod tests {
                 }
                 let mut out = vec![f32::NAN; rows * ldo];
                 product(&a, lda, rows, &packed, &mut out, ldo, threads);
+                if bf16 {
+                    // BF16 results: the FP32 ones rounded, bit for bit;
+                    // nothing past the columns written.
+                    let mut narrow = vec![Bf16(0xffff); rows * ldo];
+                    product(&a, lda, rows, &packed, &mut narrow, ldo, threads);
+                    for (i, (n, f)) in narrow.iter().zip(&out).enumerate() {
+                        let want = if i % ldo < cols { Bf16::from_f32(*f).0 } else { 0xffff };
+                        assert_eq!(n.0, want, "rows {rows} cols {cols}: BF16 result [{}, {}]", i / ldo, i % ldo);
+                    }
+                }
                 for r in 0..rows {
                     for c in 0..ldo {
                         let got = out[r * ldo + c];

@@ -576,12 +576,11 @@ impl Ggnn {
         use kernels::{Edges, Layout, FUSED, GATES};
         let n = input.nodes;
         let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
-        // Hand-written products where the CPU has them (all buffers FP32,
-        // BF16 only inside the products), else libtorch's (`narrow`: BF16
-        // buffers as oneDNN's products read and write them).
-        // (BF16 beyond HAND_BF16_NODES: libtorch's path, whose BF16
-        // product buffers halve the memory the step streams through.)
-        let hand = hand_products_on(bf16) && (!bf16 || n <= HAND_BF16_NODES);
+        // Hand-written products where the CPU has them (their inputs FP32,
+        // rounded inside the products), else libtorch's (BF16: oneDNN's,
+        // BF16 inputs too). BF16 products write BF16 buffers either way:
+        // half the memory the step streams through.
+        let hand = hand_products_on(bf16);
         let (w, _) = self.fused_weights();
         let packed = hand.then(|| {
             (
@@ -589,11 +588,11 @@ impl Ggnn {
                 gemm::Packed::from_weight(&floats(&self.w_ih), GATES, HIDDEN as usize, bf16),
             )
         });
-        // From here `bf16` means BF16 buffers.
-        let bf16 = bf16 && !hand;
+        // BF16 copies of the products' inputs: libtorch's BF16 path only.
+        let narrow_inputs = bf16 && !hand;
         // BF16 buffers are carved as f32 pairs (every width is even).
-        let slots = |width: usize| if bf16 { width as i64 / 2 } else { width as i64 };
-        let n_b = if bf16 { n } else { 0 };
+        let slots = |width: usize, narrow: bool| if narrow { width as i64 / 2 } else { width as i64 };
+        let n_b = if narrow_inputs { n } else { 0 };
         // SAFETY: as in `logits_inference`.
         let [text, h0, both, f, gi, m, s0, s1, h_b] = unsafe {
             ws.carve(
@@ -602,9 +601,9 @@ impl Ggnn {
                     &[n, TEXT_DIM],
                     &[n, HIDDEN],
                     &[n, 2 * HIDDEN],
-                    &[n, slots(FUSED)],
-                    &[n, slots(GATES)],
-                    &[n, slots(HIDDEN as usize)],
+                    &[n, slots(FUSED, bf16)],
+                    &[n, slots(GATES, bf16)],
+                    &[n, slots(HIDDEN as usize, narrow_inputs)],
                     &[n, HIDDEN],
                     &[n, HIDDEN],
                     &[n_b, HIDDEN / 2],
@@ -612,7 +611,9 @@ impl Ggnn {
             )
         };
         let kind = if bf16 { Kind::BFloat16 } else { Kind::Float };
-        let [f, gi, m] = [f, gi, m].map(|t| if bf16 { t.view_dtype(Kind::BFloat16) } else { t });
+        let m_kind = if narrow_inputs { Kind::BFloat16 } else { Kind::Float };
+        let [f, gi] = [f, gi].map(|t| if bf16 { t.view_dtype(Kind::BFloat16) } else { t });
+        let m = if narrow_inputs { m.view_dtype(Kind::BFloat16) } else { m };
         let mut h_b = h_b.view_dtype(Kind::BFloat16);
         let selector = self.selector_table.index_select(0, &input.selector);
         let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
@@ -631,13 +632,19 @@ impl Ggnn {
         } else {
             (Layout::block_major(nodes), Layout::block_major(nodes))
         };
-        let (f_out, gi_out) =
-            if bf16 { (f.shallow_clone(), gi.shallow_clone()) } else { (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN])) };
+        let (f_out, gi_out) = if bf16 || hand {
+            (f.shallow_clone(), gi.shallow_clone())
+        } else {
+            (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN]))
+        };
         let threads = tch::get_num_threads().max(1) as usize;
         let product = |out: &Tensor, x: &Tensor, w: &Tensor, hand: Option<&gemm::Packed>| {
             if let Some(p) = hand {
-                // SAFETY: FP32 CPU tensors, contiguous, `out` not aliased.
-                unsafe { gemm::product(view(x, Kind::Float), HIDDEN as usize, nodes, p, view_mut(out, Kind::Float), p.cols(), threads) };
+                // SAFETY: an FP32 CPU input and an output of `kind`,
+                // contiguous, `out` not aliased.
+                unsafe {
+                    kernels::with_elem!(bf16, T => gemm::product::<T>(view(x, Kind::Float), HIDDEN as usize, nodes, p, view_mut(out, kind), p.cols(), threads));
+                }
             } else if bf16 {
                 let _ = x.mm_out(out, w);
             } else {
@@ -663,16 +670,20 @@ impl Ggnn {
             }
         };
         let gates: &[f32] = unsafe { view(&table, Kind::Float) };
-        if bf16 {
+        if narrow_inputs {
             let _ = h_b.copy_(&h0);
         }
         let states = [s0, s1];
         let mut h = h0.shallow_clone();
         for step in 0..steps {
             let next = &states[(step % 2) as usize];
-            product(&f_out, if bf16 { &h_b } else { &h }, &w_f, packed.as_ref().map(|p| &p.0));
+            product(&f_out, if narrow_inputs { &h_b } else { &h }, &w_f, packed.as_ref().map(|p| &p.0));
             unsafe {
-                kernels::with_elem!(bf16, T => kernels::aggregate::<T, T>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, kind), threads));
+                if narrow_inputs {
+                    kernels::aggregate::<kernels::Bf16, kernels::Bf16>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads);
+                } else {
+                    kernels::with_elem!(bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads));
+                }
             }
             product(&gi_out, &m, &w_ih, packed.as_ref().map(|p| &p.1));
             unsafe {
@@ -684,7 +695,7 @@ impl Ggnn {
                         view(&h, Kind::Float),
                         &bias,
                         view_mut(next, Kind::Float),
-                        bf16.then(|| view_mut(&h_b, kind)),
+                        narrow_inputs.then(|| view_mut(&h_b, Kind::BFloat16)),
                         threads,
                     )
                 );
@@ -855,16 +866,6 @@ pub(crate) fn state_dropout_mask(h: &Tensor, p: f64) -> Tensor {
     kernels::dropout_mask(&mut mask, seed, (1.0 - p) as f32, (1.0 / (1.0 - p)) as f32, tch::get_num_threads().max(1) as usize);
     Tensor::from_slice(&mask).view(h.size().as_slice()).to_device(h.device())
 }
-
-/// The largest batch (in nodes) whose BF16 inference uses the hand-written
-/// products. Their buffers are FP32 (BF16 only inside the products), twice
-/// the memory of libtorch's BF16 path, which wins once the step's buffers
-/// outgrow the caches: on a Zen 4 at 1 thread (`programl-train bench
-/// --mode infer --dtype bf16 --batch-nodes N --graph-nodes N`), hand-written
-/// against libtorch's, 123k/101k nodes/s at 1,000 nodes, 115k/109k at
-/// 5,000, 99k/98k at 6,000, 74k/107k at 8,640. FP32 keeps them at every
-/// size (87k/60k at 1,000 nodes, 57k/55k at 8,640).
-const HAND_BF16_NODES: i64 = 6000;
 
 thread_local! {
     /// Whether this thread's CPU inference uses the hand-written products

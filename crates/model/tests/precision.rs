@@ -68,8 +68,8 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
     }
     // A batch of a module's size takes the hand-written products (where
     // the CPU has AVX512-BF16): the same rounding of the products'
-    // operands as libtorch's BF16 path (whose outputs are BF16 too; the
-    // hand-written ones stay FP32): as close to FP32 on average.
+    // operands and results as libtorch's BF16 path: as close to FP32 on
+    // average.
     if in_effect == Precision::Bf16 {
         let small = Batch::from_samples(&samples[..200]).unwrap();
         let small = Prepared::new(&small, &hyper, Device::Cpu);
