@@ -566,8 +566,9 @@ impl Ggnn {
     /// product, the edge-type biases and the gate table), the products for
     /// `W_ih` (102 columns), and one loop for the GRU cell
     /// ([`kernels::gru`]), which also writes the next step's BF16 input
-    /// when the products are BF16. Where the CPU has AVX-512 the products
-    /// are hand-written (`gemm.rs`; row-major FP32 buffers). Otherwise
+    /// when the products are libtorch's BF16 ones. Where the CPU has
+    /// AVX-512 the products are hand-written (`gemm.rs`; row-major
+    /// buffers, BF16 for BF16 products, FP32 inputs). Otherwise
     /// BF16 products are one product each (oneDNN: row-major \[N, 306\]
     /// and \[N, 102\]); FP32 ones one per block of 34 columns
     /// (block-major \[9, N, 34\] and \[3, N, 34\]), which MKL computes
@@ -619,8 +620,11 @@ impl Ggnn {
         let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
         let table =
             (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
-        // Right-hand sides: [34, 306] and [34, 102], or per block [B, 34, 34].
-        let (w_f, w_ih) = if bf16 {
+        // libtorch's right-hand sides: [34, 306] and [34, 102], or per
+        // block [B, 34, 34] (none for the hand-written products).
+        let (w_f, w_ih) = if hand {
+            (Tensor::new(), Tensor::new())
+        } else if bf16 {
             (w.tr().contiguous().to_kind(kind), self.w_ih.tr().contiguous().to_kind(kind))
         } else {
             let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
