@@ -515,7 +515,7 @@ unsafe fn gru_train_rows<T: Elem>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{ByRow, Elem, GruBias, GruTape, Product, Shared, FUSED, GATES, H};
+    use super::{EdgesBackward, Elem, GruBias, GruTape, Product, Shared, FUSED, GATES, H};
 
     /// Whether the CPU runs this module's loops.
     pub(super) fn usable() -> bool {
@@ -648,16 +648,8 @@ mod avx512 {
     /// [`super::aggregate_backward`]'s rows `range`, with this thread's
     /// share of the gate table's gradient in `table`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn edges_backward<T: Elem>(
-        da: &[f32],
-        inv_degree: &[f32],
-        (fused, fl): Product<'_, T>,
-        bias: &[f32],
-        gates: &[f32],
-        targets: &[i64],
-        positions: &[i64],
-        by_row: &ByRow,
+        EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row }: EdgesBackward<'_, T>,
         out: Shared,
         table: &mut [f32],
         range: std::ops::Range<usize>,
@@ -882,30 +874,34 @@ impl ByRow {
     }
 }
 
+/// What the aggregation's backward reads (see [`aggregate_backward`]).
+#[derive(Clone, Copy)]
+pub(crate) struct EdgesBackward<'a, T> {
+    pub da: &'a [f32],
+    pub inv_degree: &'a [f32],
+    pub fused: Product<'a, T>,
+    pub bias: &'a [f32],
+    pub gates: &'a [f32],
+    pub targets: &'a [i64],
+    pub positions: &'a [i64],
+    pub by_row: &'a ByRow,
+}
+
 /// The aggregation's backward. With `s[v] = da[v] / indeg(v)`: the message
 /// rows of `d_fused` \[N, 306\] (columns 0..204: row `q`'s gradient is
 /// `Σ_{e reads q} s[target e] ⊙ gates[pos e]`, zero where no edge reads
 /// it), and `d_table` \[P, 34\] += `Σ_e s[target e] ⊙ (F[e] + bias[type e])`
 /// (the messages before gating, `fused` the step's product as in
 /// [`aggregate`]).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn aggregate_backward<T: Elem>(
-    da: &[f32],
-    inv_degree: &[f32],
-    fused: Product<'_, T>,
-    bias: &[f32],
-    gates: &[f32],
-    targets: &[i64],
-    positions: &[i64],
-    by_row: &ByRow,
+    reads: EdgesBackward<'_, T>,
     d_fused: &mut [f32],
     d_table: &mut [f32],
     bias_sums: &mut [f32],
     threads: usize,
 ) {
     assert_eq!(bias_sums.len(), 6 * H);
-    let (fused, fl) = fused;
-    let nodes = da.len() / H;
+    let nodes = reads.da.len() / H;
     let out = Shared::new(d_fused);
     // Per range: its share of d_table, then the message columns' sums.
     let mut both = vec![0f32; d_table.len() + bias_sums.len()];
@@ -920,18 +916,18 @@ pub(crate) fn aggregate_backward<T: Elem>(
                 if avx512::usable() {
                     // SAFETY: the CPU has AVX-512; rows of `range` only.
                     return unsafe {
-                        avx512::edges_backward(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk)
+                        avx512::edges_backward(reads, out, table, chunk)
                     };
                 }
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
                     return unsafe {
-                        edges_backward_avx2(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk)
+                        edges_backward_avx2(reads, out, table, chunk)
                     };
                 }
                 // SAFETY: rows of `range` only.
-                unsafe { edges_backward_rows(da, inv_degree, (fused, fl), bias, gates, targets, positions, by_row, out, table, chunk) }
+                unsafe { edges_backward_rows(reads, out, table, chunk) }
             };
             run(table, chunk.clone());
             // SAFETY: the rows this thread just wrote, read back by it.
@@ -946,34 +942,13 @@ pub(crate) fn aggregate_backward<T: Elem>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn edges_backward_avx2<T: Elem>(
-    da: &[f32],
-    inv_degree: &[f32],
-    fused: Product<'_, T>,
-    bias: &[f32],
-    gates: &[f32],
-    targets: &[i64],
-    positions: &[i64],
-    by_row: &ByRow,
-    out: Shared,
-    table: &mut [f32],
-    range: std::ops::Range<usize>,
-) {
-    edges_backward_rows(da, inv_degree, fused, bias, gates, targets, positions, by_row, out, table, range)
+unsafe fn edges_backward_avx2<T: Elem>(reads: EdgesBackward<'_, T>, out: Shared, table: &mut [f32], range: std::ops::Range<usize>) {
+    edges_backward_rows(reads, out, table, range)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn edges_backward_rows<T: Elem>(
-    da: &[f32],
-    inv_degree: &[f32],
-    (fused, fl): Product<'_, T>,
-    bias: &[f32],
-    gates: &[f32],
-    targets: &[i64],
-    positions: &[i64],
-    by_row: &ByRow,
+    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row }: EdgesBackward<'_, T>,
     out: Shared,
     table: &mut [f32],
     range: std::ops::Range<usize>,
