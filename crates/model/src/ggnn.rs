@@ -684,7 +684,14 @@ impl Ggnn {
             product(&f_out, if narrow_inputs { &h_b } else { &h }, &w_f, packed.as_ref().map(|p| &p.0));
             unsafe {
                 if narrow_inputs {
-                    kernels::aggregate::<kernels::Bf16, kernels::Bf16>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads);
+                    kernels::aggregate::<kernels::Bf16, kernels::Bf16>(
+                        view(&f, kind),
+                        &edges,
+                        &b_msg,
+                        gates,
+                        view_mut(&m, m_kind),
+                        threads,
+                    );
                 } else {
                     kernels::with_elem!(bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads));
                 }

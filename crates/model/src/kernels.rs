@@ -9,12 +9,17 @@
 //! - [`gru`]: the GRU cell's gates and new state from the two products.
 //!
 //! Both take the products in FP32 or BF16 ([`Elem`]), accumulate in FP32,
-//! and split the nodes over the intra-op threads. The exponential is a
-//! branch-free polynomial (Cephes' `expf`, relative error ~1e-7) that the
-//! compiler vectorises; on x86-64 the loops are compiled again for AVX2 and
-//! FMA and chosen at run time (the portable build's FMAs are library calls:
-//! slow, but x86-64 CPUs without AVX2 and FMA predate 2013).
-
+//! and split the nodes over libtorch's intra-op threads ([`par_ranges`]).
+//! The training step adds their variants that keep a tape
+//! ([`gru_train`]) and the two backward loops ([`gru_backward`],
+//! [`aggregate_backward`], which also sum the biases' gradients). The
+//! exponential is a branch-free polynomial (Cephes' `expf`, relative error
+//! ~1e-7) that the compiler vectorises; on x86-64 the loops are compiled
+//! again for AVX2 and FMA, the GRU cell and the backward loops are also
+//! written out in AVX-512 intrinsics (`mod avx512`: 34 values as two
+//! vectors and a masked one), and the best the CPU runs is chosen at run
+//! time (the portable build's FMAs are library calls: slow, but x86-64
+//! CPUs without AVX2 and FMA predate 2013).
 
 use crate::ggnn::HIDDEN;
 
@@ -239,7 +244,6 @@ fn gru_dispatch<T: Elem, C: Elem>(
     gru_rows(gi, fused, h, bias, first, next, copy)
 }
 
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gru_avx2<T: Elem, C: Elem>(
@@ -410,7 +414,12 @@ pub(crate) fn par_ranges(nodes: usize, threads: usize, work: impl Fn(std::ops::R
 }
 
 extern "C" {
-    fn programl_parallel_for(n: i64, grain: i64, f: extern "C" fn(*mut std::ffi::c_void, i64, i64), ctx: *mut std::ffi::c_void) -> std::ffi::c_int;
+    fn programl_parallel_for(
+        n: i64,
+        grain: i64,
+        f: extern "C" fn(*mut std::ffi::c_void, i64, i64),
+        ctx: *mut std::ffi::c_void,
+    ) -> std::ffi::c_int;
 }
 
 /// Fills `out` (rows of 34) with a dropout mask: each entry `scale` with
@@ -577,7 +586,12 @@ mod avx512 {
         base: usize,
     ) {
         let last = range.end.saturating_sub(1);
-        assert!(range.is_empty() || (last * gl.row + 2 * gl.block + H <= gi.len() && last * fl.row + 8 * fl.block + H <= fused.len() && (last + 1) * H <= h.len()));
+        assert!(
+            range.is_empty()
+                || (last * gl.row + 2 * gl.block + H <= gi.len()
+                    && last * fl.row + 8 * fl.block + H <= fused.len()
+                    && (last + 1) * H <= h.len())
+        );
         let load = |p: *const T, j: usize| load(p.add(16 * j), MASKS[j]);
         let f32s = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
         for v in range {
@@ -585,10 +599,8 @@ mod avx512 {
             let hh = fused.as_ptr().add(v * fl.row + 6 * fl.block);
             for j in 0..3 {
                 let r = sigmoid(_mm512_add_ps(_mm512_add_ps(load(x, j), load(hh, j)), f32s(bias.r.as_ptr(), j)));
-                let z = sigmoid(_mm512_add_ps(
-                    _mm512_add_ps(load(x.add(gl.block), j), load(hh.add(fl.block), j)),
-                    f32s(bias.z.as_ptr(), j),
-                ));
+                let z =
+                    sigmoid(_mm512_add_ps(_mm512_add_ps(load(x.add(gl.block), j), load(hh.add(fl.block), j)), f32s(bias.z.as_ptr(), j)));
                 let phn = _mm512_add_ps(load(hh.add(2 * fl.block), j), f32s(bias.h_n.as_ptr(), j));
                 let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(load(x.add(2 * gl.block), j), f32s(bias.i_n.as_ptr(), j)));
                 // tanh(a) = 2σ(2a) − 1
@@ -915,16 +927,12 @@ pub(crate) fn aggregate_backward<T: Elem>(
                 #[cfg(target_arch = "x86_64")]
                 if avx512::usable() {
                     // SAFETY: the CPU has AVX-512; rows of `range` only.
-                    return unsafe {
-                        avx512::edges_backward(reads, out, table, chunk)
-                    };
+                    return unsafe { avx512::edges_backward(reads, out, table, chunk) };
                 }
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
-                    return unsafe {
-                        edges_backward_avx2(reads, out, table, chunk)
-                    };
+                    return unsafe { edges_backward_avx2(reads, out, table, chunk) };
                 }
                 // SAFETY: rows of `range` only.
                 unsafe { edges_backward_rows(reads, out, table, chunk) }

@@ -32,7 +32,9 @@ mod kernels;
 mod workspace;
 
 pub use bptt::{class_weights, Gradients};
-pub use ggnn::{hand_products, sinusoids, with_library_products, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM};
+pub use ggnn::{
+    hand_products, sinusoids, with_library_products, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM,
+};
 
 use std::fmt;
 use std::str::FromStr;

@@ -85,7 +85,10 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
             "1,000 nodes under BF16, difference from FP32 (largest, mean): hand-written products {hand_max}, {hand_mean}; libtorch's {library_max}, {library_mean}"
         );
         assert!(hand_max > 0.0 && hand_max < 0.05 * scale, "BF16 products move logits within its rounding ({hand_max})");
-        assert!(hand_mean <= 1.1 * library_mean, "the hand-written BF16 products are farther from FP32 ({hand_mean}) than libtorch's ({library_mean})");
+        assert!(
+            hand_mean <= 1.1 * library_mean,
+            "the hand-written BF16 products are farther from FP32 ({hand_mean}) than libtorch's ({library_mean})"
+        );
     }
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
     assert!(model.forward_inference(&prepared, 10).equal(&f32_logits), "back to FP32: the FP32 logits again");

@@ -229,9 +229,8 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
             .collect()
     };
     let best_first = val_rows(&first).iter().map(|r| r.1).fold(f64::MIN, f64::max);
-    let config = |d: &Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap()
-    };
+    let config =
+        |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap() };
     let first_examples = config(&first)["provenance"]["examples_seen"].as_u64().unwrap();
 
     // A lower rate from the first run's bundle: the bundle is validated
