@@ -53,70 +53,61 @@ task_args() {
     esac
 }
 
-one() {
-    if [ "$phase" = finetune ]; then
-        finetune "$1"
-        return
-    fi
-    local task="$1" run="$runs/$1" ship="$root/models/$1"
-    if [ ! -e "$run/checkpoint/state.json" ] && [ -e "$ship/checkpoint/state.json" ]; then
-        echo "[train-models] $task: seeding $run from $ship/checkpoint (a run of an earlier session)"
+# Seeds the run directory $1 from the copy kept beside the bundle $2 in
+# $3 (its checkpoint, log and curves; a run of an earlier session).
+seed() {
+    local run="$1" ship="$2" kept="$3"
+    if [ ! -e "$run/checkpoint/state.json" ] && [ -e "$kept/checkpoint/state.json" ]; then
+        echo "[train-models] $(basename "$run"): seeding $run from $kept (a run of an earlier session)"
         rm -rf "$run"
         mkdir -p "$run/model"
-        cp -r "$ship/checkpoint" "$run/checkpoint"
+        cp -r "$kept/checkpoint" "$run/checkpoint"
         cp "$ship/vocabulary.json" "$run/vocabulary.json"
         cp "$ship/config.json" "$ship/weights.safetensors" "$ship/vocabulary.json" "$run/model/"
-        cp "$ship/log.csv" "$ship/curves.png" "$run/" # redrawn at the next validation
-    fi
-    echo "[train-models] $task: budget $budget ($(date +%H:%M:%S))"
-    if OMP_WAIT_POLICY=PASSIVE "$train" train --task "$task" --out "$run" --budget "$budget" "${common[@]}" --lr 1e-3 $(task_args "$task") >>"$runs/$task.log" 2>&1; then
-        rm -rf "$ship.tmp"
-        cp -r "$run/model" "$ship.tmp"
-        cp "$run/log.csv" "$run/curves.png" "$ship.tmp/"
-        cp -r "$run/checkpoint" "$ship.tmp/checkpoint"
-        if [ -d "$ship/finetune" ]; then cp -r "$ship/finetune" "$ship.tmp/finetune"; fi
-        rm -rf "$ship"
-        mv "$ship.tmp" "$ship"
-        echo "[train-models] $task: done ($(date +%H:%M:%S)); last validation: $(grep '^val,' "$run/log.csv" | tail -n 1)"
-    else
-        echo "[train-models] $task: FAILED, see $runs/$task.log"
+        cp "$kept/log.csv" "$kept/curves.png" "$run/" # redrawn at the next validation
     fi
 }
 
-# Phase two: see --finetune above.
-finetune() {
-    local task="$1" run="$runs/$1-ft" ship="$root/models/$1"
-    if [ ! -e "$run/checkpoint/state.json" ] && [ -e "$ship/finetune/checkpoint/state.json" ]; then
-        echo "[train-models] $task: seeding $run from $ship/finetune (a fine-tuning run of an earlier session)"
-        rm -rf "$run"
-        mkdir -p "$run/model"
-        cp -r "$ship/finetune/checkpoint" "$run/checkpoint"
-        cp "$ship/vocabulary.json" "$run/vocabulary.json"
-        cp "$ship/config.json" "$ship/weights.safetensors" "$ship/vocabulary.json" "$run/model/"
-        cp "$ship/finetune/log.csv" "$ship/finetune/curves.png" "$run/"
+one() {
+    local task="$1" ship="$root/models/$1"
+    # Phase one's run keeps its record in the bundle's directory, phase
+    # two's in its finetune/.
+    local run="$runs/$task" kept="$ship" lr=1e-3 init=() what="budget"
+    if [ "$phase" = finetune ]; then
+        run="$runs/$task-ft" kept="$ship/finetune" lr=2.5e-4 what="fine-tuning, budget"
+        if [ ! -e "$ship/weights.safetensors" ]; then
+            echo "[train-models] $task: no shipped bundle in $ship to fine-tune; train it first"
+            return
+        fi
+        # The bundle to start from is copied first: shipping replaces $ship.
+        rm -rf "$run.init"
+        cp -r "$ship" "$run.init"
+        init=(--init "$run.init")
     fi
-    if [ ! -e "$ship/weights.safetensors" ]; then
-        echo "[train-models] $task: no shipped bundle in $ship to fine-tune; train it first"
-        return
-    fi
-    echo "[train-models] $task: fine-tuning, budget $budget ($(date +%H:%M:%S))"
-    # The bundle to start from is copied first: shipping replaces $ship.
-    rm -rf "$run.init"
-    cp -r "$ship" "$run.init"
-    if OMP_WAIT_POLICY=PASSIVE "$train" train --task "$task" --out "$run" --budget "$budget" --init "$run.init" \
-        "${common[@]}" --lr 2.5e-4 $(task_args "$task") >>"$runs/$task-ft.log" 2>&1; then
+    seed "$run" "$ship" "$kept"
+    echo "[train-models] $task: $what $budget ($(date +%H:%M:%S))"
+    local log="$runs/$(basename "$run").log"
+    if OMP_WAIT_POLICY=PASSIVE "$train" train --task "$task" --out "$run" --budget "$budget" "${init[@]}" \
+        "${common[@]}" --lr "$lr" $(task_args "$task") >>"$log" 2>&1; then
         rm -rf "$ship.tmp"
         cp -r "$run/model" "$ship.tmp"
-        cp "$ship/log.csv" "$ship/curves.png" "$ship.tmp/"
-        cp -r "$ship/checkpoint" "$ship.tmp/checkpoint"
-        mkdir -p "$ship.tmp/finetune"
-        cp "$run/log.csv" "$run/curves.png" "$ship.tmp/finetune/"
-        cp -r "$run/checkpoint" "$ship.tmp/finetune/checkpoint"
+        # The other phase's record, as it was; then this run's.
+        if [ "$phase" = finetune ]; then
+            for f in log.csv curves.png checkpoint; do
+                if [ -e "$ship/$f" ]; then cp -r "$ship/$f" "$ship.tmp/$f"; fi
+            done
+        elif [ -d "$ship/finetune" ]; then
+            cp -r "$ship/finetune" "$ship.tmp/finetune"
+        fi
+        local dest="$ship.tmp${kept#"$ship"}"
+        mkdir -p "$dest"
+        cp "$run/log.csv" "$run/curves.png" "$dest/"
+        cp -r "$run/checkpoint" "$dest/checkpoint"
         rm -rf "$ship"
         mv "$ship.tmp" "$ship"
         echo "[train-models] $task: done ($(date +%H:%M:%S)); last validation: $(grep '^val,' "$run/log.csv" | tail -n 1)"
     else
-        echo "[train-models] $task: FAILED, see $runs/$task-ft.log"
+        echo "[train-models] $task: FAILED, see $log"
     fi
 }
 
