@@ -356,12 +356,14 @@ impl Ggnn {
             let dh_direct = Tensor::empty([n, 34], float);
             unsafe {
                 kernels::gru_backward(
-                    view(&dh_new, Kind::Float),
-                    view(&s.h, Kind::Float),
-                    view(&s.r, Kind::Float),
-                    view(&s.z, Kind::Float),
-                    view(&s.n, Kind::Float),
-                    view(&s.ghn, Kind::Float),
+                    kernels::GruBackward {
+                        dh_new: view(&dh_new, Kind::Float),
+                        h: view(&s.h, Kind::Float),
+                        r: view(&s.r, Kind::Float),
+                        z: view(&s.z, Kind::Float),
+                        n: view(&s.n, Kind::Float),
+                        ghn: view(&s.ghn, Kind::Float),
+                    },
                     view_mut(&dgi, Kind::Float),
                     view_mut(&d_fused, Kind::Float),
                     view_mut(&dh_direct, Kind::Float),

@@ -524,7 +524,7 @@ unsafe fn gru_train_rows<T: Elem>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{EdgesBackward, Elem, GruBias, GruTape, Product, Shared, FUSED, GATES, H};
+    use super::{EdgesBackward, Elem, GruBackward, GruBias, GruGrads, GruTape, Product, Shared, FUSED, GATES, H};
 
     /// Whether the CPU runs this module's loops.
     pub(super) fn usable() -> bool {
@@ -620,17 +620,9 @@ mod avx512 {
 
     /// [`super::gru_backward`]'s rows `range`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn gru_backward(
-        dh_new: &[f32],
-        h: &[f32],
-        r: &[f32],
-        z: &[f32],
-        n: &[f32],
-        ghn: &[f32],
-        dgi: Shared,
-        d_fused: Shared,
-        dh_direct: Shared,
+        GruBackward { dh_new, h, r, z, n, ghn }: GruBackward<'_>,
+        GruGrads { dgi, d_fused, dh_direct }: GruGrads,
         range: std::ops::Range<usize>,
     ) {
         assert!(range.end * H <= h.len().min(dh_new.len()).min(r.len()).min(z.len()).min(n.len()).min(ghn.len()));
@@ -750,19 +742,33 @@ fn add_rows_plain(sums: &mut [f32], rows: &[f32], stride: usize, range: std::ops
     }
 }
 
+/// What the GRU update's backward reads (see [`gru_backward`]): the
+/// gradient of the new state and the step's tape.
+#[derive(Clone, Copy)]
+pub(crate) struct GruBackward<'a> {
+    pub dh_new: &'a [f32],
+    pub h: &'a [f32],
+    pub r: &'a [f32],
+    pub z: &'a [f32],
+    pub n: &'a [f32],
+    pub ghn: &'a [f32],
+}
+
+/// Where its rows go (threads write disjoint rows).
+#[derive(Clone, Copy)]
+pub(crate) struct GruGrads {
+    pub dgi: Shared,
+    pub d_fused: Shared,
+    pub dh_direct: Shared,
+}
+
 /// The GRU update's backward for every node, from `dh_new` (the gradient
 /// of the new state) and the step's tape: writes `dgi` \[N, 102\] (the
 /// gradient of `m · W_ihᵀ + b_ih`), the hidden gates' part of `d_fused`
 /// \[N, 306\] (columns 204..306, the gradient of `W_hh h + b_hh`), and
 /// `dh_direct` \[N, 34\] (the gradient reaching `h` through `z`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gru_backward(
-    dh_new: &[f32],
-    h: &[f32],
-    r: &[f32],
-    z: &[f32],
-    n: &[f32],
-    ghn: &[f32],
+    reads: GruBackward<'_>,
     dgi: &mut [f32],
     d_fused: &mut [f32],
     dh_direct: &mut [f32],
@@ -770,8 +776,9 @@ pub(crate) fn gru_backward(
     threads: usize,
 ) {
     assert_eq!(bias_sums.len(), 2 * GATES);
-    let nodes = h.len() / H;
-    let (dgi, d_fused, dh_direct) = (Shared::new(dgi), Shared::new(d_fused), Shared::new(dh_direct));
+    let nodes = reads.h.len() / H;
+    let out = GruGrads { dgi: Shared::new(dgi), d_fused: Shared::new(d_fused), dh_direct: Shared::new(dh_direct) };
+    let GruGrads { dgi, d_fused, .. } = out;
     par_ranges_summing(nodes, threads, bias_sums, |range, sums| {
         let mut start = range.start;
         while start < range.end {
@@ -780,15 +787,15 @@ pub(crate) fn gru_backward(
                 #[cfg(target_arch = "x86_64")]
                 if avx512::usable() {
                     // SAFETY: the CPU has AVX-512; rows of `range` only.
-                    return unsafe { avx512::gru_backward(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) };
+                    return unsafe { avx512::gru_backward(reads, out, chunk) };
                 }
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU has AVX2 and FMA; rows of `range` only.
-                    return unsafe { gru_backward_avx2(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) };
+                    return unsafe { gru_backward_avx2(reads, out, chunk) };
                 }
                 // SAFETY: rows of `range` only.
-                unsafe { gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, chunk) }
+                unsafe { gru_backward_rows(reads, out, chunk) }
             };
             run(chunk.clone());
             // SAFETY: the rows this thread just wrote, read back by it.
@@ -805,34 +812,14 @@ pub(crate) fn gru_backward(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gru_backward_avx2(
-    dh_new: &[f32],
-    h: &[f32],
-    r: &[f32],
-    z: &[f32],
-    n: &[f32],
-    ghn: &[f32],
-    dgi: Shared,
-    d_fused: Shared,
-    dh_direct: Shared,
-    range: std::ops::Range<usize>,
-) {
-    gru_backward_rows(dh_new, h, r, z, n, ghn, dgi, d_fused, dh_direct, range)
+unsafe fn gru_backward_avx2(reads: GruBackward<'_>, out: GruGrads, range: std::ops::Range<usize>) {
+    gru_backward_rows(reads, out, range)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gru_backward_rows(
-    dh_new: &[f32],
-    h: &[f32],
-    r: &[f32],
-    z: &[f32],
-    n: &[f32],
-    ghn: &[f32],
-    dgi: Shared,
-    d_fused: Shared,
-    dh_direct: Shared,
+    GruBackward { dh_new, h, r, z, n, ghn }: GruBackward<'_>,
+    GruGrads { dgi, d_fused, dh_direct }: GruGrads,
     range: std::ops::Range<usize>,
 ) {
     {
