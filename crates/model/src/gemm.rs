@@ -96,39 +96,145 @@ impl Packed {
 /// stride `ldo`, FP32 or (BF16 products only) BF16 rounded to nearest
 /// even. Needs [`available`]`(b.bf16)`.
 pub(crate) fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
+    product_rows(a, lda, &RowGroups::whole(rows), b, out, ldo, threads)
+}
+
+/// The rows of a product in groups, each group needing only the columns
+/// from its own start on: the rows listed by index (row `i` of the
+/// left-hand side and of the output), a group's rows consecutive.
+///
+/// The inference step's product `h · [W_msg; W_hh]ᵀ` needs, for a node,
+/// the blocks of the edge types it is a source of and the GRU's three:
+/// with the blocks ordered so that those needs are suffixes, a node that
+/// sends no call edges skips the call blocks, a constant everything but
+/// its data block (about a quarter of the product on real graphs).
+pub(crate) struct RowGroups {
+    /// `rows[bounds[g]..bounds[g + 1]]` are group `g`'s rows.
+    rows: Vec<u32>,
+    bounds: Vec<usize>,
+    /// Group `g`'s first column.
+    first: Vec<usize>,
+    /// Every row in order, needing every column (no index list).
+    whole: bool,
+}
+
+impl RowGroups {
+    /// `rows` rows, every column.
+    pub fn whole(rows: usize) -> RowGroups {
+        RowGroups { rows: Vec::new(), bounds: vec![0, rows], first: vec![0], whole: true }
+    }
+
+    /// Row `i` needs the columns from `first[i]` on: one group per
+    /// distinct start, in increasing order, rows ascending within each.
+    pub fn by_first_column(first: &[usize]) -> RowGroups {
+        let mut starts: Vec<usize> = first.to_vec();
+        starts.sort_unstable();
+        starts.dedup();
+        let mut bounds = vec![0usize; starts.len() + 1];
+        for f in first {
+            bounds[starts.partition_point(|s| s < f) + 1] += 1;
+        }
+        for g in 1..bounds.len() {
+            bounds[g] += bounds[g - 1];
+        }
+        let mut fill = bounds.clone();
+        let mut rows = vec![0u32; first.len()];
+        for (i, f) in first.iter().enumerate() {
+            let g = starts.partition_point(|s| s < f);
+            rows[fill[g]] = u32::try_from(i).expect("rows fit 32 bits");
+            fill[g] += 1;
+        }
+        RowGroups { rows, bounds, first: starts, whole: false }
+    }
+
+    fn len(&self) -> usize {
+        *self.bounds.last().unwrap_or(&0)
+    }
+
+    /// Each group's first column and its rows.
+    #[cfg(test)]
+    pub(crate) fn groups(&self) -> Vec<(usize, Vec<u32>)> {
+        (0..self.first.len()).map(|g| (self.first[g], self.rows[self.bounds[g]..self.bounds[g + 1]].to_vec())).collect()
+    }
+
+    /// The largest row index, plus one.
+    fn extent(&self) -> usize {
+        if self.whole {
+            self.len()
+        } else {
+            self.rows.iter().max().map_or(0, |&r| r as usize + 1)
+        }
+    }
+
+    fn row(&self, i: usize) -> usize {
+        if self.whole {
+            i
+        } else {
+            self.rows[i] as usize
+        }
+    }
+}
+
+/// [`product`] for the rows of `groups`, each from its group's first
+/// column (rounded down to a whole vector of 16: a few columns before it
+/// may be written too); the other columns of `out` are left as they are.
+/// Every group is split evenly over the threads, so that each thread gets
+/// the same mix of long and short rows.
+pub(crate) fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
     assert!(available(b.bf16), "the hand-written products need AVX-512 (and AVX512-BF16 for BF16)");
     let narrow = std::mem::size_of::<O>() == 2;
     assert!(!narrow || b.bf16, "BF16 results come from BF16 products only");
-    assert!(rows == 0 || (a.len() >= (rows - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
-    assert!(rows == 0 || (out.len() >= (rows - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    let extent = groups.extent();
+    assert!(extent == 0 || (a.len() >= (extent - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
+    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     #[cfg(target_arch = "x86_64")]
     {
+        let half = b.k / 2;
         // BF16: the left-hand side as pairs of k, once for all column groups.
         let pairs: Vec<u32> = if b.bf16 {
-            let half = b.k / 2;
-            let mut p = vec![0u32; rows * half];
+            let mut p = vec![0u32; extent * half];
             // SAFETY: the CPU has AVX512-BF16 (checked above); the rows are
             // in bounds (checked above).
-            unsafe { to_pairs(a, lda, rows, b.k, &mut p) };
+            unsafe { to_pairs(a, lda, extent, b.k, &mut p) };
             p
         } else {
             Vec::new()
         };
         let shared = Rows::new(out);
-        par_ranges(rows, threads, |range| {
-            // SAFETY: each range writes its own rows of `out`; the CPU
-            // features were checked above (AVX512-BW and VL come with
-            // AVX512-BF16 on every CPU that has it).
-            unsafe {
-                let out = shared.get(range.start * ldo, 0).as_mut_ptr();
-                if narrow {
-                    let half = b.k / 2;
-                    rows_bf16_out(pairs.as_ptr().add(range.start * half), half, range.len(), b, out as *mut u16, ldo);
-                } else if b.bf16 {
-                    let half = b.k / 2;
-                    rows_bf16(pairs.as_ptr().add(range.start * half), half, range.len(), b, out as *mut f32, ldo);
-                } else {
-                    rows_f32(a.as_ptr().add(range.start * lda) as *const u32, lda, range.len(), b, out as *mut f32, ldo);
+        let total = groups.len();
+        par_ranges(total, threads, |range| {
+            for g in 0..groups.first.len() {
+                let (lo, hi) = (groups.bounds[g], groups.bounds[g + 1]);
+                // This range's share of the group: the same fraction of it.
+                let share = |x: usize| lo + (hi - lo) * x / total.max(1);
+                let (start, end) = (share(range.start), share(range.end));
+                let v0 = groups.first[g] / LANES;
+                let out = shared.ptr();
+                // SAFETY: each range writes its own rows of `out` (the
+                // shares of disjoint ranges are disjoint); the CPU
+                // features were checked above (AVX512-BW and VL come with
+                // AVX512-BF16 on every CPU that has it); every row is
+                // below `extent`, checked against both buffers above.
+                unsafe {
+                    if narrow {
+                        let at = |i: usize| {
+                            let r = groups.row(start + i);
+                            (pairs.as_ptr().add(r * half), (out as *mut u16).add(r * ldo))
+                        };
+                        rows_bf16_out(at, end - start, b, v0);
+                    } else if b.bf16 {
+                        let at = |i: usize| {
+                            let r = groups.row(start + i);
+                            (pairs.as_ptr().add(r * half), (out as *mut f32).add(r * ldo))
+                        };
+                        rows_bf16(at, end - start, b, v0);
+                    } else {
+                        let at = |i: usize| {
+                            let r = groups.row(start + i);
+                            (a.as_ptr().add(r * lda) as *const u32, (out as *mut f32).add(r * ldo))
+                        };
+                        rows_f32(at, end - start, b, v0);
+                    }
                 }
             }
         });
@@ -214,12 +320,13 @@ macro_rules! dispatch {
 #[cfg(target_arch = "x86_64")]
 macro_rules! precision {
     ($rows:ident, $tile:ident, $features:literal, $bf16:tt, $out:tt) => {
-        /// All column groups of `rows` rows.
+        /// The column groups from vector `v_first` on of `rows` rows,
+        /// row `i`'s left-hand side and output at `at(i)`.
         #[target_feature(enable = $features)]
-        unsafe fn $rows(a: *const u32, lda: usize, rows: usize, b: &Packed, out: *mut $out, ldo: usize) {
+        unsafe fn $rows(at: impl Fn(usize) -> (*const u32, *mut $out), rows: usize, b: &Packed, v_first: usize) {
             let depth = if $bf16 { b.k / 2 } else { b.k };
             let vectors = b.stride / LANES;
-            let mut v0 = 0;
+            let mut v0 = v_first;
             while v0 < vectors {
                 let vecs = (vectors - v0).min(TILE_VECS);
                 let mut masks = [0u16; TILE_VECS];
@@ -231,41 +338,46 @@ macro_rules! precision {
                 let mut r = 0;
                 while r < rows {
                     let tile = (rows - r).min(TILE_ROWS);
-                    let (ap, op) = (a.add(r * lda), out.add(r * ldo + v0 * LANES));
-                    dispatch!($tile, (tile, vecs), (ap, lda, bp, b.stride, depth, op, ldo, &masks));
+                    let mut ap = [std::ptr::null::<u32>(); TILE_ROWS];
+                    let mut op = [std::ptr::null_mut::<$out>(); TILE_ROWS];
+                    for t in 0..tile {
+                        let (a, o) = at(r + t);
+                        ap[t] = a;
+                        op[t] = o.add(v0 * LANES);
+                    }
+                    dispatch!($tile, (tile, vecs), (&ap, bp, b.stride, depth, &op, &masks));
                     r += tile;
                 }
                 v0 += vecs;
             }
         }
 
-        /// One register tile: `R` rows by `V` vectors, over `depth` steps
-        /// of k (BF16: pairs of k).
+        /// One register tile: `R` rows (their left-hand sides and outputs
+        /// at `a` and `out`) by `V` vectors, over `depth` steps of k (BF16:
+        /// pairs of k).
         #[target_feature(enable = $features)]
-        #[allow(clippy::too_many_arguments)]
         #[inline]
         unsafe fn $tile<const R: usize, const V: usize>(
-            a: *const u32,
-            lda: usize,
+            a: &[*const u32; TILE_ROWS],
             b: *const u32,
             ldb: usize,
             depth: usize,
-            out: *mut $out,
-            ldo: usize,
+            out: &[*mut $out; TILE_ROWS],
             masks: &[u16; TILE_VECS],
         ) {
+            let a: [*const u32; R] = std::array::from_fn(|r| a[r]);
             let mut acc = [[_mm512_setzero_ps(); V]; R];
             for kk in 0..depth {
                 let row = b.add(kk * ldb);
                 let bv: [__m512i; V] = std::array::from_fn(|v| _mm512_loadu_si512(row.add(v * LANES) as *const _));
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = *a.add(r * lda + kk);
+                    let x = *a[r].add(kk);
                     precision!(@step $bf16, x, bv, acc, V);
                 }
             }
             for (r, acc) in acc.iter().enumerate() {
                 for v in 0..V {
-                    precision!(@store $out, out.add(r * ldo + v * LANES), masks[v], acc[v]);
+                    precision!(@store $out, out[r].add(v * LANES), masks[v], acc[v]);
                 }
             }
         }
@@ -315,6 +427,44 @@ mod tests {
             to_bf16(&src, &mut dst, 3);
             for (i, (d, s)) in dst.iter().zip(&src).enumerate() {
                 assert_eq!(d.0, Bf16::from_f32(*s).0, "{len} values: [{i}] = {s}");
+            }
+        }
+    }
+
+    /// Grouped rows: each row's columns from its group's start on (from
+    /// the vector holding that start) are the plain product's, bit for bit,
+    /// and the columns before that vector are not written; at 1 and 3
+    /// threads, rows in any order across the groups.
+    #[test]
+    fn grouped_rows_compute_their_columns_and_leave_the_rest() {
+        for bf16 in [false, true] {
+            if !available(bf16) {
+                continue;
+            }
+            let (rows, cols, k) = (2311, 306, 34);
+            let a: Vec<f32> = (0..rows * k).map(|i| ((i as f32) * 0.377).sin()).collect();
+            let w: Vec<f32> = (0..cols * k).map(|i| ((i as f32) * 0.611).cos()).collect();
+            let packed = Packed::from_weight(&w, cols, k, bf16);
+            let mut full = vec![0f32; rows * cols];
+            product(&a, k, rows, &packed, &mut full, cols, 1);
+            // Starts at block boundaries of 34 (not whole vectors), and 0.
+            let first: Vec<usize> = (0..rows).map(|r| (r * 7919 % 7) * 34).collect();
+            let groups = RowGroups::by_first_column(&first);
+            assert_eq!(groups.first, vec![0, 34, 68, 102, 136, 170, 204]);
+            for threads in [1, 3] {
+                let mut out = vec![f32::NAN; rows * cols];
+                product_rows(&a, k, &groups, &packed, &mut out, cols, threads);
+                for r in 0..rows {
+                    let written = first[r] / LANES * LANES;
+                    for c in 0..cols {
+                        let got = out[r * cols + c];
+                        if c < written {
+                            assert!(got.is_nan(), "bf16 {bf16}, {threads} threads: row {r} column {c} before {written} written");
+                        } else {
+                            assert_eq!(got.to_bits(), full[r * cols + c].to_bits(), "bf16 {bf16}, {threads} threads: [{r}, {c}]");
+                        }
+                    }
+                }
             }
         }
     }

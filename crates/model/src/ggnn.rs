@@ -583,9 +583,18 @@ impl Ggnn {
         // half the memory the step streams through.
         let hand = hand_products_on(bf16);
         let (w, _) = self.fused_weights();
+        let sources = Vec::<i64>::try_from(&input.sources).expect("edge rows");
+        // The hand-written products compute for each node only the blocks
+        // it needs (`gemm::RowGroups`): libtorch's compute them all, in
+        // the model's order.
+        let (slot, groups) = if hand { needed_blocks(&sources, n as usize) } else { (std::array::from_fn(|t| t), None) };
         let packed = hand.then(|| {
+            let order: Vec<Tensor> = (0..EDGE_TYPES)
+                .map(|b| w.narrow(0, slot.iter().position(|&s| s == b as usize).expect("a permutation") as i64 * HIDDEN, HIDDEN))
+                .chain(std::iter::once(w.narrow(0, EDGE_TYPES * HIDDEN, 3 * HIDDEN)))
+                .collect();
             (
-                gemm::Packed::from_weight(&floats(&w), FUSED, HIDDEN as usize, bf16),
+                gemm::Packed::from_weight(&floats(&Tensor::cat(&order, 0)), FUSED, HIDDEN as usize, bf16),
                 gemm::Packed::from_weight(&floats(&self.w_ih), GATES, HIDDEN as usize, bf16),
             )
         });
@@ -642,12 +651,13 @@ impl Ggnn {
             (f.view([FUSED_BLOCKS, n, HIDDEN]), gi.view([3, n, HIDDEN]))
         };
         let threads = tch::get_num_threads().max(1) as usize;
-        let product = |out: &Tensor, x: &Tensor, w: &Tensor, hand: Option<&gemm::Packed>| {
-            if let Some(p) = hand {
+        let whole = gemm::RowGroups::whole(nodes);
+        let product = |out: &Tensor, x: &Tensor, w: &Tensor, hand: Option<(&gemm::Packed, &gemm::RowGroups)>| {
+            if let Some((p, rows)) = hand {
                 // SAFETY: an FP32 CPU input and an output of `kind`,
                 // contiguous, `out` not aliased.
                 unsafe {
-                    kernels::with_elem!(bf16, T => gemm::product::<T>(view(x, Kind::Float), HIDDEN as usize, nodes, p, view_mut(out, kind), p.cols(), threads));
+                    kernels::with_elem!(bf16, T => gemm::product_rows::<T>(view(x, Kind::Float), HIDDEN as usize, rows, p, view_mut(out, kind), p.cols(), threads));
                 }
             } else if bf16 {
                 let _ = x.mm_out(out, w);
@@ -656,11 +666,8 @@ impl Ggnn {
             }
         };
         // Each edge's message: its source's block of its type.
-        let offsets: Vec<usize> = Vec::<i64>::try_from(&input.sources)
-            .expect("edge rows")
-            .into_iter()
-            .map(|s| (s / EDGE_TYPES) as usize * f_layout.row + (s % EDGE_TYPES) as usize * f_layout.block)
-            .collect();
+        let offsets: Vec<usize> =
+            sources.iter().map(|&s| (s / EDGE_TYPES) as usize * f_layout.row + slot[(s % EDGE_TYPES) as usize] * f_layout.block).collect();
         let (b_msg, bias) = self.kernel_biases();
         // SAFETY (every `view`/`view_mut` below): CPU tensors of the kind
         // named, contiguous, alive for the borrow, and the mutable ones
@@ -681,7 +688,7 @@ impl Ggnn {
         let mut h = h0.shallow_clone();
         for step in 0..steps {
             let next = &states[(step % 2) as usize];
-            product(&f_out, if narrow_inputs { &h_b } else { &h }, &w_f, packed.as_ref().map(|p| &p.0));
+            product(&f_out, if narrow_inputs { &h_b } else { &h }, &w_f, packed.as_ref().zip(groups.as_ref()).map(|(p, g)| (&p.0, g)));
             unsafe {
                 if narrow_inputs {
                     kernels::aggregate::<kernels::Bf16, kernels::Bf16>(
@@ -696,7 +703,7 @@ impl Ggnn {
                     kernels::with_elem!(bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads));
                 }
             }
-            product(&gi_out, &m, &w_ih, packed.as_ref().map(|p| &p.1));
+            product(&gi_out, &m, &w_ih, packed.as_ref().map(|p| (&p.1, &whole)));
             unsafe {
                 kernels::with_elem!(
                     bf16,
@@ -909,6 +916,34 @@ pub fn hand_products(bf16: bool) -> bool {
     gemm::available(bf16)
 }
 
+/// Which blocks of the fused product `h · [W_msg; W_hh]ᵀ` each node needs,
+/// for edges whose sources are `sources` (`node · 6 + type`): the blocks
+/// of the edge types it sends and the GRU's three. Returns each edge
+/// type's block (`slot[type]`: the types that fewest nodes send first)
+/// and the rows grouped by their first needed column, so that each node's
+/// needs are one suffix of the row. On real graphs only call instructions
+/// (and function entries) need the call blocks, only instructions the
+/// control blocks, and a constant needs one data block: about a quarter
+/// of the product's columns go.
+fn needed_blocks(sources: &[i64], nodes: usize) -> ([usize; EDGE_TYPES as usize], Option<gemm::RowGroups>) {
+    const TYPES: usize = EDGE_TYPES as usize;
+    let mut sends = vec![0u8; nodes];
+    for &s in sources {
+        sends[(s / EDGE_TYPES) as usize] |= 1 << (s % EDGE_TYPES);
+    }
+    let senders: [usize; TYPES] = std::array::from_fn(|t| sends.iter().filter(|&&m| m >> t & 1 == 1).count());
+    let mut order: [usize; TYPES] = std::array::from_fn(|t| t);
+    order.sort_by_key(|&t| (senders[t], t));
+    let mut slot = [0usize; TYPES];
+    for (b, &t) in order.iter().enumerate() {
+        slot[t] = b;
+    }
+    let h = HIDDEN as usize;
+    let first: Vec<usize> =
+        sends.iter().map(|&m| (0..TYPES).filter(|&t| m >> t & 1 == 1).map(|t| slot[t]).min().unwrap_or(TYPES) * h).collect();
+    (slot, Some(gemm::RowGroups::by_first_column(&first)))
+}
+
 /// `out[b] = x · w[b]` for every block `b`: `out` \[B, N, 34\], `x`
 /// \[N, 34\], `w` \[B, 34, 34\], one product per block. (A batched product
 /// over `x` expanded to \[B, N, 34\] copies the expansion into a fresh
@@ -969,8 +1004,11 @@ pub struct Prepared {
     /// \[N + 1\] (64-bit).
     pub crow: Tensor,
     /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
-    /// `1 / indegree(v)` on the columns of `v`'s incoming edges.
-    mean: Tensor,
+    /// `1 / indegree(v)` on the columns of `v`'s incoming edges. Built on
+    /// first use ([`Prepared::mean`]): the CPU's fused loops never use it,
+    /// and building it cost a third of a millisecond per module in the
+    /// learned pass.
+    mean: std::cell::OnceCell<Tensor>,
     /// The graph of every node, \[N\], and the number of graphs.
     pub graph_index: Tensor,
     pub graphs: i64,
@@ -1014,18 +1052,6 @@ impl Prepared {
         }
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
         let inv_degree: Vec<f32> = (0..n).map(|v| if indegree[v + 1] > 0 { 1.0 / indegree[v + 1] as f32 } else { 0.0 }).collect();
-        let values: Vec<f32> = (0..n).flat_map(|v| std::iter::repeat_n(1.0 / indegree[v + 1] as f32, indegree[v + 1] as usize)).collect();
-        // 32-bit indices where they fit: MKL's sparse product takes them, and
-        // 64-bit ones were converted on every product.
-        let index = if total < i32::MAX as usize { Kind::Int } else { Kind::Int64 };
-        let mean = Tensor::sparse_csr_tensor_crow_col_value_size(
-            &Tensor::from_slice(&crow).to_kind(index),
-            &Tensor::arange(total as i64, (index, Device::Cpu)),
-            &Tensor::from_slice(&values),
-            [n as i64, total as i64],
-            (Kind::Float, Device::Cpu),
-        )
-        .to_device(device);
         Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
@@ -1039,7 +1065,7 @@ impl Prepared {
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
             crow: Tensor::from_slice(&crow).to_device(device),
-            mean,
+            mean: std::cell::OnceCell::new(),
             graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
             graphs: batch.graph_count() as i64,
             nodes: n as i64,
@@ -1055,11 +1081,55 @@ impl Prepared {
     /// The mean of the per-edge messages \[E, 34\] by target, \[N, 34\].
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
-        self.mean.mm(per_edge)
+        self.mean().mm(per_edge)
     }
 
     /// [`Prepared::aggregate`] into `out`, \[N, 34\].
     pub fn aggregate_into(&self, out: &Tensor, per_edge: &Tensor) {
-        let _ = self.mean.mm_out(out, per_edge);
+        let _ = self.mean().mm_out(out, per_edge);
+    }
+
+    /// The mean aggregation's CSR matrix, built on first use from `crow`
+    /// (the edges are already in row order: column `e` is edge `e`).
+    fn mean(&self) -> &Tensor {
+        self.mean.get_or_init(|| {
+            let (n, total) = (self.nodes, self.edges);
+            let crow = self.crow.to_device(Device::Cpu);
+            let degree = (crow.narrow(0, 1, n) - crow.narrow(0, 0, n)).to_kind(Kind::Float);
+            let values = degree.reciprocal().repeat_interleave_self_tensor(&(crow.narrow(0, 1, n) - crow.narrow(0, 0, n)), 0, Some(total));
+            // 32-bit indices where they fit: MKL's sparse product takes
+            // them, and 64-bit ones were converted on every product.
+            let index = if total < i32::MAX as i64 { Kind::Int } else { Kind::Int64 };
+            Tensor::sparse_csr_tensor_crow_col_value_size(
+                &crow.to_kind(index),
+                &Tensor::arange(total, (index, Device::Cpu)),
+                &values,
+                [n, total],
+                (Kind::Float, Device::Cpu),
+            )
+            .to_device(self.crow.device())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The edge types that fewest nodes send get the first blocks, and
+    /// each node's group starts at the first block it needs: node 0 sends
+    /// types 2 and 0, node 1 types 0, 4 and 1, node 2 types 1 and 0, node 3
+    /// type 1, node 4 nothing (it needs the GRU's blocks only).
+    #[test]
+    fn nodes_need_the_blocks_of_the_types_they_send() {
+        let edge = |node: i64, ty: i64| node * EDGE_TYPES + ty;
+        let sources = [edge(0, 2), edge(0, 0), edge(1, 0), edge(1, 4), edge(2, 1), edge(2, 0), edge(3, 1), edge(1, 1)];
+        let (slot, groups) = needed_blocks(&sources, 5);
+        // Senders: types 3 and 5 none, 2 and 4 one node, 0 and 1 three
+        // (ties in type order).
+        assert_eq!(slot, [4, 5, 2, 0, 3, 1]);
+        let h = HIDDEN as usize;
+        let groups = groups.expect("row groups").groups();
+        assert_eq!(groups, vec![(2 * h, vec![0]), (3 * h, vec![1]), (4 * h, vec![2]), (5 * h, vec![3]), (6 * h, vec![4])]);
     }
 }

@@ -16,8 +16,9 @@
 //! exponential is a branch-free polynomial (Cephes' `expf`, relative error
 //! ~1e-7) that the compiler vectorises; on x86-64 the loops are compiled
 //! again for AVX2 and FMA, the GRU cell and the backward loops are also
-//! written out in AVX-512 intrinsics (`mod avx512`: 34 values as two
-//! vectors and a masked one), and the best the CPU runs is chosen at run
+//! written out in AVX-512 intrinsics (`mod avx512`: the GRU cell on 8
+//! rows of 34 laid end to end as 17 vectors, the backward loops on 34
+//! values as two vectors and a masked one), and the best the CPU runs is chosen at run
 //! time (the portable build's FMAs are library calls: slow, but x86-64
 //! CPUs without AVX2 and FMA predate 2013).
 
@@ -353,6 +354,11 @@ impl<O> Rows<O> {
     pub unsafe fn get(&self, start: usize, len: usize) -> &mut [O] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
+
+    /// The start (for writes that [`Rows::get`]'s rules govern).
+    pub fn ptr(&self) -> *mut O {
+        self.0
+    }
 }
 
 /// A buffer that threads write in disjoint row ranges.
@@ -515,8 +521,9 @@ unsafe fn gru_train_rows<T: Elem>(
     }
 }
 
-/// The GRU cell written out in AVX-512 (FP32 or BF16 products): 34 values as two
-/// vectors of 16 and a masked one of 2, the exponential as [`exp`]'s
+/// The GRU cell written out in AVX-512 (FP32 or BF16 products): 8 rows at a
+/// time as 17 vectors (34 values row by row as two vectors of 16 and a
+/// masked one of 2 wasted a third of the lanes), the exponential as [`exp`]'s
 /// polynomial with `vscalefps` for the power of two, and the reciprocal as
 /// `vrcp14ps` and one Newton step (relative error ~1e-8). The portable
 /// loop, compiled for AVX2, spills its 40-wide rows to the stack.
@@ -571,8 +578,32 @@ mod avx512 {
         _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0)))
     }
 
+    /// The cell on 16 lanes: `x*` the input gates' products, `g*` the
+    /// hidden ones (no biases), `b*` the biases, `h` the state. Returns
+    /// the new state and the tape's `r`, `z`, `n`, `W_hn h + b_hn`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cell([xr, xz, xn]: [__m512; 3], [gr, gz, gn]: [__m512; 3], [br, bz, bin, bhn]: [__m512; 4], h: __m512) -> [__m512; 5] {
+        let r = sigmoid(_mm512_add_ps(_mm512_add_ps(xr, gr), br));
+        let z = sigmoid(_mm512_add_ps(_mm512_add_ps(xz, gz), bz));
+        let phn = _mm512_add_ps(gn, bhn);
+        let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(xn, bin));
+        // tanh(a) = 2σ(2a) − 1
+        let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), sigmoid(_mm512_add_ps(a, a)), _mm512_set1_ps(1.0));
+        [_mm512_fmadd_ps(z, _mm512_sub_ps(h, n), n), r, z, n, phn]
+    }
+
+    /// Nodes per block of [`gru`]'s flat loop: 8 rows of 34 are 17 whole
+    /// vectors.
+    const BLOCK: usize = 8;
+    const FLAT: usize = BLOCK * H / 16;
+
     /// Rows `range` of `out` (row `v` at `(v - base) · 34`) and, if given,
-    /// of the tape (row `v` at `v · 34`).
+    /// of the tape (row `v` at `v · 34`). Blocks of 8 nodes go as 17 full
+    /// vectors over their rows laid end to end (a vector that straddles two
+    /// rows of a product is two masked loads), the rest row by row as two
+    /// vectors and a masked one of 2: a third fewer vectors than row by row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn gru<T: Elem>(
@@ -592,28 +623,67 @@ mod avx512 {
                     && last * fl.row + 8 * fl.block + H <= fused.len()
                     && (last + 1) * H <= h.len())
         );
-        let load = |p: *const T, j: usize| load(p.add(16 * j), MASKS[j]);
-        let f32s = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
-        for v in range {
-            let x = gi.as_ptr().add(v * gl.row);
-            let hh = fused.as_ptr().add(v * fl.row + 6 * fl.block);
-            for j in 0..3 {
-                let r = sigmoid(_mm512_add_ps(_mm512_add_ps(load(x, j), load(hh, j)), f32s(bias.r.as_ptr(), j)));
-                let z =
-                    sigmoid(_mm512_add_ps(_mm512_add_ps(load(x.add(gl.block), j), load(hh.add(fl.block), j)), f32s(bias.z.as_ptr(), j)));
-                let phn = _mm512_add_ps(load(hh.add(2 * fl.block), j), f32s(bias.h_n.as_ptr(), j));
-                let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(load(x.add(2 * gl.block), j), f32s(bias.i_n.as_ptr(), j)));
-                // tanh(a) = 2σ(2a) − 1
-                let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), sigmoid(_mm512_add_ps(a, a)), _mm512_set1_ps(1.0));
-                let new = _mm512_fmadd_ps(z, _mm512_sub_ps(f32s(h.as_ptr().add(v * H), j), n), n);
-                let at = |s: Shared, row: usize| s.ptr().add(row * H + 16 * j);
-                _mm512_mask_storeu_ps(at(out, v - base), MASKS[j], new);
-                if let Some(t) = tape {
-                    _mm512_mask_storeu_ps(at(t.r, v), MASKS[j], r);
-                    _mm512_mask_storeu_ps(at(t.z, v), MASKS[j], z);
-                    _mm512_mask_storeu_ps(at(t.n, v), MASKS[j], n);
-                    _mm512_mask_storeu_ps(at(t.ghn, v), MASKS[j], phn);
+        let store = |v: usize, offset: usize, mask: __mmask16, [new, r, z, n, phn]: [__m512; 5]| {
+            let at = |s: Shared, row: usize| s.ptr().add(row * H + offset);
+            _mm512_mask_storeu_ps(at(out, v - base), mask, new);
+            if let Some(t) = tape {
+                _mm512_mask_storeu_ps(at(t.r, v), mask, r);
+                _mm512_mask_storeu_ps(at(t.z, v), mask, z);
+                _mm512_mask_storeu_ps(at(t.n, v), mask, n);
+                _mm512_mask_storeu_ps(at(t.ghn, v), mask, phn);
+            }
+        };
+        // Per vector q of a block: its first row, first column and the
+        // lanes in that row; the biases of its lanes' columns.
+        let split: [(usize, usize, __mmask16); FLAT] = std::array::from_fn(|q| {
+            let (row, col) = (16 * q / H, 16 * q % H);
+            let here = (H - col).min(16);
+            (row, col, if here == 16 { u16::MAX } else { (1u16 << here) - 1 })
+        });
+        let lanes = |b: &[f32; H]| -> [__m512; FLAT] {
+            std::array::from_fn(|q| {
+                let mut v = [0f32; 16];
+                for (l, x) in v.iter_mut().enumerate() {
+                    *x = b[(16 * q + l) % H];
                 }
+                _mm512_loadu_ps(v.as_ptr())
+            })
+        };
+        let (b_r, b_z, b_in, b_hn) = (lanes(&bias.r), lanes(&bias.z), lanes(&bias.i_n), lanes(&bias.h_n));
+        // 16 values of a product from row `row`, column `col` on, the lanes
+        // past `mask` from the next row's start (`stride` further on).
+        let straddle = |p: *const T, stride: usize, mask: __mmask16| {
+            let x = load(p, mask);
+            if mask == u16::MAX {
+                x
+            } else {
+                let rest = load(p.add(stride - H), !mask);
+                _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_castps_si512(rest)))
+            }
+        };
+        let mut v = range.start;
+        while v + BLOCK <= range.end {
+            for (q, &(row, col, mask)) in split.iter().enumerate() {
+                let u = v + row;
+                let (x, g) = (gi.as_ptr().add(u * gl.row + col), fused.as_ptr().add(u * fl.row + 6 * fl.block + col));
+                let xs = [0, 1, 2].map(|j| straddle(x.add(j * gl.block), gl.row, mask));
+                let gs = [0, 1, 2].map(|j| straddle(g.add(j * fl.block), fl.row, mask));
+                let hv = _mm512_loadu_ps(h.as_ptr().add(v * H + 16 * q));
+                let res = cell(xs, gs, [b_r[q], b_z[q], b_in[q], b_hn[q]], hv);
+                store(v, 16 * q, u16::MAX, res);
+            }
+            v += BLOCK;
+        }
+        let f32s = |p: *const f32, j: usize| _mm512_maskz_loadu_ps(MASKS[j], p.add(16 * j));
+        for v in v..range.end {
+            let x = gi.as_ptr().add(v * gl.row);
+            let g = fused.as_ptr().add(v * fl.row + 6 * fl.block);
+            for j in 0..3 {
+                let xs = [0, 1, 2].map(|b| load(x.add(b * gl.block + 16 * j), MASKS[j]));
+                let gs = [0, 1, 2].map(|b| load(g.add(b * fl.block + 16 * j), MASKS[j]));
+                let bs = [&bias.r, &bias.z, &bias.i_n, &bias.h_n].map(|b| f32s(b.as_ptr(), j));
+                let res = cell(xs, gs, bs, f32s(h.as_ptr().add(v * H), j));
+                store(v, 16 * j, MASKS[j], res);
             }
         }
     }
