@@ -10,12 +10,28 @@ fn main() {
     let include = std::path::Path::new(&lib).parent().expect("libtorch's lib directory has a parent").join("include");
     println!("cargo:rerun-if-changed=src/precision.cc");
     println!("cargo:rerun-if-changed=src/parallel.cc");
+    // `at::parallel_for` is a header template whose OpenMP backend is a
+    // `#pragma omp parallel`: without -fopenmp the pragma is dropped and
+    // every "parallel" loop runs on the calling thread alone. With it the
+    // region calls GCC's OpenMP runtime, which must be the one libtorch
+    // ships and runs its own team on (torch/lib/libgomp.so.1, by its
+    // soname), so that one team and one thread count serve both.
     cc::Build::new()
         .cpp(true)
         .std("c++17")
         .file("src/precision.cc")
         .file("src/parallel.cc")
         .include(&include)
+        .flag("-fopenmp")
         .warnings(false)
         .compile("programl_precision");
+    let gomp = std::path::Path::new(&lib).join("libgomp.so.1");
+    if gomp.exists() {
+        println!("cargo:rustc-link-search=native={lib}");
+        println!("cargo:rustc-link-lib=dylib:+verbatim=libgomp.so.1");
+    } else {
+        // A libtorch built against another OpenMP (or the system's
+        // libgomp): the compiler's own.
+        println!("cargo:rustc-link-lib=dylib=gomp");
+    }
 }

@@ -1049,6 +1049,27 @@ unsafe fn edges_backward_rows<T: Elem>(
 mod tests {
     use super::*;
 
+    /// The loops really run on libtorch's team: with two intra-op threads,
+    /// a loop of several ranges runs on two threads. (`at::parallel_for`'s
+    /// OpenMP region is a pragma in a header: compiled without -fopenmp it
+    /// ran every range on the calling thread, and every test still passed.)
+    #[test]
+    fn loops_run_on_more_than_one_thread() {
+        let before = tch::get_num_threads();
+        tch::set_num_threads(2);
+        let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+        let ranges = std::sync::atomic::AtomicUsize::new(0);
+        par_ranges(4 * PARALLEL_NODES, 2, |_| {
+            ranges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Long enough that one thread cannot take every range first.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            seen.lock().unwrap().insert(std::thread::current().id());
+        });
+        tch::set_num_threads(before);
+        assert_eq!(ranges.into_inner(), 2, "one range per thread");
+        assert_eq!(seen.into_inner().unwrap().len(), 2, "two ranges on one thread: the loops are not parallel");
+    }
+
     /// The dropout mask keeps `keep` of its entries (within 4 standard
     /// deviations over 340,000), at `scale`, the same at any thread count,
     /// with no pattern between neighbours, and another seed draws another.
