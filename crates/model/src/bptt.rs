@@ -132,6 +132,29 @@ impl Products {
     }
 }
 
+/// `acc += gradᵀ · input` by hand (`gemm::outer_accumulate`): `grad` \[N, C\],
+/// `input` \[N, 34\], `acc` \[C, 34\], contiguous FP32 CPU tensors.
+fn outer_by_hand(acc: &mut Tensor, grad: &Tensor, input: &Tensor, threads: usize) {
+    let (rows, cols) = (grad.size()[0] as usize, grad.size()[1] as usize);
+    let k = input.size()[1] as usize;
+    let (grad, input) = (grad.contiguous(), input.contiguous());
+    // SAFETY: FP32 CPU tensors, contiguous, of the sizes read above;
+    // `acc` is not aliased by either.
+    unsafe {
+        gemm::outer_accumulate(
+            view(&grad, Kind::Float),
+            cols,
+            view(&input, Kind::Float),
+            k,
+            rows,
+            cols,
+            k,
+            crate::ggnn::view_mut(acc, Kind::Float),
+            threads,
+        )
+    };
+}
+
 fn sum_rows(t: &Tensor) -> Tensor {
     t.sum_dim_intlist([0i64].as_slice(), false, Kind::Float)
 }
@@ -372,7 +395,11 @@ impl Ggnn {
                 );
             }
             let dgi_op = pr.operand(&dgi);
-            pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
+            if hand.is_some() {
+                outer_by_hand(&mut d_w_ih, &dgi, &s.a, threads);
+            } else {
+                pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
+            }
             let da = match &hand {
                 Some(packs) => by_hand(&dgi, GATES, &packs[3]),
                 None => pr.mm(&dgi_op, &w_ih_op).contiguous(),
@@ -403,7 +430,11 @@ impl Ggnn {
                 );
             }
             let d_fused_op = pr.operand(&d_fused);
-            pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
+            if hand.is_some() {
+                outer_by_hand(&mut d_w, &d_fused, &s.h, threads);
+            } else {
+                pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
+            }
             dh = match &hand {
                 Some(packs) => by_hand(&d_fused, FUSED, &packs[4]).g_add_(&dh_direct),
                 None => pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op)),

@@ -410,6 +410,127 @@ precision!(rows_bf16, tile_bf16, "avx512f,avx512bf16", true, f32);
 #[cfg(target_arch = "x86_64")]
 precision!(rows_bf16_out, tile_bf16_out, "avx512f,avx512bf16,avx512bw,avx512vl", true, u16);
 
+/// `acc[c, j] += Σ_r x[r, c] · y[r, j]` over `rows` rows, in FP32: a linear
+/// layer's weight gradient `xᵀ · y` (`x` its output's gradient \[rows,
+/// cols\], row stride `ldx`; `y` its input \[rows, k\], row stride `ldy`;
+/// `acc` \[cols, k\] row-major, as the weight). The training step's two
+/// weight gradients per step, which MKL computed on its AVX2 path. Each
+/// range of rows sums into a partial of its own, and the partials are added
+/// in range order: the same bits at a thread count. Needs
+/// [`available`]`(false)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn outer_accumulate(
+    x: &[f32],
+    ldx: usize,
+    y: &[f32],
+    ldy: usize,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    acc: &mut [f32],
+    threads: usize,
+) {
+    assert!(available(false), "the hand-written products need AVX-512");
+    assert!(rows == 0 || (ldx >= cols && x.len() >= (rows - 1) * ldx + cols), "gradient too short");
+    assert!(rows == 0 || (ldy >= k && y.len() >= (rows - 1) * ldy + k), "input too short");
+    assert_eq!(acc.len(), cols * k, "a [{cols}, {k}] accumulator");
+    #[cfg(target_arch = "x86_64")]
+    {
+        let stride = cols.div_ceil(LANES) * LANES;
+        // P[j, c] = Σ_r y[r, j] x[r, c]: lanes along the gradient's columns.
+        let mut p = vec![0f32; k * stride];
+        crate::kernels::par_ranges_summing(rows, threads, &mut p, |range, part| {
+            // SAFETY: the CPU has AVX-512 (asserted); the rows are in
+            // bounds (asserted); `part` holds `k · stride` values.
+            unsafe { outer_rows(x, ldx, y, ldy, cols, k, stride, range, part) }
+        });
+        for c in 0..cols {
+            for j in 0..k {
+                acc[c * k + j] += p[j * stride + c];
+            }
+        }
+    }
+}
+
+/// [`outer_accumulate`]'s rows `range` into `part` (`P[j, c]`, row stride
+/// `stride`), 128 rows at a time so that they stay in cache over the tiles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn outer_rows(
+    x: &[f32],
+    ldx: usize,
+    y: &[f32],
+    ldy: usize,
+    cols: usize,
+    k: usize,
+    stride: usize,
+    range: std::ops::Range<usize>,
+    part: &mut [f32],
+) {
+    const CHUNK: usize = 128;
+    let vectors = stride / LANES;
+    let mut r0 = range.start;
+    while r0 < range.end {
+        let r1 = (r0 + CHUNK).min(range.end);
+        let mut v0 = 0;
+        while v0 < vectors {
+            let vecs = (vectors - v0).min(TILE_VECS);
+            let mut masks = [0u16; TILE_VECS];
+            for (v, m) in masks.iter_mut().enumerate().take(vecs) {
+                let live = cols.saturating_sub((v0 + v) * LANES).min(LANES);
+                *m = if live == LANES { u16::MAX } else { (1u16 << live) - 1 };
+            }
+            let mut j0 = 0;
+            while j0 < k {
+                let tile = (k - j0).min(TILE_ROWS);
+                let xp = x.as_ptr().add(r0 * ldx + v0 * LANES);
+                let yp = y.as_ptr().add(r0 * ldy + j0);
+                let out = part.as_mut_ptr().add(j0 * stride + v0 * LANES);
+                dispatch!(outer_tile, (tile, vecs), (xp, ldx, yp, ldy, r1 - r0, out, stride, &masks));
+                j0 += tile;
+            }
+            v0 += vecs;
+        }
+        r0 = r1;
+    }
+}
+
+/// One register tile of [`outer_rows`]: `R` values of `j` by `V` vectors
+/// of columns, summed over `rows` rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn outer_tile<const R: usize, const V: usize>(
+    x: *const f32,
+    ldx: usize,
+    y: *const f32,
+    ldy: usize,
+    rows: usize,
+    out: *mut f32,
+    stride: usize,
+    masks: &[u16; TILE_VECS],
+) {
+    let mut acc: [[__m512; V]; R] = std::array::from_fn(|j| std::array::from_fn(|v| _mm512_loadu_ps(out.add(j * stride + v * LANES))));
+    for r in 0..rows {
+        let xr = x.add(r * ldx);
+        let xv: [__m512; V] = std::array::from_fn(|v| _mm512_maskz_loadu_ps(masks[v], xr.add(v * LANES)));
+        let yr = y.add(r * ldy);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(*yr.add(j));
+            for v in 0..V {
+                acc[v] = _mm512_fmadd_ps(b, xv[v], acc[v]);
+            }
+        }
+    }
+    for (j, acc) in acc.iter().enumerate() {
+        for v in 0..V {
+            _mm512_storeu_ps(out.add(j * stride + v * LANES), acc[v]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,6 +587,34 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The weight gradient `xᵀ · y` added to what the accumulator held,
+    /// against a plain loop, at shapes with every tile remainder and padded
+    /// strides; the same bits again at a thread count.
+    #[test]
+    fn outer_products_accumulate_as_a_plain_loop() {
+        if !available(false) {
+            return;
+        }
+        for (rows, cols, k, threads) in [(1, 306, 34, 1), (129, 102, 34, 1), (5000, 306, 34, 3), (4099, 17, 5, 2), (0, 34, 34, 2)] {
+            let (ldx, ldy) = (cols + 3, k + 1);
+            let x: Vec<f32> = (0..rows * ldx).map(|i| ((i as f32) * 0.271).sin()).collect();
+            let y: Vec<f32> = (0..rows * ldy).map(|i| ((i as f32) * 0.577).cos()).collect();
+            let start: Vec<f32> = (0..cols * k).map(|i| i as f32 * 0.01).collect();
+            let mut acc = start.clone();
+            outer_accumulate(&x, ldx, &y, ldy, rows, cols, k, &mut acc, threads);
+            for c in 0..cols {
+                for j in 0..k {
+                    let want = start[c * k + j] as f64 + (0..rows).map(|r| x[r * ldx + c] as f64 * y[r * ldy + j] as f64).sum::<f64>();
+                    let got = acc[c * k + j] as f64;
+                    assert!((got - want).abs() < 1e-3 * (1.0 + want.abs()), "rows {rows} cols {cols} k {k}: [{c}, {j}] {got} vs {want}");
+                }
+            }
+            let mut again = start.clone();
+            outer_accumulate(&x, ldx, &y, ldy, rows, cols, k, &mut again, threads);
+            assert!(acc.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "not reproducible");
         }
     }
 

@@ -763,7 +763,7 @@ mod avx512 {
 /// range with a zeroed `part` as long as `sums`, and adds the parts to
 /// `sums` in the order of their ranges (not of their finishing): the same
 /// bits on every run.
-fn par_ranges_summing(nodes: usize, threads: usize, sums: &mut [f32], work: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync) {
+pub(crate) fn par_ranges_summing(nodes: usize, threads: usize, sums: &mut [f32], work: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync) {
     let partial = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
     let len = sums.len();
     par_ranges(nodes, threads, |range| {
