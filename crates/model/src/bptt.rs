@@ -17,8 +17,11 @@
 //!   steps per edge, reduced by position once, and taken through
 //!   `2σ(W_p s(k) + b_p)` once;
 //! - the GRU cell (PyTorch's `GRUCell`: reset, update, new) keeps `r`, `z`,
-//!   `n` and `W_hh h + b_hh` per step; its weight gradients are one `addmm`
-//!   per step each.
+//!   `n` and `W_hh h + b_hh` per step; its weight gradients are one
+//!   accumulated product per step each (`gemm::outer_accumulate` where the
+//!   CPU has AVX-512, in FP32 from FP32 operands also under `--dtype bf16`:
+//!   faster there than MKL's AVX2 path or oneDNN's BF16 product with its
+//!   casts; libtorch's `addmm` elsewhere).
 //!
 //! Dropout masks come from the function the autograd forward uses
 //! ([`state_dropout_mask`]), in the same order, so for one seed the masks,
@@ -361,6 +364,9 @@ impl Ggnn {
         let mut dh = head.dh_t.shallow_clone();
 
         let by_row = ByRow::new(&rows, nodes);
+        // The weight gradients by hand wherever the CPU has AVX-512 (FP32
+        // operands, also under BF16 products).
+        let outer_hand = hand.is_some() || (pr.bf16 && crate::ggnn::hand_products_on(false));
         let zeros = |shape: &[i64]| Tensor::zeros(shape, float);
         let mut d_w = zeros(&[FUSED as i64, 34]);
         let mut d_w_ih = zeros(&[GATES as i64, 34]);
@@ -395,7 +401,7 @@ impl Ggnn {
                 );
             }
             let dgi_op = pr.operand(&dgi);
-            if hand.is_some() {
+            if outer_hand {
                 outer_by_hand(&mut d_w_ih, &dgi, &s.a, threads);
             } else {
                 pr.accumulate(&mut d_w_ih, (&dgi.tr(), &dgi_op.tr()), (&s.a, &s.a_op));
@@ -430,7 +436,7 @@ impl Ggnn {
                 );
             }
             let d_fused_op = pr.operand(&d_fused);
-            if hand.is_some() {
+            if outer_hand {
                 outer_by_hand(&mut d_w, &d_fused, &s.h, threads);
             } else {
                 pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
