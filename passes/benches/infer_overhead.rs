@@ -362,6 +362,28 @@ fn main() {
             100.0 * inference / o2
         );
     }
+    // Per unit, the inference the target counts (one root; a graph-level
+    // bundle's one decision) against the unit's own -O2 compile, over all
+    // units: the median unit above is one unit, and which one it is moves
+    // with the host's load (units of 668 to 1,697 nodes took that place in
+    // three runs of one evening).
+    let ratios = |splits: fn(&UnitFigures) -> &Vec<Split>| -> Vec<f64> {
+        let mut r: Vec<f64> = measured
+            .iter()
+            .map(|(_, f)| 100.0 * median(splits(f).iter().map(|s| s.inference).collect()) / m(&f.plain))
+            .filter(|x| x.is_finite())
+            .collect();
+        r.sort_by(|a, b| a.total_cmp(b));
+        r
+    };
+    let quartiles = |r: &[f64]| if r.is_empty() { (f64::NAN, f64::NAN, f64::NAN) } else { (r[r.len() / 4], median(r.to_vec()), r[r.len() * 3 / 4]) };
+    let what = if graph_level { "graph-level inference" } else { "one root's inference" };
+    let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.split } else { |f| &f.single_split }));
+    println!("over all {} units: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
+    if bf16 {
+        let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.bf16_split } else { |f| &f.bf16_single_split }));
+        println!("over all {} units, dtype=bf16: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
+    }
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
     println!(
         "over all {} units: runtime + libtorch load {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",
