@@ -376,13 +376,17 @@ fn main() {
         r.sort_by(|a, b| a.total_cmp(b));
         r
     };
-    let quartiles = |r: &[f64]| if r.is_empty() { (f64::NAN, f64::NAN, f64::NAN) } else { (r[r.len() / 4], median(r.to_vec()), r[r.len() * 3 / 4]) };
+    let quartiles =
+        |r: &[f64]| if r.is_empty() { (f64::NAN, f64::NAN, f64::NAN) } else { (r[r.len() / 4], median(r.to_vec()), r[r.len() * 3 / 4]) };
     let what = if graph_level { "graph-level inference" } else { "one root's inference" };
     let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.split } else { |f| &f.single_split }));
     println!("over all {} units: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
     if bf16 {
         let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.bf16_split } else { |f| &f.bf16_single_split }));
-        println!("over all {} units, dtype=bf16: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
+        println!(
+            "over all {} units, dtype=bf16: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
+            measured.len()
+        );
     }
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
     println!(

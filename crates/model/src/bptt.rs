@@ -366,7 +366,7 @@ impl Ggnn {
         let by_row = ByRow::new(&rows, nodes);
         // The weight gradients by hand wherever the CPU has AVX-512 (FP32
         // operands, also under BF16 products).
-        let outer_hand = hand.is_some() || (pr.bf16 && crate::ggnn::hand_products_on(false));
+        let outer_hand = crate::ggnn::hand_products_on(false);
         let zeros = |shape: &[i64]| Tensor::zeros(shape, float);
         let mut d_w = zeros(&[FUSED as i64, 34]);
         let mut d_w_ih = zeros(&[GATES as i64, 34]);

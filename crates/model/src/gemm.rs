@@ -100,8 +100,8 @@ pub(crate) fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, o
 }
 
 /// The rows of a product in groups, each group needing only the columns
-/// from its own start on: the rows listed by index (row `i` of the
-/// left-hand side and of the output), a group's rows consecutive.
+/// from its own start on: every row `0..len` once, listed by index (row `i`
+/// of the left-hand side and of the output), a group's rows consecutive.
 ///
 /// The inference step's product `h · [W_msg; W_hh]ᵀ` needs, for a node,
 /// the blocks of the edge types it is a source of and the GRU's three:
@@ -157,15 +157,6 @@ impl RowGroups {
         (0..self.first.len()).map(|g| (self.first[g], self.rows[self.bounds[g]..self.bounds[g + 1]].to_vec())).collect()
     }
 
-    /// The largest row index, plus one.
-    fn extent(&self) -> usize {
-        if self.whole {
-            self.len()
-        } else {
-            self.rows.iter().max().map_or(0, |&r| r as usize + 1)
-        }
-    }
-
     fn row(&self, i: usize) -> usize {
         if self.whole {
             i
@@ -184,7 +175,8 @@ pub(crate) fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b
     assert!(available(b.bf16), "the hand-written products need AVX-512 (and AVX512-BF16 for BF16)");
     let narrow = std::mem::size_of::<O>() == 2;
     assert!(!narrow || b.bf16, "BF16 results come from BF16 products only");
-    let extent = groups.extent();
+    // The groups hold every row below their length once.
+    let extent = groups.len();
     assert!(extent == 0 || (a.len() >= (extent - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
     assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     #[cfg(target_arch = "x86_64")]
