@@ -9,6 +9,7 @@
 # 3. cargo test --workspace --release --no-fail-fast (unit, integration,
 #    conformance);
 # 4. llvm-tests/run.sh --release: the plugin's lit suite;
+# 5. scripts/demo.sh: the README's first command, checked (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -96,6 +97,27 @@ failed=$((failed + f))
 skipped=$((skipped + s))
 [ "$lit_rc" = 0 ] || status=1
 echo "[test] lit: $p passed, $f failed, $s skipped (exit $lit_rc)"
+
+step "demo (scripts/demo.sh: the README's first command)"
+# The graph pass and the learned pass on examples/hello.c: passes when the
+# graph is written, the pass's verify line names its task, and the
+# annotations read back hold roots (the graph alone under
+# PROGRAML_SKIP_TORCH=1, where no runtime is built).
+PROGRAML_SKIP_BUILD=1 bash "$root/scripts/demo.sh" </dev/null >"$logs/demo.log" 2>&1
+demo_rc=$?
+grep -v '^\[bootstrap\]' "$logs/demo.log" | sed 's/^/[test]   /'
+learned_pass_shown() {
+    grep -q '"task":"reachability"' "$logs/demo.log" && grep -qE '^\[demo\] read back .*: [1-9][0-9]* roots' "$logs/demo.log"
+}
+if [ "$demo_rc" = 0 ] && grep -q '^\[demo\] graph: ' "$logs/demo.log" &&
+    { [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ] || learned_pass_shown; }; then
+    passed=$((passed + 1))
+    echo "[test] demo: passed"
+else
+    failed=$((failed + 1))
+    status=1
+    echo "[test] demo: FAILED (exit $demo_rc; log: $logs/demo.log)"
+fi
 
 echo "[test] finished in $((SECONDS - start)) s"
 echo "summary: $passed passed, $failed failed, $skipped skipped"
