@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Where a shipped DeepDataFlow model is wrong, on IR files it never saw.
+
+    python3 scripts/errors.py TASK [--files N] [--dir DIR] [--model DIR]
+
+For an evenly spaced sample of N IR files under DIR (default: the unseen
+projects' corpus, `scripts/corpus.sh --opaque --unseen`), runs the learned
+pass (`opt-16 -passes=programl-infer`, the dataset's sampled roots) and the
+exact analysis (`programl analyze`, the same roots), and prints the pooled
+true and false positives and false negatives, then the wrong predictions
+grouped by the opcodes of the root and of the wrong node (an instruction
+root; a variable root is shown as "var"), and a few false positives with
+their IR text. Needs a release build (`programl`, the plugin, the runtime).
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("PROGRAML_CACHE", os.path.expanduser("~/.cache/programl-rs"))
+PROGRAML = os.path.join(ROOT, "target", "release", "programl")
+
+
+def run(args):
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"errors.py: {' '.join(args[:2])} ...: {out.stderr.strip() or 'exit ' + str(out.returncode)}")
+    return out.stdout
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("task", choices=["reachability", "dominance", "datadep", "liveness", "subexpressions"])
+    p.add_argument("--files", type=int, default=25, help="IR files to sample (default 25)")
+    p.add_argument("--dir", default=os.path.join(CACHE, "unseen-opaque-O0-O1-O2-O3"))
+    p.add_argument("--model", help="bundle (default: models/TASK)")
+    p.add_argument("--examples", type=int, default=8, help="false positives to print with their text")
+    a = p.parse_args()
+    model = a.model or os.path.join(ROOT, "models", a.task)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(a.dir) for f in fs if f.endswith(".ll"))
+    if not files:
+        sys.exit(f"errors.py: {a.dir}: no .ll files (scripts/corpus.sh --opaque --unseen builds them)")
+    files = files[:: max(1, len(files) // a.files)][: a.files]
+    plugin = run([PROGRAML, "plugin-path"]).strip()
+    tp = fp = fn = 0
+    wrong = collections.Counter()
+    shown = []
+    with tempfile.TemporaryDirectory() as tmp:
+        annotated = os.path.join(tmp, "annotated.ll")
+        for f in files:
+            run(["opt-16", f"-load-pass-plugin={plugin}", f"-passes=programl-infer<model={model};device=cpu>", "-S", f, "-o", annotated])
+            notes = json.loads(run([PROGRAML, "annotations", annotated]))
+            graph = json.loads(run([PROGRAML, "graph", "--format", "json", f]))
+            opcode = {n["id"]: (n["text"] if n["type"] == 0 else "var") for n in graph["nodes"]}
+            text = {i["node"]: i["text"] for i in notes["instructions"]}
+            truth = {}
+            for line in run([PROGRAML, "analyze", "--task", a.task, f]).splitlines():
+                j = json.loads(line)
+                truth[j["root"]] = set(j["positives"])
+            predicted = collections.defaultdict(set)
+            for i in notes["instructions"]:
+                for root, prob in i.get(a.task, []):
+                    if prob > 0.5:
+                        predicted[root].add(i["node"])
+            # Liveness predicts variables, annotated on their defining
+            # instructions: compare through `value` there.
+            if a.task == "liveness":
+                value = {i["node"]: i["value"] for i in notes["instructions"]}
+                predicted = collections.defaultdict(set, {r: {value[n] for n in ns if value.get(n) is not None} for r, ns in predicted.items()})
+            roots = [r for fn_ in notes["functions"] for r in fn_.get("roots", {}).get(a.task, [])]
+            for r in roots:
+                t, q = truth.get(r, set()), predicted.get(r, set())
+                tp, fp, fn = tp + len(t & q), fp + len(q - t), fn + len(t - q)
+                for kind, nodes in (("FP", q - t), ("FN", t - q)):
+                    for n in nodes:
+                        wrong[(kind, opcode.get(r, "?"), opcode.get(n, "?"))] += 1
+                        if kind == "FP" and len(shown) < a.examples:
+                            shown.append((os.path.relpath(f, a.dir), text.get(r, f"node {r}"), text.get(n, f"node {n}")))
+    precision = tp / max(1, tp + fp)
+    recall = tp / max(1, tp + fn)
+    f1 = 2 * precision * recall / max(1e-12, precision + recall)
+    print(f"{a.task}: {len(files)} files of {a.dir}: tp {tp}, fp {fp}, fn {fn}; precision {precision:.3f}, recall {recall:.3f}, F1 {f1:.3f}")
+    print("wrong predictions by (kind, root's opcode, node's opcode):")
+    for (kind, r, n), c in wrong.most_common(12):
+        print(f"  {c:6d}  {kind}  root {r:<14} node {n}")
+    for f, r, n in shown:
+        print(f"FP in {f}:\n  root: {r}\n  node: {n}")
+
+
+if __name__ == "__main__":
+    main()
