@@ -83,7 +83,7 @@ def main():
     precision = tp / max(1, tp + fp)
     recall = tp / max(1, tp + fn)
     f1 = 2 * precision * recall / max(1e-12, precision + recall)
-    print(f"{a.task}: {len(files)} files of {a.dir}: tp {tp}, fp {fp}, fn {fn}; precision {precision:.3f}, recall {recall:.3f}, F1 {f1:.3f}")
+    print(f"{a.task}: {len(files)} file{'' if len(files) == 1 else 's'} of {a.dir}: tp {tp}, fp {fp}, fn {fn}; precision {precision:.3f}, recall {recall:.3f}, F1 {f1:.3f}")
     print("wrong predictions by (kind, root's opcode, node's opcode):")
     for (kind, r, n), c in wrong.most_common(12):
         print(f"  {c:6d}  {kind}  root {r:<14} node {n}")

@@ -10,6 +10,7 @@
 #    conformance);
 # 4. llvm-tests/run.sh --release: the plugin's lit suite;
 # 5. scripts/demo.sh: the README's first command, checked (one test);
+# 6. scripts/errors.py on examples/hello.c, checked (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -117,6 +118,25 @@ else
     failed=$((failed + 1))
     status=1
     echo "[test] demo: FAILED (exit $demo_rc; log: $logs/demo.log)"
+fi
+
+step "scripts/errors.py (the models' error report) on examples/hello.c"
+errors_dir="$(mktemp -d)"
+clang-16 -O1 -S -emit-llvm "$root/examples/hello.c" -o "$errors_dir/hello.ll" &&
+    "$VIRTUAL_ENV/bin/python" "$root/scripts/errors.py" reachability --dir "$errors_dir" --files 1 >"$logs/errors.log" 2>&1
+errors_rc=$?
+sed 's/^/[test]   /' "$logs/errors.log" | head -n 6
+rm -rf "$errors_dir"
+if [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ]; then
+    skipped=$((skipped + 1))
+    echo "[test] errors.py: skipped (PROGRAML_SKIP_TORCH=1: no runtime)"
+elif [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
+    passed=$((passed + 1))
+    echo "[test] errors.py: passed"
+else
+    failed=$((failed + 1))
+    status=1
+    echo "[test] errors.py: FAILED (exit $errors_rc; log: $logs/errors.log)"
 fi
 
 echo "[test] finished in $((SECONDS - start)) s"
