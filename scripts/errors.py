@@ -56,21 +56,17 @@ def main():
             notes = json.loads(run([PROGRAML, "annotations", annotated]))
             graph = json.loads(run([PROGRAML, "graph", "--format", "json", f]))
             opcode = {n["id"]: (n["text"] if n["type"] == 0 else "var") for n in graph["nodes"]}
+            # An instruction's text by its node id, and by the id of the
+            # variable it defines (liveness predicts variables).
             text = {i["node"]: i["text"] for i in notes["instructions"]}
+            text.update({i["value"]: i["text"] for i in notes["instructions"] if i.get("value") is not None})
             truth = {}
             for line in run([PROGRAML, "analyze", "--task", a.task, f]).splitlines():
                 j = json.loads(line)
                 truth[j["root"]] = set(j["positives"])
-            predicted = collections.defaultdict(set)
-            for i in notes["instructions"]:
-                for root, prob in i.get(a.task, []):
-                    if prob > 0.5:
-                        predicted[root].add(i["node"])
-            # Liveness predicts variables, annotated on their defining
-            # instructions: compare through `value` there.
-            if a.task == "liveness":
-                value = {i["node"]: i["value"] for i in notes["instructions"]}
-                predicted = collections.defaultdict(set, {r: {value[n] for n in ns if value.get(n) is not None} for r, ns in predicted.items()})
+            # Per root, the predicted positives as graph node ids (for
+            # liveness the variables, arguments included).
+            predicted = {e["root"]: {n for n, prob in e["positives"] if prob > 0.5} for e in notes["predictions"].get(a.task, [])}
             roots = [r for fn_ in notes["functions"] for r in fn_.get("roots", {}).get(a.task, [])]
             for r in roots:
                 t, q = truth.get(r, set()), predicted.get(r, set())
