@@ -25,10 +25,12 @@ CACHE = os.environ.get("PROGRAML_CACHE", os.path.expanduser("~/.cache/programl-r
 PROGRAML = os.path.join(ROOT, "target", "release", "programl")
 
 
-def run(args):
+def run(args, warnings=None):
     out = subprocess.run(args, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"errors.py: {' '.join(args[:2])} ...: {out.stderr.strip() or 'exit ' + str(out.returncode)}")
+    if warnings is not None and out.stderr.strip():
+        warnings.append(out.stderr.strip().splitlines()[0])
     return out.stdout
 
 
@@ -46,13 +48,14 @@ def main():
         sys.exit(f"errors.py: {a.dir}: no .ll files (scripts/corpus.sh --opaque --unseen builds them)")
     files = files[:: max(1, len(files) // a.files)][: a.files]
     plugin = run([PROGRAML, "plugin-path"]).strip()
-    tp = fp = fn = 0
+    tp = fp = fn = annotated_roots = 0
+    warnings = []
     wrong = collections.Counter()
     shown = []
     with tempfile.TemporaryDirectory() as tmp:
         annotated = os.path.join(tmp, "annotated.ll")
         for f in files:
-            run(["opt-16", f"-load-pass-plugin={plugin}", f"-passes=programl-infer<model={model};device=cpu>", "-S", f, "-o", annotated])
+            run(["opt-16", f"-load-pass-plugin={plugin}", f"-passes=programl-infer<model={model};device=cpu>", "-S", f, "-o", annotated], warnings)
             notes = json.loads(run([PROGRAML, "annotations", annotated]))
             graph = json.loads(run([PROGRAML, "graph", "--format", "json", f]))
             opcode = {n["id"]: (n["text"] if n["type"] == 0 else "var") for n in graph["nodes"]}
@@ -68,6 +71,7 @@ def main():
             # liveness the variables, arguments included).
             predicted = {e["root"]: {n for n, prob in e["positives"] if prob > 0.5} for e in notes["predictions"].get(a.task, [])}
             roots = [r for fn_ in notes["functions"] for r in fn_.get("roots", {}).get(a.task, [])]
+            annotated_roots += len(roots)
             for r in roots:
                 t, q = truth.get(r, set()), predicted.get(r, set())
                 tp, fp, fn = tp + len(t & q), fp + len(q - t), fn + len(t - q)
@@ -76,6 +80,8 @@ def main():
                         wrong[(kind, opcode.get(r, "?"), opcode.get(n, "?"))] += 1
                         if kind == "FP" and len(shown) < a.examples:
                             shown.append((os.path.relpath(f, a.dir), text.get(r, f"node {r}"), text.get(n, f"node {n}")))
+    if not annotated_roots:
+        sys.exit(f"errors.py: the learned pass annotated no {a.task} roots in {len(files)} file(s): {warnings[0] if warnings else 'and said nothing'}")
     precision = tp / max(1, tp + fp)
     recall = tp / max(1, tp + fn)
     f1 = 2 * precision * recall / max(1e-12, precision + recall)

@@ -110,15 +110,23 @@ grep -v '^\[bootstrap\]' "$logs/demo.log" | sed 's/^/[test]   /'
 learned_pass_shown() {
     grep -q '"task":"reachability"' "$logs/demo.log" && grep -qE '^\[demo\] read back .*: [1-9][0-9]* roots' "$logs/demo.log"
 }
+# outcome NAME OK RC LOG: one checked step, passed when OK is 1.
+outcome() {
+    if [ "$2" = 1 ]; then
+        passed=$((passed + 1))
+        echo "[test] $1: passed"
+    else
+        failed=$((failed + 1))
+        status=1
+        echo "[test] $1: FAILED (exit $3; log: $4)"
+    fi
+}
+ok=0
 if [ "$demo_rc" = 0 ] && grep -q '^\[demo\] graph: ' "$logs/demo.log" &&
     { [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ] || learned_pass_shown; }; then
-    passed=$((passed + 1))
-    echo "[test] demo: passed"
-else
-    failed=$((failed + 1))
-    status=1
-    echo "[test] demo: FAILED (exit $demo_rc; log: $logs/demo.log)"
+    ok=1
 fi
+outcome demo "$ok" "$demo_rc" "$logs/demo.log"
 
 step "scripts/errors.py (the models' error report) on examples/hello.c"
 errors_dir="$(mktemp -d)"
@@ -130,13 +138,12 @@ rm -rf "$errors_dir"
 if [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ]; then
     skipped=$((skipped + 1))
     echo "[test] errors.py: skipped (PROGRAML_SKIP_TORCH=1: no runtime)"
-elif [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
-    passed=$((passed + 1))
-    echo "[test] errors.py: passed"
 else
-    failed=$((failed + 1))
-    status=1
-    echo "[test] errors.py: FAILED (exit $errors_rc; log: $logs/errors.log)"
+    ok=0
+    if [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
+        ok=1
+    fi
+    outcome errors.py "$ok" "$errors_rc" "$logs/errors.log"
 fi
 
 echo "[test] finished in $((SECONDS - start)) s"
