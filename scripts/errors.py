@@ -26,7 +26,10 @@ PROGRAML = os.path.join(ROOT, "target", "release", "programl")
 
 
 def run(args, warnings=None):
-    out = subprocess.run(args, capture_output=True, text=True)
+    try:
+        out = subprocess.run(args, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"errors.py: {args[0]}: {e.strerror} (a release build and LLVM 16: bash scripts/bootstrap.sh)")
     if out.returncode != 0:
         sys.exit(f"errors.py: {' '.join(args[:2])} ...: {out.stderr.strip() or 'exit ' + str(out.returncode)}")
     if warnings is not None and out.stderr.strip():

@@ -41,6 +41,7 @@ phase=main
 case "${1:-}" in
     --finetune) phase=finetune; shift ;;
     --polish) phase=polish; shift ;;
+    -*) echo "train-models.sh: unknown option '$1' (expected --finetune or --polish, then BUDGET LANES TASKS...)" >&2; exit 2 ;;
 esac
 budget="${1:-15m}"
 lanes="${2:-2}"
