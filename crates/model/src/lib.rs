@@ -118,6 +118,17 @@ pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
     // per process (the pass sets the precision before every module).
     static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let effective = if cpu_has_bf16() || *PROBED.get_or_init(libtorch_bf16_changes_products) { Precision::Bf16 } else { Precision::F32 };
+    // FP32 in effect means FP32 everywhere: on a CPU without BF16
+    // instructions (an Intel AVX-512 host whose hypervisor hides
+    // avx512_bf16, say) libtorch's setting leaves the probe's product
+    // alone but still sends other shapes through oneDNN's emulated path,
+    // whose results differ from the FP32 ones. So it is switched off again.
+    if effective == Precision::F32 && library {
+        // SAFETY: as above.
+        if unsafe { programl_set_matmul_bf16(0) } != 0 {
+            return Err("libtorch refused to reset the matmul precision to FP32".into());
+        }
+    }
     IN_EFFECT.store(effective == Precision::Bf16, std::sync::atomic::Ordering::Relaxed);
     Ok(effective)
 }
