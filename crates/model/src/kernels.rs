@@ -441,12 +441,54 @@ pub(crate) fn dropout_mask(out: &mut [f32], seed: u64, keep: f32, scale: f32, th
     // Kept below: the top 24 bits of a 32-bit draw under `keep · 2^24`.
     let bound = (keep as f64 * (1u64 << 24) as f64).round() as u32;
     split(out, nodes, threads, |first, rows| {
-        for (i, pair) in rows.chunks_exact_mut(2).enumerate() {
-            let z = programl::hash::mix(seed ^ ((first * H / 2 + i) as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
-            pair[0] = if ((z as u32) >> 8) < bound { scale } else { 0.0 };
-            pair[1] = if (((z >> 32) as u32) >> 8) < bound { scale } else { 0.0 };
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
+            // SAFETY: the CPU has AVX-512F and DQ.
+            return unsafe { dropout_pairs_avx512(rows, (first * H / 2) as u64, seed, bound, scale) };
         }
+        dropout_pairs(rows, (first * H / 2) as u64, seed, bound, scale)
     });
+}
+
+/// The multiplier that spreads pair indices before [`programl::hash::mix`].
+const PAIR_SPREAD: u64 = 0xD1B5_4A32_D192_ED03;
+
+/// [`dropout_mask`]'s entries for the pairs of `rows`, the first being
+/// pair `first_pair` of the mask.
+fn dropout_pairs(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
+    for (i, pair) in rows.chunks_exact_mut(2).enumerate() {
+        let z = programl::hash::mix(seed ^ (first_pair + i as u64).wrapping_mul(PAIR_SPREAD));
+        pair[0] = if ((z as u32) >> 8) < bound { scale } else { 0.0 };
+        pair[1] = if (((z >> 32) as u32) >> 8) < bound { scale } else { 0.0 };
+    }
+}
+
+/// [`dropout_pairs`], 8 pairs (16 entries) per iteration: the same
+/// SplitMix64 in 64-bit lanes (`vpmullq`), each lane's low and high 32 bits
+/// being its pair's two entries, as they lie in memory. Bit for bit the
+/// scalar mask (tested).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn dropout_pairs_avx512(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
+    use std::arch::x86_64::*;
+    let pairs = rows.len() / 2;
+    let splat = |x: u64| _mm512_set1_epi64(x as i64);
+    let lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    let (seed_v, spread, golden) = (splat(seed), splat(PAIR_SPREAD), splat(0x9E37_79B9_7F4A_7C15));
+    let (m1, m2) = (splat(0xBF58_476D_1CE4_E5B9), splat(0x94D0_49BB_1331_11EB));
+    let (bound_v, scale_v) = (_mm512_set1_epi32(bound as i32), _mm512_set1_ps(scale));
+    let mut i = 0;
+    while i + 8 <= pairs {
+        let index = _mm512_add_epi64(splat(first_pair + i as u64), lanes);
+        let mut z = _mm512_add_epi64(_mm512_xor_si512(seed_v, _mm512_mullo_epi64(index, spread)), golden);
+        z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
+        z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
+        z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+        let kept = _mm512_cmplt_epu32_mask(_mm512_srli_epi32(z, 8), bound_v);
+        _mm512_storeu_ps(rows.as_mut_ptr().add(2 * i), _mm512_maskz_mov_ps(kept, scale_v));
+        i += 8;
+    }
+    dropout_pairs(&mut rows[2 * i..], first_pair + i as u64, seed, bound, scale);
 }
 
 /// What training's forward keeps of one GRU update, \[N, 34\] each: the
@@ -1094,6 +1136,23 @@ mod tests {
         assert_eq!(one, draw(7, 3));
         let other = draw(8, 1);
         assert!(one.iter().zip(&other).filter(|(a, b)| a != b).count() > rows, "another seed, another mask");
+    }
+
+    /// The vector mask is the scalar one bit for bit, at every length of
+    /// a tail and from any first pair (AVX-512 CPUs only: elsewhere the
+    /// scalar loop is all there is).
+    #[test]
+    fn dropout_mask_vector_is_the_scalar_mask() {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
+            for (len, first, seed) in [(0usize, 0u64, 1u64), (2, 5, 2), (16, 0, 3), (34, 17, 4), (46, 1 << 40, 5), (3400, 123_456, 6)] {
+                let bound = (0.8f64 * (1u64 << 24) as f64).round() as u32;
+                let (mut scalar, mut vector) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+                dropout_pairs(&mut scalar, first, seed, bound, 1.25);
+                unsafe { dropout_pairs_avx512(&mut vector, first, seed, bound, 1.25) };
+                assert!(scalar.iter().zip(&vector).all(|(a, b)| a.to_bits() == b.to_bits()), "{len} entries from pair {first}");
+            }
+        }
     }
 
     #[test]
