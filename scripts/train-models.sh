@@ -89,7 +89,7 @@ seed() {
 one() {
     local task="$1" ship="$root/models/$1"
     # Phase one's run keeps its record in the bundle's directory, the
-    # later phases theirs in its finetune/ or polish/.
+    # later phases theirs in its finetune/, polish/ or large/.
     local run="$runs/$task" kept="$ship" lr=1e-3 init=() what="budget" max_nodes=10000
     if [ "$phase" != main ]; then
         case "$phase" in

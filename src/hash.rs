@@ -44,11 +44,17 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+/// [`mix`]'s constants: the increment, then the two multipliers (public
+/// so that a vectorised copy of `mix`, the model's dropout masks, uses the
+/// very same ones).
+pub const MIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+pub const MIX_MUL: [u64; 2] = [0xBF58_476D_1CE4_E5B9, 0x94D0_49BB_1331_11EB];
+
 /// SplitMix64's finalizer: a fixed, well-mixed 64-bit hash of a 64-bit value.
 pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z = z.wrapping_add(MIX_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(MIX_MUL[0]);
+    z = (z ^ (z >> 27)).wrapping_mul(MIX_MUL[1]);
     z ^ (z >> 31)
 }
 

@@ -474,8 +474,9 @@ unsafe fn dropout_pairs_avx512(rows: &mut [f32], first_pair: u64, seed: u64, bou
     let pairs = rows.len() / 2;
     let splat = |x: u64| _mm512_set1_epi64(x as i64);
     let lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-    let (seed_v, spread, golden) = (splat(seed), splat(PAIR_SPREAD), splat(0x9E37_79B9_7F4A_7C15));
-    let (m1, m2) = (splat(0xBF58_476D_1CE4_E5B9), splat(0x94D0_49BB_1331_11EB));
+    use programl::hash::{MIX_GAMMA, MIX_MUL};
+    let (seed_v, spread, golden) = (splat(seed), splat(PAIR_SPREAD), splat(MIX_GAMMA));
+    let (m1, m2) = (splat(MIX_MUL[0]), splat(MIX_MUL[1]));
     let (bound_v, scale_v) = (_mm512_set1_epi32(bound as i32), _mm512_set1_ps(scale));
     let mut i = 0;
     while i + 8 <= pairs {
