@@ -595,53 +595,26 @@ mod avx512 {
 
     const MASKS: [__mmask16; 3] = [0xffff, 0xffff, 0x0003];
 
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn exp(x: __m512) -> __m512 {
-        let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
-            x,
-            _mm512_set1_ps(std::f32::consts::LOG2_E),
-        ));
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(1.987_569_1e-4);
-        for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0)));
-        _mm512_scalef_ps(y, n)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn sigmoid(x: __m512) -> __m512 {
-        let d = _mm512_add_ps(_mm512_set1_ps(1.0), exp(_mm512_sub_ps(_mm512_setzero_ps(), x)));
-        let r = _mm512_rcp14_ps(d);
-        _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0)))
-    }
+    /// One vector's inputs to [`cell`]: the input gates' products, the
+    /// hidden ones, the biases, the state.
+    type CellArgs = ([__m512; 3], [__m512; 3], [__m512; 4], __m512);
 
     /// The cell on 16 lanes: `x*` the input gates' products, `g*` the
     /// hidden ones (no biases), `b*` the biases, `h` the state. Returns
     /// the new state and the tape's `r`, `z`, `n`, `W_hn h + b_hn`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn cell([xr, xz, xn]: [__m512; 3], [gr, gz, gn]: [__m512; 3], [br, bz, bin, bhn]: [__m512; 4], h: __m512) -> [__m512; 5] {
-        let r = sigmoid(_mm512_add_ps(_mm512_add_ps(xr, gr), br));
-        let z = sigmoid(_mm512_add_ps(_mm512_add_ps(xz, gz), bz));
-        let phn = _mm512_add_ps(gn, bhn);
-        let a = _mm512_fmadd_ps(r, phn, _mm512_add_ps(xn, bin));
-        // tanh(a) = 2σ(2a) − 1
-        let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), sigmoid(_mm512_add_ps(a, a)), _mm512_set1_ps(1.0));
-        [_mm512_fmadd_ps(z, _mm512_sub_ps(h, n), n), r, z, n, phn]
+    unsafe fn cell(x: [__m512; 3], g: [__m512; 3], b: [__m512; 4], h: __m512) -> [__m512; 5] {
+        let [out] = cells([x], [g], [b], [h]);
+        out
     }
 
-    /// [`exp`] on `M` vectors at once, each operation for all of them
-    /// before the next: `M` independent chains in flight, where one
-    /// vector's chain of about twelve dependent operations left the FMA
-    /// ports idle. The same operations in the same order per lane as
-    /// [`exp`], so the same bits.
+    /// `exp` (as the scalar [`super::exp`]: a clamp, a range reduction by
+    /// ln 2, a degree-7 polynomial) on `M` vectors at once, each operation
+    /// for all of them before the next: `M` independent chains in flight,
+    /// where one vector's chain of about twelve dependent operations left
+    /// the FMA ports idle. Each lane's operations are the same whatever
+    /// `M`, so the same bits.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn exp_n<const M: usize>(mut x: [__m512; M]) -> [__m512; M] {
@@ -675,7 +648,8 @@ mod avx512 {
         x
     }
 
-    /// [`sigmoid`] on `M` vectors at once (as [`exp_n`]).
+    /// `1 / (1 + exp(-x))` on `M` vectors at once (as [`exp_n`]), the
+    /// reciprocal as `rcp14` and one Newton step.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn sigmoid_n<const M: usize>(mut x: [__m512; M]) -> [__m512; M] {
@@ -694,7 +668,8 @@ mod avx512 {
     }
 
     /// [`cell`] on `M` vectors at once, the same bits: the reset and
-    /// update gates of all `M` together, then their candidates.
+    /// update gates of all `M` together, then their candidates (the
+    /// candidate's tanh(a) as 2σ(2a) − 1).
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn cells<const M: usize>(x: [[__m512; 3]; M], g: [[__m512; 3]; M], b: [[__m512; 4]; M], h: [__m512; M]) -> [[__m512; 5]; M] {
@@ -742,7 +717,7 @@ mod avx512 {
         };
         // Pre-activations from saturated (±60, past exp's clamp) to small.
         for scale in [0.01f32, 1.0, 8.0, 60.0] {
-            let args: [([__m512; 3], [__m512; 3], [__m512; 4], __m512); 4] = std::array::from_fn(|_| {
+            let args: [CellArgs; 4] = std::array::from_fn(|_| {
                 ([v(scale), v(scale), v(scale)], [v(scale), v(scale), v(scale)], [v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0))
             });
             // SAFETY: AVX-512 (checked above).
@@ -751,7 +726,8 @@ mod avx512 {
             };
             for (i, (m, o)) in many.iter().zip(&one).enumerate() {
                 for (k, (a, b)) in m.iter().zip(o).enumerate() {
-                    let (a, b): ([u32; 16], [u32; 16]) = unsafe { (std::mem::transmute(*a), std::mem::transmute(*b)) };
+                    let bits = |x: __m512| unsafe { std::mem::transmute::<__m512, [u32; 16]>(x) };
+                    let (a, b) = (bits(*a), bits(*b));
                     assert_eq!(a, b, "scale {scale}: vector {i}, output {k}");
                 }
             }
@@ -826,11 +802,11 @@ mod avx512 {
             }
         };
         // At inference a block's vectors go CHUNK at a time through `cells`
-        // (the last one alone): independent chains for the FMA ports, 6%
+        // (the last one alone): independent chains for the FMA ports, 4%
         // off a call on a real graph. Training's (with the tape's four more
         // stores a vector) measured no faster, and keeps one at a time.
         const CHUNK: usize = 4;
-        let chunk = if tape.is_none() { CHUNK } else { FLAT + 1 };
+        let chunked = tape.is_none();
         let gather = |v: usize, q: usize| {
             let (row, col, mask) = split[q];
             let u = v + row;
@@ -842,8 +818,9 @@ mod avx512 {
         let mut v = range.start;
         while v + BLOCK <= range.end {
             let mut q = 0;
-            while q + chunk <= FLAT {
-                let mut args = [([_mm512_setzero_ps(); 3], [_mm512_setzero_ps(); 3], [_mm512_setzero_ps(); 4], _mm512_setzero_ps()); CHUNK];
+            while chunked && q + CHUNK <= FLAT {
+                let mut args: [CellArgs; CHUNK] =
+                    [([_mm512_setzero_ps(); 3], [_mm512_setzero_ps(); 3], [_mm512_setzero_ps(); 4], _mm512_setzero_ps()); CHUNK];
                 for (i, a) in args.iter_mut().enumerate() {
                     *a = gather(v, q + i);
                 }
