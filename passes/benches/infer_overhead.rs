@@ -22,7 +22,8 @@
 //!   build, featurisation (model input and roots), inference, annotation;
 //! - with one root (`roots=all;max_roots=1`), the inference a single
 //!   decision costs;
-//! - where the CPU has BF16 instructions, both again with `dtype=bf16`.
+//! - where the CPU has BF16 instructions, both again with `dtype=bf16`;
+//!   where it has AVX-512 VNNI, with `dtype=int8`.
 //!
 //! Then the runtime's `dlopen` against libtorch_cpu's alone (fresh processes),
 //! `opt -passes=verify` with and without the plugin loaded (the cost of
@@ -204,9 +205,10 @@ struct UnitFigures {
     single: Vec<f64>,
     split: Vec<Split>,
     single_split: Vec<Split>,
-    /// The same two runs with `dtype=bf16`, where the CPU has BF16.
-    bf16_split: Vec<Split>,
-    bf16_single_split: Vec<Split>,
+    /// The same two runs with each reduced precision the CPU runs
+    /// natively (`dtype=bf16`, `dtype=int8`), by [`reduced_dtypes`].
+    reduced_split: Vec<Vec<Split>>,
+    reduced_single_split: Vec<Vec<Split>>,
 }
 
 /// Whether the CPU has BF16 products (`dtype=bf16` runs them natively).
@@ -215,6 +217,21 @@ fn cpu_has_bf16() -> bool {
     info.lines()
         .find_map(|l| l.strip_prefix("flags"))
         .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
+}
+
+/// The reduced precisions this CPU runs natively: `bf16` (AVX512-BF16 or
+/// AMX), `int8` (AVX-512 VNNI).
+fn reduced_dtypes() -> Vec<&'static str> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
+    let mut out = Vec::new();
+    if cpu_has_bf16() {
+        out.push("bf16");
+    }
+    if ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"].iter().all(|f| flags.contains(f)) {
+        out.push("int8");
+    }
+    out
 }
 
 fn main() {
@@ -248,8 +265,7 @@ fn main() {
     let graph_level = config["head"] == "graph";
     let infer = format!("model={};device={device}", model.display());
     let single = format!("{infer};roots=all;max_roots=1");
-    let bf16 = cpu_has_bf16();
-    let (infer_bf16, single_bf16) = (format!("{infer};dtype=bf16"), format!("{single};dtype=bf16"));
+    let reduced = reduced_dtypes();
     println!(
         "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, {reps} reps, {} cores",
         units.len(),
@@ -258,7 +274,14 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
 
-    let mut figures: Vec<UnitFigures> = units.iter().map(|_| UnitFigures::default()).collect();
+    let mut figures: Vec<UnitFigures> = units
+        .iter()
+        .map(|_| UnitFigures {
+            reduced_split: vec![Vec::new(); reduced.len()],
+            reduced_single_split: vec![Vec::new(); reduced.len()],
+            ..Default::default()
+        })
+        .collect();
     let mut failed = BTreeMap::new();
     for rep in 0..reps {
         for (u, f) in units.iter().zip(figures.iter_mut()) {
@@ -277,13 +300,14 @@ fn main() {
                 f.single.push(t);
                 f.single_split.extend(parse_info(&err));
             }
-            if bf16 {
-                let (_, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &infer_bf16), ("PROGRAML_LOG", "info")], Some(&plugin)));
-                f.bf16_split.extend(parse_info(&err));
+            for (d, dtype) in reduced.iter().enumerate() {
+                let (with, single_with) = (format!("{infer};dtype={dtype}"), format!("{single};dtype={dtype}"));
+                let (_, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &with), ("PROGRAML_LOG", "info")], Some(&plugin)));
+                f.reduced_split[d].extend(parse_info(&err));
                 if !graph_level {
                     let (_, _, err) =
-                        timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single_bf16), ("PROGRAML_LOG", "info")], Some(&plugin)));
-                    f.bf16_single_split.extend(parse_info(&err));
+                        timed(&mut clang(u, &[], &[("PROGRAML_INFER", &single_with), ("PROGRAML_LOG", "info")], Some(&plugin)));
+                    f.reduced_single_split[d].extend(parse_info(&err));
                 }
             }
         }
@@ -328,13 +352,13 @@ fn main() {
         row("pass: inference, sampled roots", &|f| field(f, |s| s.inference));
         row("pass: inference, 1 root", &|f| median(f.single_split.iter().map(|s| s.inference).collect()));
     }
-    if bf16 {
+    for (d, dtype) in reduced.iter().enumerate() {
         let med = |v: &[Split]| median(v.iter().map(|s| s.inference).collect());
         if graph_level {
-            row("pass: inference, dtype=bf16", &|f| med(&f.bf16_split));
+            row(&format!("pass: inference, dtype={dtype}"), &|f| med(&f.reduced_split[d]));
         } else {
-            row("pass: inference, sampled, bf16", &|f| med(&f.bf16_split));
-            row("pass: inference, 1 root, bf16", &|f| med(&f.bf16_single_split));
+            row(&format!("pass: inference, sampled, {dtype}"), &|f| med(&f.reduced_split[d]));
+            row(&format!("pass: inference, 1 root, {dtype}"), &|f| med(&f.reduced_single_split[d]));
         }
     }
     row("pass: annotation", &|f| field(f, |s| s.annotate));
@@ -353,11 +377,13 @@ fn main() {
             100.0 * field(&figures[median_unit], |s| s.inference) / o2
         );
     }
-    if bf16 {
+    for d in 0..reduced.len() {
         let unit = &figures[median_unit];
-        let inference = median(if graph_level { &unit.bf16_split } else { &unit.bf16_single_split }.iter().map(|s| s.inference).collect());
+        let dtype = reduced[d];
+        let inference =
+            median(if graph_level { &unit.reduced_split[d] } else { &unit.reduced_single_split[d] }.iter().map(|s| s.inference).collect());
         println!(
-            "median unit, dtype=bf16: {} inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
+            "median unit, dtype={dtype}: {} inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
             if graph_level { "graph-level" } else { "one root's" },
             100.0 * inference / o2
         );
@@ -367,24 +393,22 @@ fn main() {
     // units: the median unit above is one unit, and which one it is moves
     // with the host's load (units of 668 to 1,697 nodes took that place in
     // three runs of one evening).
-    let ratios = |splits: fn(&UnitFigures) -> &Vec<Split>| -> Vec<f64> {
-        let mut r: Vec<f64> = measured
-            .iter()
-            .map(|(_, f)| 100.0 * median(splits(f).iter().map(|s| s.inference).collect()) / m(&f.plain))
-            .filter(|x| x.is_finite())
-            .collect();
+    // `splits`: a unit's inference times, in ms.
+    let ratios = |splits: &dyn Fn(&UnitFigures) -> Vec<f64>| -> Vec<f64> {
+        let mut r: Vec<f64> = measured.iter().map(|(_, f)| 100.0 * median(splits(f)) / m(&f.plain)).filter(|x| x.is_finite()).collect();
         r.sort_by(|a, b| a.total_cmp(b));
         r
     };
     let quartiles =
         |r: &[f64]| if r.is_empty() { (f64::NAN, f64::NAN, f64::NAN) } else { (r[r.len() / 4], median(r.to_vec()), r[r.len() * 3 / 4]) };
     let what = if graph_level { "graph-level inference" } else { "one root's inference" };
-    let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.split } else { |f| &f.single_split }));
+    let times = |v: &[Split]| v.iter().map(|s| s.inference).collect::<Vec<f64>>();
+    let (q1, q2, q3) = quartiles(&ratios(&|f| times(if graph_level { &f.split } else { &f.single_split })));
     println!("over all {} units: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
-    if bf16 {
-        let (q1, q2, q3) = quartiles(&ratios(if graph_level { |f| &f.bf16_split } else { |f| &f.bf16_single_split }));
+    for (d, dtype) in reduced.iter().enumerate() {
+        let (q1, q2, q3) = quartiles(&ratios(&|f| times(if graph_level { &f.reduced_split[d] } else { &f.reduced_single_split[d] })));
         println!(
-            "over all {} units, dtype=bf16: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
+            "over all {} units, dtype={dtype}: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
             measured.len()
         );
     }

@@ -147,8 +147,20 @@ impl RowGroups {
         RowGroups { rows, bounds, first: starts, whole: false }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         *self.bounds.last().unwrap_or(&0)
+    }
+
+    /// The share of every group that a range of `0..len()` (a thread's)
+    /// takes: the same fraction of each group, as each group's first
+    /// column and its positions `start..end` (rows by [`RowGroups::row`]).
+    pub(crate) fn shares(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        let total = self.len().max(1);
+        (0..self.first.len()).map(move |g| {
+            let (lo, hi) = (self.bounds[g], self.bounds[g + 1]);
+            let share = |x: usize| lo + (hi - lo) * x / total;
+            (self.first[g], share(range.start)..share(range.end))
+        })
     }
 
     /// Each group's first column and its rows.
@@ -157,7 +169,7 @@ impl RowGroups {
         (0..self.first.len()).map(|g| (self.first[g], self.rows[self.bounds[g]..self.bounds[g + 1]].to_vec())).collect()
     }
 
-    fn row(&self, i: usize) -> usize {
+    pub(crate) fn row(&self, i: usize) -> usize {
         if self.whole {
             i
         } else {

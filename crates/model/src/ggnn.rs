@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
 
 use crate::gemm;
+use crate::int8;
 use crate::kernels;
 use crate::workspace::Workspace;
 
@@ -575,6 +576,11 @@ impl Ggnn {
     /// faster than one wide product. Buffers come from the workspace.
     fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
         use kernels::{Edges, Layout, FUSED, GATES};
+        // INT8 products are hand-written only: with libtorch's products
+        // (the tests' second way) the step is FP32.
+        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) && int8::available() {
+            return self.logits_int8(ws, input, steps);
+        }
         let n = input.nodes;
         let bf16 = crate::matmul_precision() == crate::Precision::Bf16;
         // Hand-written products where the CPU has them (their inputs FP32,
@@ -722,6 +728,137 @@ impl Ggnn {
         }
         let gate = Tensor::cat_out(&both, &[&h, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
         gate * h.linear(&self.readout_w, Some(&self.readout_b))
+    }
+
+    /// [`Ggnn::logits_fused`] with INT8 products ([`crate::int8`]): each
+    /// step the message product (six edge maps, 204 columns, each node the
+    /// blocks it sends), the gated mean ([`kernels::aggregate`]), the
+    /// aggregated messages to bytes, and the fused GRU, whose products
+    /// never reach memory. States are node-major between steps.
+    fn logits_int8(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
+        use int8::{Nodes, MESSAGES};
+        use kernels::Edges;
+        const HD: usize = HIDDEN as usize;
+        const QUADS: usize = int8::QK / 4;
+        let n = input.nodes;
+        let nodes = n as usize;
+        let stride = int8::padded(nodes);
+        let sp = stride as i64;
+        let threads = tch::get_num_threads().max(1) as usize;
+        let sources = Vec::<i64>::try_from(&input.sources).expect("edge rows");
+        let (slot, groups) = needed_blocks(&sources, nodes);
+        let groups = groups.expect("the rows by their first block");
+        // The edge maps' weights in their blocks' order.
+        let w_msg = floats(&self.messages_w);
+        let mut ordered = vec![0f32; w_msg.len()];
+        for (t, &b) in slot.iter().enumerate() {
+            ordered[b * HD * HD..(b + 1) * HD * HD].copy_from_slice(&w_msg[t * HD * HD..(t + 1) * HD * HD]);
+        }
+        let msg = int8::Packed::new(&int8::Columns::new(&ordered, MESSAGES));
+        let gru_w = int8::Gru::new(&floats(&self.w_ih), &floats(&self.w_hh));
+        // SAFETY: as in `logits_inference`.
+        let [text, h0, both, f, m, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
+            ws.carve(
+                Device::Cpu,
+                [
+                    &[n, TEXT_DIM],
+                    &[n, HIDDEN],
+                    &[n, 2 * HIDDEN],
+                    &[n, MESSAGES as i64],
+                    &[n, HIDDEN],
+                    &[2, HIDDEN, sp],
+                    &[2, QUADS as i64, sp],
+                    &[2, sp],
+                    &[QUADS as i64, sp],
+                    &[sp],
+                    &[2, sp],
+                    &[n, HIDDEN],
+                ],
+            )
+        };
+        let selector = self.selector_table.index_select(0, &input.selector);
+        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
+        let table =
+            (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
+        let offsets: Vec<usize> =
+            sources.iter().map(|&s| (s / EDGE_TYPES) as usize * MESSAGES + slot[(s % EDGE_TYPES) as usize] * HD).collect();
+        let (b_msg, bias) = self.kernel_biases();
+        // SAFETY (every `view`/`view_mut` below): CPU tensors of the kind
+        // named (the bytes' buffers carved as f32, the same size),
+        // contiguous, alive for the borrow, and the mutable ones not
+        // aliased by any slice in use at the same time.
+        unsafe {
+            let edges = Edges {
+                crow: view(&input.crow, Kind::Int64),
+                offsets: &offsets,
+                types: view(&input.edge_types, Kind::Int64),
+                positions: view(&input.positions, Kind::Int64),
+            };
+            let gates: &[f32] = view(&table, Kind::Float);
+            let (hf, hq, hs) = (view_mut::<f32>(&hf, Kind::Float), view_mut::<u32>(&hq, Kind::Float), view_mut::<f32>(&hs, Kind::Float));
+            let (mq, ms, mt) = (view_mut::<u32>(&mq, Kind::Float), view_mut::<f32>(&ms, Kind::Float), view_mut::<f32>(&mt, Kind::Float));
+            // The padding nodes' lanes (from `nodes` to `stride`) are
+            // computed and never read; zero, they hold no stale values.
+            for row in mq.chunks_exact_mut(stride) {
+                row[nodes..].fill(0);
+            }
+            for row in ms.chunks_exact_mut(stride).chain(mt.chunks_exact_mut(stride)) {
+                row[nodes..].fill(0.0);
+            }
+            let (f, m) = (view_mut::<f32>(&f, Kind::Float), view_mut::<f32>(&m, Kind::Float));
+            let mut hf: [&mut [f32]; 2] = {
+                let (a, b) = hf.split_at_mut(HD * stride);
+                [a, b]
+            };
+            let mut hq: [&mut [u32]; 2] = {
+                let (a, b) = hq.split_at_mut(QUADS * stride);
+                [a, b]
+            };
+            let mut hs: [&mut [f32]; 2] = {
+                let (a, b) = hs.split_at_mut(stride);
+                [a, b]
+            };
+            int8::states_to_nodes(view(&h0, Kind::Float), stride, hq[0], hs[0], hf[0], threads);
+            for step in 0..steps as usize {
+                let cur = step % 2;
+                let [hf_a, hf_b] = &mut hf;
+                let [hq_a, hq_b] = &mut hq;
+                let [hs_a, hs_b] = &mut hs;
+                let ((hf_cur, hf_next), (hq_cur, hq_next), (hs_cur, hs_next)) = if cur == 0 {
+                    ((&**hf_a, &mut **hf_b), (&**hq_a, &mut **hq_b), (&**hs_a, &mut **hs_b))
+                } else {
+                    ((&**hf_b, &mut **hf_a), (&**hq_b, &mut **hq_a), (&**hs_b, &mut **hs_a))
+                };
+                let h = Nodes {
+                    quads: hq_cur,
+                    scales: hs_cur,
+                    tails: [&hf_cur[int8::QK * stride..], &hf_cur[(int8::QK + 1) * stride..]],
+                    stride,
+                };
+                int8::messages(h, &groups, &msg, f, MESSAGES, threads);
+                kernels::aggregate::<f32, f32>(f, &edges, &b_msg, gates, m, threads);
+                {
+                    let (t0, t1) = mt.split_at_mut(stride);
+                    int8::messages_to_nodes(m, stride, mq, ms, [t0, t1], threads);
+                }
+                let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
+                int8::gru(
+                    msgs,
+                    h,
+                    hf_cur,
+                    &gru_w,
+                    &bias,
+                    nodes,
+                    int8::NextStates { full: hf_next, quads: hq_next, scales: hs_next },
+                    threads,
+                );
+            }
+        }
+        // The last state, row-major for the readout.
+        let last = hf.get(steps % 2).narrow(1, 0, n).tr();
+        h_last.copy_(&last);
+        let gate = Tensor::cat_out(&both, &[&h_last, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        gate * h_last.linear(&self.readout_w, Some(&self.readout_b))
     }
 
     /// [`Ggnn::pooled_logits`] in evaluation mode, without autograd state.

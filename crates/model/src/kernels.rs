@@ -571,7 +571,7 @@ unsafe fn gru_train_rows<T: Elem>(
 /// `vrcp14ps` and one Newton step (relative error ~1e-8). The portable
 /// loop, compiled for AVX2, spills its 40-wide rows to the stack.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{EdgesBackward, Elem, GruBackward, GruBias, GruGrads, GruTape, Product, Shared, FUSED, GATES, H};
@@ -672,7 +672,12 @@ mod avx512 {
     /// candidate's tanh(a) as 2σ(2a) − 1).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn cells<const M: usize>(x: [[__m512; 3]; M], g: [[__m512; 3]; M], b: [[__m512; 4]; M], h: [__m512; M]) -> [[__m512; 5]; M] {
+    pub(crate) unsafe fn cells<const M: usize>(
+        x: [[__m512; 3]; M],
+        g: [[__m512; 3]; M],
+        b: [[__m512; 4]; M],
+        h: [__m512; M],
+    ) -> [[__m512; 5]; M] {
         let mut pre_r = [_mm512_setzero_ps(); M];
         let mut pre_z = [_mm512_setzero_ps(); M];
         for i in 0..M {

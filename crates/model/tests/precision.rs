@@ -20,7 +20,7 @@ fn cpu_flags() -> Vec<String> {
 #[test]
 fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
     assert_eq!("bf16".parse::<Precision>(), Ok(Precision::Bf16));
-    assert!("f16".parse::<Precision>().unwrap_err().contains("f32, bf16"));
+    assert!("f16".parse::<Precision>().unwrap_err().contains("f32, bf16, int8"));
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
 
     let vocab = vocabulary(&["br", "add", "ret", "i32"]);
@@ -65,6 +65,7 @@ fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {
             assert!(diff > 0.0 && diff < 0.05 * scale, "BF16: logits within its rounding ({diff} of {scale})");
             assert!(grad_diff > 0.0 && grad_diff < 0.05, "BF16: gradients within its rounding (relative {grad_diff})");
         }
+        Precision::Int8 => unreachable!("BF16 requested"),
     }
     // A batch of a module's size takes the hand-written products (where
     // the CPU has AVX512-BF16): the same rounding of the products'

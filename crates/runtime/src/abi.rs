@@ -1,4 +1,4 @@
-// The model runtime's C ABI, version 3 (2 added graph-level prediction, 3 the matmul precision): the types and names both sides use.
+// The model runtime's C ABI, version 4 (2 added graph-level prediction, 3 the matmul precision, 4 INT8 products): the types and names both sides use.
 //
 // This file is the one Rust statement of the ABI. The runtime compiles it
 // as its `abi` module; the pass plugin, which must not depend on the
@@ -8,7 +8,7 @@
 
 /// The ABI version; `programl_runtime_abi_version()` returns it and the
 /// plugin refuses a runtime whose version differs.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Exported symbol names, NUL-terminated for `dlsym`.
 pub const SYM_ABI_VERSION: &[u8] = b"programl_runtime_abi_version\0";
@@ -68,11 +68,12 @@ pub type FnInfo = unsafe extern "C" fn(*const RtModel) -> *const std::ffi::c_cha
 /// `int32_t programl_runtime_set_threads(int32_t n)`: libtorch's intra-op
 /// threads for the process; 0 on success, -1 on failure.
 pub type FnSetThreads = unsafe extern "C" fn(i32) -> i32;
-/// `int32_t programl_runtime_set_dtype(int32_t bf16)`: the matmul
-/// precision for the process, FP32 (`bf16 == 0`) or BF16 products where
-/// the CPU has BF16 instructions (`bf16 == 1`). Returns the precision in
-/// effect (1: BF16, 0: FP32; BF16 requested on a CPU without it gives 0),
-/// -1 on failure.
+/// `int32_t programl_runtime_set_dtype(int32_t dtype)`: the matmul
+/// precision for the process: FP32 (`dtype == 0`), BF16 products where
+/// the CPU has BF16 instructions (1), or INT8 products where it has
+/// AVX-512 VNNI (2), or auto (3: INT8 where the CPU has VNNI, else FP32).
+/// Returns the precision in effect in the codes 0-2 (a precision the CPU
+/// lacks gives 0), -1 on failure.
 pub type FnSetDtype = unsafe extern "C" fn(i32) -> i32;
 /// `int32_t programl_runtime_predict(programl_model *, const programl_input *,
 /// int64_t steps, float *out, size_t out_len)`: class probabilities of

@@ -11,7 +11,7 @@
 //! programl_model *programl_runtime_open(const char *bundle_dir, const char *device);
 //! const char     *programl_runtime_info(const programl_model *);
 //! int32_t         programl_runtime_set_threads(int32_t n);
-//! int32_t         programl_runtime_set_dtype(int32_t bf16);
+//! int32_t         programl_runtime_set_dtype(int32_t dtype);
 //! int32_t         programl_runtime_predict(programl_model *, const programl_input *,
 //!                                          int64_t steps, float *out, size_t out_len);
 //! int32_t         programl_runtime_predict_graph(programl_model *, const programl_input *,
@@ -372,24 +372,32 @@ pub extern "C" fn programl_runtime_set_threads(n: i32) -> i32 {
 
 /// See [`abi::FnSetDtype`].
 #[no_mangle]
-pub extern "C" fn programl_runtime_set_dtype(bf16: i32) -> i32 {
+pub extern "C" fn programl_runtime_set_dtype(dtype: i32) -> i32 {
     // The last request and its answer: setting the precision measures it
     // with a product, which a pass calling this per module need not repeat.
     static LAST: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
     guarded(-1, || {
-        let wanted = match bf16 {
+        let code = |p: programl_model::Precision| match p {
+            programl_model::Precision::F32 => 0,
+            programl_model::Precision::Bf16 => 1,
+            programl_model::Precision::Int8 => 2,
+        };
+        let wanted = match dtype {
             0 => programl_model::Precision::F32,
             1 => programl_model::Precision::Bf16,
-            other => return Err(format!("dtype {other}: 0 (f32) or 1 (bf16)")),
+            2 => programl_model::Precision::Int8,
+            3 if programl_model::cpu_has_int8() => programl_model::Precision::Int8,
+            3 => programl_model::Precision::F32,
+            other => return Err(format!("dtype {other}: 0 (f32), 1 (bf16), 2 (int8) or 3 (auto)")),
         };
         let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((asked, got)) = *last {
-            if asked == bf16 {
+            if asked == dtype {
                 return Ok(got);
             }
         }
-        let got = (programl_model::set_matmul_precision(wanted)? == programl_model::Precision::Bf16) as i32;
-        *last = Some((bf16, got));
+        let got = code(programl_model::set_matmul_precision(wanted)?);
+        *last = Some((dtype, got));
         Ok(got)
     })
 }

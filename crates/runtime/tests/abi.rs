@@ -110,12 +110,28 @@ fn open_describe_predict_close() {
     } else {
         assert_eq!(drift, 0.0, "no BF16 on this CPU: FP32's probabilities");
     }
+    // INT8 products where the CPU has AVX-512 VNNI: within INT8's error of
+    // FP32, and the model crate's under the same precision.
+    let int8 = programl_runtime_set_dtype(2);
+    assert_eq!(int8, if programl_model::cpu_has_int8() { 2 } else { 0 }, "{}", last_error());
+    let mut bytes = vec![0f32; out.len()];
+    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, bytes.as_mut_ptr(), bytes.len()) }, 0);
+    let drift = bytes.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    if int8 == 2 {
+        assert!(drift > 0.0 && drift < 0.05, "INT8 against FP32: {drift}");
+        let expected = programl_model::node_probabilities(&reference.model, &batch, reference.model.hyper().steps);
+        assert_eq!(bytes, expected, "under INT8 the runtime and the model crate differ");
+    } else {
+        assert_eq!(drift, 0.0, "no VNNI on this CPU: FP32's probabilities");
+    }
     assert_eq!(programl_runtime_set_dtype(0), 0);
     let mut again = vec![0f32; out.len()];
     assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, again.as_mut_ptr(), again.len()) }, 0);
     assert_eq!(again, out, "FP32 again");
-    assert_eq!(programl_runtime_set_dtype(2), -1);
-    assert!(last_error().contains("dtype 2"), "{}", last_error());
+    assert_eq!(programl_runtime_set_dtype(3), int8, "auto is INT8 where the CPU has VNNI, else FP32");
+    assert_eq!(programl_runtime_set_dtype(0), 0);
+    assert_eq!(programl_runtime_set_dtype(4), -1);
+    assert!(last_error().contains("dtype 4"), "{}", last_error());
 
     // steps > 0 overrides the bundle's.
     let mut few = vec![0f32; out.len()];

@@ -188,7 +188,8 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
         nodes_per_s: nodes as f64 / m,
         graphs_per_s: batch.graph_count() as f64 / m,
         gflops: FLOP_PER_NODE_STEP * nodes as f64 * steps as f64 * factor / m / 1e9,
-        // The reference product in the precision the model's products use.
+        // The reference product in the precision the model's products use
+        // (INT8: FP32's; libtorch has no INT8 product of this shape).
         matmul_gflops: matmul_gflops(
             nodes,
             device,
@@ -198,7 +199,8 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
     })
 }
 
-/// The CPU's model name and whether it has BF16 instructions.
+/// The CPU's model name and whether it has BF16 instructions and INT8
+/// dot products (AVX-512 VNNI).
 pub fn cpu_summary() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = info
@@ -207,5 +209,6 @@ pub fn cpu_summary() -> String {
         .unwrap_or_else(|| "unknown CPU".into());
     let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
     let bf16: Vec<&str> = ["avx512_bf16", "amx_bf16"].into_iter().filter(|f| flags.contains(&f.trim_start_matches(':'))).collect();
-    format!("{model}; BF16: {}", if bf16.is_empty() { "none".to_string() } else { bf16.join(", ") })
+    let vnni = if programl_model::cpu_has_int8() { "avx512_vnni" } else { "none" };
+    format!("{model}; BF16: {}; INT8: {vnni}", if bf16.is_empty() { "none".to_string() } else { bf16.join(", ") })
 }

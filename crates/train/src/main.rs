@@ -50,24 +50,76 @@ struct Runtime {
     /// cpu, cuda, or auto (CUDA if available, else CPU).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
-    /// Matmul precision: f32, or bf16 (BF16 products where the CPU has
-    /// BF16 instructions, AVX512-BF16 or AMX; FP32 elsewhere, said on
-    /// stderr). The shipped models were trained and measured in f32.
-    #[arg(long, default_value = "f32")]
-    dtype: Precision,
+    /// Matmul precision: f32; bf16 (BF16 products where the CPU has BF16
+    /// instructions, AVX512-BF16 or AMX; FP32 elsewhere, said on stderr);
+    /// for inference only (eval, predict, bench's infer mode) int8 (INT8
+    /// products where the CPU has AVX-512 VNNI); or auto, the learned
+    /// pass's default: int8 where the CPU has VNNI, else f32, for eval and
+    /// predict (what the pass computes on this machine), f32 for training
+    /// and bench. The shipped models were trained in f32; README "Shipped
+    /// models" gives their figures in f32 and int8.
+    #[arg(long, default_value = "auto")]
+    dtype: Dtype,
+}
+
+/// `--dtype`: a [`Precision`], or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dtype {
+    Auto,
+    Is(Precision),
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dtype, String> {
+        if s == "auto" {
+            return Ok(Dtype::Auto);
+        }
+        s.parse().map(Dtype::Is).map_err(|_| format!("dtype '{s}' is not one of auto, f32, bf16, int8"))
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dtype::Auto => f.write_str("auto"),
+            Dtype::Is(p) => p.fmt(f),
+        }
+    }
 }
 
 impl Runtime {
-    fn apply(&self) -> Result<tch::Device> {
+    /// The runtime for a command that trains: INT8 is inference's,
+    /// and `auto` is f32.
+    fn apply_training(&self, what: &str) -> Result<tch::Device> {
+        if self.dtype == Dtype::Is(Precision::Int8) {
+            bail!("--dtype int8: INT8 products are for inference (eval, predict, bench --mode infer); {what} trains in f32 or bf16");
+        }
+        self.apply_as(Precision::F32)
+    }
+
+    /// For a command that runs inference the way the learned pass does
+    /// (eval, predict): `auto` is INT8 where the CPU has AVX-512 VNNI.
+    fn apply_inference(&self) -> Result<tch::Device> {
+        self.apply_as(if programl_model::cpu_has_int8() { Precision::Int8 } else { Precision::F32 })
+    }
+
+    /// The threads, the device and the precision (`auto`'s: `auto`).
+    fn apply_as(&self, auto: Precision) -> Result<tch::Device> {
         let threads = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32));
         if threads < 1 {
             bail!("--threads must be at least 1");
         }
         tch::set_num_threads(threads);
         let device = select_device(self.device).map_err(anyhow::Error::msg)?;
-        let precision = programl_model::set_matmul_precision(self.dtype).map_err(|e| anyhow::anyhow!("--dtype {}: {e}", self.dtype))?;
-        if precision != self.dtype {
-            eprintln!("--dtype {}: this CPU has no BF16 instructions ({}); matmuls stay f32", self.dtype, bench::cpu_summary());
+        let wanted = match self.dtype {
+            Dtype::Auto => auto,
+            Dtype::Is(p) => p,
+        };
+        let precision = programl_model::set_matmul_precision(wanted).map_err(|e| anyhow::anyhow!("--dtype {wanted}: {e}"))?;
+        if precision != wanted {
+            let lacks = if wanted == Precision::Int8 { "AVX-512 VNNI" } else { "BF16 instructions" };
+            eprintln!("--dtype {wanted}: this CPU has no {lacks} ({}); matmuls stay f32", bench::cpu_summary());
         }
         Ok(device)
     }
@@ -300,13 +352,13 @@ fn parse_subset(s: &str) -> Result<Subset> {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train { mut args, out, runtime } => {
-            let device = runtime.apply()?;
+            let device = runtime.apply_training("train")?;
             args.val_every = args.val_every.max(1);
             args.threads = tch::get_num_threads();
             train::run(&args, &out, device)
         }
         Command::Eval { model, data, subset, steps, split, seed, batch_nodes, limit, json, runtime } => {
-            let device = runtime.apply()?;
+            let device = runtime.apply_inference()?;
             let bundle = Bundle::load(&model, device)?;
             if bundle.config.task == poj104::TASK {
                 if data.join(programl_dataset::MANIFEST).exists() || !data.is_dir() {
@@ -404,7 +456,7 @@ fn run(cli: Cli) -> Result<()> {
             quiet,
             runtime,
         } => {
-            let device = runtime.apply()?;
+            let device = runtime.apply_training("devmap")?;
             let pool = parse_pool(&pool)?;
             let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed };
             let options = devmap::Options { platform, data, cache, folds, protocol, out, no_cv, json, quiet };
@@ -432,7 +484,7 @@ fn run(cli: Cli) -> Result<()> {
             quiet,
             runtime,
         } => {
-            let device = runtime.apply()?;
+            let device = runtime.apply_training("poj104")?;
             let seconds = |b: Option<train::Budget>, flag: &str| -> Result<Option<f64>> {
                 match b {
                     None => Ok(None),
@@ -459,15 +511,22 @@ fn run(cli: Cli) -> Result<()> {
             poj104::run(&options, &settings, device)
         }
         Command::Predict { model, file, roots, steps, seed, json, runtime } => {
-            let device = runtime.apply()?;
+            let device = runtime.apply_inference()?;
             let bundle = Bundle::load(&model, device)?;
             predict(&bundle, &file, &roots, steps, seed, json)
         }
         Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, seed, json, autograd, runtime } => {
-            let device = runtime.apply()?;
+            let int8 = runtime.dtype == Dtype::Is(Precision::Int8);
+            let device = if mode.as_deref() == Some("train") {
+                runtime.apply_training("bench --mode train")?
+            } else {
+                runtime.apply_as(Precision::F32)?
+            };
             let shape = bench::Shape { batch_nodes, graph_nodes, seed };
             let modes: Vec<(String, i64)> = match mode {
                 Some(m) => vec![(m, steps)],
+                // INT8 is inference's: its bench has no training mode.
+                None if int8 => vec![("infer".into(), 30), ("infer".into(), 200)],
                 None => vec![("train".into(), 30), ("infer".into(), 30), ("infer".into(), 200)],
             };
             if !json {

@@ -9,9 +9,10 @@
 //!   same probabilities;
 //! - its `verify` figures, pooled over the files, are `programl-train eval`'s
 //!   on the same directory (subset DDF: every sampled root);
-//! - all of this also under `dtype=bf16` (and `--dtype bf16`), checked on
-//!   reachability: BF16 products where the CPU has them, and where it has
-//!   not, one warning from the pass and FP32's figures.
+//! - all of this also under `dtype=bf16` and `dtype=int8` (and the same
+//!   `--dtype`), checked on reachability: reduced products where the CPU
+//!   has them, and where it has not, one warning from the pass and FP32's
+//!   figures; and at the default, `auto`, on datadep.
 //!
 //! Both sides featurise with `programl::batch`; the pass runs the model in
 //! the runtime library it opens inside opt, the trainer in its own process.
@@ -101,7 +102,9 @@ fn pass_predict_and_eval_agree() {
     let mut compared = 0usize;
     // Reachability's probabilities from the pass, by dtype.
     let mut reach: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let runs = TASKS.iter().map(|&t| (t, "f32")).chain([("reachability", "bf16")]);
+    // Every task in FP32; reachability also in BF16 and INT8, and
+    // datadep at the default, `auto` (INT8 where the CPU has VNNI).
+    let runs = TASKS.iter().map(|&t| (t, "f32")).chain([("reachability", "bf16"), ("reachability", "int8"), ("datadep", "auto")]);
     for (task, dtype) in runs {
         // A private copy: the bundles in models/ may be replaced by training
         // while this runs, and both sides must read the same one.
@@ -132,6 +135,8 @@ fn pass_predict_and_eval_agree() {
             let said = String::from_utf8_lossy(&out.stderr);
             if dtype == "bf16" && !programl_model::cpu_has_bf16() {
                 assert!(said.lines().count() == 1 && said.contains("no BF16 instructions"), "{task} {dtype}: {said}");
+            } else if dtype == "int8" && !programl_model::cpu_has_int8() {
+                assert!(said.lines().count() == 1 && said.contains("no AVX-512 VNNI"), "{task} {dtype}: {said}");
             } else {
                 assert!(said.is_empty(), "{task} {dtype} {}: the pass said:\n{said}", file.display());
             }
@@ -224,21 +229,25 @@ fn pass_predict_and_eval_agree() {
         assert_eq!(pooled, theirs, "{task}: verify (tp, fp, fn) pooled over the files vs programl-train eval");
     }
     assert!(compared > 1000, "only {compared} probabilities compared");
-    let (full, reduced) = (&reach["f32"], &reach["bf16"]);
-    assert_eq!(full.len(), reduced.len());
-    let drift = full.iter().zip(reduced).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    let flipped = full.iter().zip(reduced).filter(|(a, b)| (**a > 0.5) != (**b > 0.5)).count();
-    let mean = full.iter().zip(reduced).map(|(a, b)| (a - b).abs()).sum::<f64>() / full.len() as f64;
-    eprintln!("dtype=bf16 against f32 on {} probabilities: max {drift}, mean {mean}, {flipped} flipped", full.len());
-    if programl_model::cpu_has_bf16() {
-        // BF16's rounding, carried over T = 30 recurrent steps: small on
-        // average, and a node near the boundary may cross it (2 of 3,840
-        // here; val F1 moved by at most 0.0004 on every task).
-        assert!(
-            drift > 0.0 && mean < 0.01 && flipped * 100 < full.len(),
-            "dtype=bf16 against f32: max {drift}, mean {mean}, {flipped} flipped"
-        );
-    } else {
-        assert_eq!(drift, 0.0, "no BF16 on this CPU: FP32's probabilities");
+    let full = &reach["f32"];
+    for (dtype, native) in [("bf16", programl_model::cpu_has_bf16()), ("int8", programl_model::cpu_has_int8())] {
+        let reduced = &reach[dtype];
+        assert_eq!(full.len(), reduced.len());
+        let drift = full.iter().zip(reduced).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let flipped = full.iter().zip(reduced).filter(|(a, b)| (**a > 0.5) != (**b > 0.5)).count();
+        let mean = full.iter().zip(reduced).map(|(a, b)| (a - b).abs()).sum::<f64>() / full.len() as f64;
+        eprintln!("dtype={dtype} against f32 on {} probabilities: max {drift}, mean {mean}, {flipped} flipped", full.len());
+        if native {
+            // The reduced products' rounding, carried over T = 30
+            // recurrent steps: small on average, and a node near the
+            // boundary may cross it (BF16: 2 of 3,840 here; val F1 moved by
+            // at most 0.0004 on every task under BF16, 0.0006 under INT8).
+            assert!(
+                drift > 0.0 && mean < 0.01 && flipped * 100 < full.len(),
+                "dtype={dtype} against f32: max {drift}, mean {mean}, {flipped} flipped"
+            );
+        } else {
+            assert_eq!(drift, 0.0, "no {dtype} products on this CPU: FP32's probabilities");
+        }
     }
 }

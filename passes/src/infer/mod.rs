@@ -228,7 +228,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let mut pending: Vec<u32> = Vec::new();
     let classes = config.classes.len();
     let mut flush = |batch: Batch, batch_roots: &mut Vec<u32>| -> Result<(), String> {
-        let probs = model.predict(&batch, steps, p.threads, p.bf16)?;
+        let probs = model.predict(&batch, steps, p.threads, p.dtype)?;
         for (g, &root) in batch_roots.iter().enumerate() {
             let offset = batch.offsets()[g] as usize;
             let probabilities = labelled.iter().map(|&n| (n, probs[(offset + n as usize) * classes + positive])).collect();
@@ -448,7 +448,7 @@ unsafe fn run_graph(
     t.features = ms(clock);
     let steps = p.steps.unwrap_or(config.hyper.steps);
     let clock = Instant::now();
-    let probs = model.predict_graph(&batch, &aux, steps, p.threads, p.bf16)?;
+    let probs = model.predict_graph(&batch, &aux, steps, p.threads, p.dtype)?;
     t.inference = ms(clock);
     if probs.len() != config.classes.len() {
         return Err(format!("the runtime gave {} probabilities for {} classes", probs.len(), config.classes.len()));

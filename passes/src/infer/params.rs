@@ -17,7 +17,7 @@
 //! | `roots` | `sample`, `all`, `marked` | `sample` |
 //! | `steps` | message-passing steps, ≥ 1 | the bundle's |
 //! | `threads` | libtorch intra-op threads, ≥ 1 | 1 |
-//! | `dtype` | `f32`, or `bf16` (BF16 products where the CPU has them) | `f32` |
+//! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products where it has VNNI) | `auto` |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
 //! | `sidecar` | a file to append decisions to | none |
@@ -57,6 +57,29 @@ impl Device {
 }
 
 /// `roots=`.
+/// `dtype=`: the precision of the model's products, as the runtime's ABI
+/// numbers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dtype {
+    F32 = 0,
+    Bf16 = 1,
+    Int8 = 2,
+    /// INT8 where the CPU has AVX-512 VNNI, else FP32.
+    #[default]
+    Auto = 3,
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+            Dtype::Int8 => "int8",
+            Dtype::Auto => "auto",
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Roots {
     /// The dataset's rule (`Analyzer::sampled_roots`, seed 0): at most 10.
@@ -76,9 +99,9 @@ pub struct Params {
     pub roots: Roots,
     pub steps: Option<i64>,
     pub threads: i32,
-    /// `dtype=bf16`: BF16 products (FP32 accumulation) where the CPU has
-    /// BF16 instructions; FP32 elsewhere, said once.
-    pub bf16: bool,
+    /// `dtype`: the products' precision; BF16 and INT8 where the CPU has
+    /// their instructions, FP32 elsewhere (said once).
+    pub dtype: Dtype,
     pub max_roots: usize,
     pub verify: bool,
     pub sidecar: Option<PathBuf>,
@@ -131,7 +154,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         roots: Roots::Sample,
         steps: None,
         threads: 1,
-        bf16: false,
+        dtype: Dtype::Auto,
         max_roots: DEFAULT_MAX_ROOTS,
         verify: false,
         sidecar: None,
@@ -178,10 +201,12 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             "steps" => p.steps = Some(positive("a number of steps, at least 1")?.min(1 << 20) as i64),
             "threads" => p.threads = positive("a number of threads, at least 1")?.min(1024) as i32,
             "dtype" => {
-                p.bf16 = match value {
-                    "f32" => false,
-                    "bf16" => true,
-                    _ => return Err(bad("f32 or bf16")),
+                p.dtype = match value {
+                    "f32" => Dtype::F32,
+                    "bf16" => Dtype::Bf16,
+                    "int8" => Dtype::Int8,
+                    "auto" => Dtype::Auto,
+                    _ => return Err(bad("auto, f32, bf16 or int8")),
                 }
             }
             "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
@@ -219,7 +244,11 @@ mod tests {
         let d = parse(" model = models/x ; ").unwrap();
         assert_eq!((d.device, d.roots, d.steps, d.threads, d.max_roots, d.verify), (Device::Auto, Roots::Sample, None, 1, 1000, false));
         assert_eq!(parse("model=a;model=b;verify=0").unwrap().model, PathBuf::from("b"));
-        assert!(!d.bf16 && parse("model=m;dtype=bf16").unwrap().bf16 && !parse("model=m;dtype=bf16;dtype=f32").unwrap().bf16);
+        assert_eq!(d.dtype, Dtype::Auto);
+        assert_eq!(parse("model=m;dtype=f32").unwrap().dtype, Dtype::F32);
+        assert_eq!(parse("model=m;dtype=bf16").unwrap().dtype, Dtype::Bf16);
+        assert_eq!(parse("model=m;dtype=int8").unwrap().dtype, Dtype::Int8);
+        assert_eq!(parse("model=m;dtype=bf16;dtype=f32").unwrap().dtype, Dtype::F32);
         let c = parse("model=m,device=cpu,verify").unwrap();
         assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
     }
@@ -237,7 +266,7 @@ mod tests {
         assert!(matches!(parse("model=m;threads=-1"), Err(ParamError::Bad { .. })));
         assert!(matches!(parse("model=m;verify=maybe"), Err(ParamError::Bad { .. })));
         assert!(parse("model=m;roots=some").unwrap_err().to_string().contains("sample, all or marked"));
-        assert!(parse("model=m;dtype=f16").unwrap_err().to_string().contains("f32 or bf16"));
+        assert!(parse("model=m;dtype=f16").unwrap_err().to_string().contains("auto, f32, bf16 or int8"));
     }
 
     #[test]

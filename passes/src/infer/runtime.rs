@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use programl::batch::{Batch, EdgeType};
 
-use super::params::{Device, ENV_RUNTIME};
+use super::params::{Device, Dtype, ENV_RUNTIME};
 
 /// The C ABI shared with `crates/runtime` (one file, included by both).
 #[allow(dead_code)]
@@ -246,8 +246,8 @@ fn input_of(batch: &Batch) -> RtInput {
 
 impl Model {
     /// The model's handle, locked for one call, with the runtime's threads
-    /// set to `threads` and its products to BF16 or FP32 (`bf16`).
-    fn locked(&self, threads: i32, bf16: bool) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
+    /// set to `threads` and its products' precision to `dtype`.
+    fn locked(&self, threads: i32, dtype: Dtype) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
         let rt = self.runtime;
@@ -255,10 +255,11 @@ impl Model {
         if unsafe { (rt.set_threads)(threads) } != 0 {
             return Err(rt.last_error());
         }
-        match unsafe { (rt.set_dtype)(bf16.into()) } {
+        match unsafe { (rt.set_dtype)(dtype as i32) } {
             -1 => return Err(rt.last_error()),
-            0 if bf16 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
-                log::warn!("dtype=bf16: this CPU has no BF16 instructions (AVX512-BF16 or AMX); the products stay FP32")
+            0 if matches!(dtype, Dtype::Bf16 | Dtype::Int8) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+                let lacks = if dtype == Dtype::Bf16 { "BF16 instructions (AVX512-BF16 or AMX)" } else { "AVX-512 VNNI" };
+                log::warn!("dtype={dtype}: this CPU has no {lacks}; the products stay FP32")
             }
             _ => {}
         }
@@ -267,8 +268,8 @@ impl Model {
 
     /// Class probabilities of every graph of `batch` under a graph-level
     /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
-    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, bf16: bool) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads, bf16)?;
+    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, dtype: Dtype) -> Result<Vec<f32>, String> {
+        let (handle, rt) = self.locked(threads, dtype)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.graph_count() * self.classes];
         let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
@@ -282,8 +283,8 @@ impl Model {
     }
 
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
-    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, bf16: bool) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads, bf16)?;
+    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, dtype: Dtype) -> Result<Vec<f32>, String> {
+        let (handle, rt) = self.locked(threads, dtype)?;
         let input = input_of(batch);
         let mut out = vec![0f32; batch.node_count() * self.classes];
         // SAFETY: the arrays live across the call and hold what `input`

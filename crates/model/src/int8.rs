@@ -1,0 +1,881 @@
+//! The CPU inference step with INT8 products (AVX-512 VNNI, `vpdpbusd`):
+//! [`crate::Precision::Int8`].
+//!
+//! What is quantised: the first 32 of the 34 entries of every state and
+//! of every node's aggregated message, as bytes with one scale per node
+//! (`max |x| / 127`), and the same 32 entries of every weight column (its
+//! own scale); sums are exact in 32-bit integers. The last two entries,
+//! where the root selector sits in the initial state (0 or 50, against
+//! values within ±1 in the rest), stay FP32 on both sides, as does
+//! everything else (biases, gates, the GRU cell, the readout).
+//!
+//! Where the time goes in FP32 (products at ~90% of the FMA ports' peak)
+//! is not where it goes once the multiply-adds are four times cheaper:
+//! writing the products' results, 306 floats a node a step, and reading
+//! them back. So the step is laid out for the bytes:
+//!
+//! - States live node-major ("structure of arrays"): entry `j` of 16
+//!   consecutive nodes is one vector, `[34][nodes]` in FP32 and
+//!   `[8][nodes]` quads of bytes. A step's GRU ([`gru`]) takes 16 nodes at
+//!   a time: their 8 quads of message bytes and 8 of state bytes stay in
+//!   registers while each output column's weights are broadcast from
+//!   memory, the gates' sums go straight into the cell, and only the new
+//!   state is written (FP32 and its bytes). The GRU's products never reach
+//!   memory, and no column is padding (34 is not whole vectors of 16, 16
+//!   nodes are).
+//! - The message product ([`messages`]) writes row-major \[N, 204\] for
+//!   the gated mean (which gathers an edge's source row), each node only
+//!   the blocks of the edge types it sends ([`RowGroups`]), reading the
+//!   state bytes node-major.
+//!
+//! Every quantisation uses one rule ([`quantise`], [`quantiser`]), and the
+//! kernels are tested against scalar loops of the same arithmetic, bit for
+//! bit.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::gemm::RowGroups;
+use crate::ggnn::HIDDEN;
+use crate::kernels::{par_ranges, GruBias, Rows};
+
+const H: usize = HIDDEN as usize;
+const LANES: usize = 16;
+/// The quantised entries of a state, and the quads (4 bytes) they make.
+pub(crate) const QK: usize = 32;
+const QUADS: usize = QK / 4;
+/// The entries kept in FP32.
+const TAIL: usize = H - QK;
+/// The message product's register tile: rows by vectors of 16 columns.
+const TILE_ROWS: usize = 6;
+const TILE_VECS: usize = 4;
+/// The message product's columns: six edge-type maps.
+pub(crate) const MESSAGES: usize = 6 * H;
+/// The GRU's columns per side: three gates.
+const GATES: usize = 3 * H;
+
+/// Whether this CPU runs INT8 inference: AVX-512 (F, BW, VL) with VNNI.
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Signed bytes in [-127, 127] from `x · inv`, rounded to nearest even (the
+/// vector conversion's rounding): the one quantiser, for weights and
+/// states alike.
+pub(crate) fn quantise(x: f32, inv: f32) -> i32 {
+    // Nearest even by adding and taking away 1.5 · 2^23 (exact for
+    // |x · inv| < 2^22, which a clamp to ±127 covers): `round_ties_even`
+    // is a libm call on the baseline x86-64 target.
+    const SHIFT: f32 = 12_582_912.0;
+    let y = (x * inv).clamp(-1e6, 1e6);
+    (((y + SHIFT) - SHIFT) as i32).clamp(-127, 127)
+}
+
+/// `127 / m` for a largest magnitude `m` (0 for an all-zero row), and the
+/// scale `m / 127` that takes the bytes back.
+pub(crate) fn quantiser(m: f32) -> (f32, f32) {
+    if m > 0.0 {
+        (127.0 / m, m / 127.0)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// Nodes rounded up to whole vectors of 16: the node-major buffers' stride.
+pub(crate) fn padded(nodes: usize) -> usize {
+    nodes.div_ceil(LANES) * LANES
+}
+
+/// The columns of a weight `[cols, 34]` (as a linear layer holds it, `out
+/// = x · wᵀ`), quantised: column `c`'s first 32 entries as signed bytes
+/// with a scale of their own, its last two exact.
+pub(crate) struct Columns {
+    cols: usize,
+    /// `[cols][8]`: byte `j` of quad `q` is `q(w[c, 4q + j])`.
+    quads: Vec<u32>,
+    scale: Vec<f32>,
+    /// `128 · Σ_k q(w[c, k])`: the state's bytes are unsigned, `q + 128`
+    /// (`vpdpbusd` multiplies unsigned by signed bytes), and each sum
+    /// starts at minus this to take the offset back out.
+    offset: Vec<i32>,
+    /// `[cols][2]`.
+    tail: Vec<f32>,
+}
+
+impl Columns {
+    pub(crate) fn new(w: &[f32], cols: usize) -> Columns {
+        assert_eq!(w.len(), cols * H, "a [{cols}, {H}] weight");
+        let mut c =
+            Columns { cols, quads: vec![0; cols * QUADS], scale: vec![0.0; cols], offset: vec![0; cols], tail: vec![0.0; cols * TAIL] };
+        for col in 0..cols {
+            let row = &w[col * H..(col + 1) * H];
+            let (inv, s) = quantiser(row[..QK].iter().fold(0f32, |m, x| m.max(x.abs())));
+            c.scale[col] = s;
+            for (k, x) in row[..QK].iter().enumerate() {
+                let q = quantise(*x, inv);
+                c.offset[col] += 128 * q;
+                c.quads[col * QUADS + k / 4] |= ((q as i8 as u8) as u32) << (8 * (k % 4));
+            }
+            c.tail[col * TAIL..(col + 1) * TAIL].copy_from_slice(&row[QK..]);
+        }
+        c
+    }
+
+    /// The quantised weight `q(w[c, k])`.
+    #[cfg(test)]
+    fn byte(&self, c: usize, k: usize) -> i32 {
+        (self.quads[c * QUADS + k / 4] >> (8 * (k % 4))) as u8 as i8 as i32
+    }
+}
+
+/// The message product's right-hand side: [`Columns`] laid out for a tile
+/// whose vectors run along the columns (each `[stride]`, zero past `cols`).
+pub(crate) struct Packed {
+    cols: usize,
+    stride: usize,
+    /// `[8][stride]`.
+    quads: Vec<u32>,
+    scale: Vec<f32>,
+    offset: Vec<i32>,
+    /// `[2][stride]`.
+    tail: Vec<f32>,
+}
+
+impl Packed {
+    pub(crate) fn new(c: &Columns) -> Packed {
+        let stride = c.cols.div_ceil(LANES) * LANES;
+        let mut p = Packed {
+            cols: c.cols,
+            stride,
+            quads: vec![0; QUADS * stride],
+            scale: vec![0.0; stride],
+            offset: vec![0; stride],
+            tail: vec![0.0; TAIL * stride],
+        };
+        for col in 0..c.cols {
+            for q in 0..QUADS {
+                p.quads[q * stride + col] = c.quads[col * QUADS + q];
+            }
+            p.scale[col] = c.scale[col];
+            p.offset[col] = c.offset[col];
+            for t in 0..TAIL {
+                p.tail[t * stride + col] = c.tail[col * TAIL + t];
+            }
+        }
+        p
+    }
+}
+
+/// Node-major quantised vectors of 34 (states, or aggregated messages):
+/// node `v`'s quad `q` at `quads[q · stride + v]`, its scale at
+/// `scales[v]`, its two FP32 entries at `tails[t][v]`.
+#[derive(Clone, Copy)]
+pub(crate) struct Nodes<'a> {
+    pub quads: &'a [u32],
+    pub scales: &'a [f32],
+    pub tails: [&'a [f32]; TAIL],
+    pub stride: usize,
+}
+
+impl Nodes<'_> {
+    fn check(&self, nodes: usize) {
+        assert!(nodes <= self.stride && self.stride % LANES == 0, "a node-major stride of whole vectors");
+        assert!(self.quads.len() >= QUADS * self.stride && self.scales.len() >= self.stride, "node-major buffers too short");
+        assert!(self.tails.iter().all(|t| t.len() >= self.stride), "node-major tails too short");
+    }
+}
+
+/// Row-major vectors `x[v, ..34]` (row stride 34) as [`Nodes`]: node `v`'s
+/// entries quantised with its own [`quantiser`], written to `quads`,
+/// `scales` and `tails` (stride `stride`), and if given every entry
+/// node-major to `full` (`[34][stride]`). Nodes past `x`'s are left alone.
+/// The scalar reference of the vectorised loops.
+#[cfg(test)]
+pub(crate) fn to_nodes(
+    x: &[f32],
+    stride: usize,
+    quads: &mut [u32],
+    scales: &mut [f32],
+    tails: [&mut [f32]; TAIL],
+    full: Option<&mut [f32]>,
+) {
+    let nodes = x.len() / H;
+    assert!(nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
+    let [t0, t1] = tails;
+    for (v, row) in x.chunks_exact(H).enumerate() {
+        let (inv, s) = quantiser(row[..QK].iter().fold(0f32, |m, x| m.max(x.abs())));
+        scales[v] = s;
+        for q in 0..QUADS {
+            quads[q * stride + v] = (0..4).fold(0u32, |d, j| d | (((quantise(row[4 * q + j], inv) + 128) as u32) << (8 * j)));
+        }
+        t0[v] = row[QK];
+        t1[v] = row[QK + 1];
+    }
+    if let Some(full) = full {
+        assert!(full.len() >= H * stride);
+        for (v, row) in x.chunks_exact(H).enumerate() {
+            for (j, x) in row.iter().enumerate() {
+                full[j * stride + v] = *x;
+            }
+        }
+    }
+}
+
+/// [`to_nodes`] for step 0's states, vectorised (the same bits): `x`
+/// \[N, 34\] row-major to `full` (`[34][stride]`, whose rows 32 and 33
+/// are the tails), `quads` and `scales`; the padding nodes' entries
+/// (from `N` to `stride`) set to zero.
+pub(crate) fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut [f32], full: &mut [f32], threads: usize) {
+    let nodes = x.len() / H;
+    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride && full.len() >= H * stride);
+    for row in full.chunks_exact_mut(stride).take(H) {
+        row[nodes..].fill(0.0);
+    }
+    for row in quads.chunks_exact_mut(stride).take(QUADS) {
+        row[nodes..].fill(0);
+    }
+    scales[nodes..stride].fill(0.0);
+    let (qs, ss, fs) = (Rows::new(quads), Rows::new(scales), Rows::new(full));
+    par_ranges(nodes, threads, |range| {
+        let f = fs.ptr();
+        // SAFETY: AVX-512 with VNNI (checked above); each range writes its
+        // own nodes' entries, all within the buffers.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            rows_to_nodes(x, range.clone(), stride, qs.ptr(), ss.ptr(), [f.add(QK * stride), f.add((QK + 1) * stride)]);
+            for v in range {
+                for j in 0..QK {
+                    *f.add(j * stride + v) = x[v * H + j];
+                }
+            }
+        }
+    });
+}
+
+/// [`to_nodes`] for the aggregated messages, every step: `x` \[N, 34\]
+/// row-major, vectorised (the same bits).
+pub(crate) fn messages_to_nodes(
+    x: &[f32],
+    stride: usize,
+    quads: &mut [u32],
+    scales: &mut [f32],
+    tails: [&mut [f32]; TAIL],
+    threads: usize,
+) {
+    let nodes = x.len() / H;
+    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
+    assert!(tails.iter().all(|t| t.len() >= stride));
+    let (qs, ss) = (Rows::new(quads), Rows::new(scales));
+    let [t0, t1] = tails.map(Rows::new);
+    par_ranges(nodes, threads, |range| {
+        // SAFETY: AVX-512 with VNNI (checked above), so BW and VL; each
+        // range writes its own nodes' entries, all within the buffers.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            rows_to_nodes(x, range, stride, qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()])
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn rows_to_nodes(
+    x: &[f32],
+    range: std::ops::Range<usize>,
+    stride: usize,
+    quads: *mut u32,
+    scales: *mut f32,
+    tails: [*mut f32; TAIL],
+) {
+    let bias = _mm512_set1_epi32(128);
+    for v in range {
+        let row = x.as_ptr().add(v * H);
+        let a = [_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(LANES))];
+        let (inv, s) = quantiser(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a[0]), _mm512_abs_ps(a[1]))));
+        *scales.add(v) = s;
+        let inv = _mm512_set1_ps(inv);
+        for (half, a) in a.iter().enumerate() {
+            // Nearest even, as `quantise`; |x| · 127 / max |x| rounds to at
+            // most 127, so no clamp.
+            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(*a, inv)), bias));
+            let mut d = [0u32; 4];
+            _mm_storeu_si128(d.as_mut_ptr() as *mut __m128i, bytes);
+            for (j, d) in d.iter().enumerate() {
+                *quads.add((4 * half + j) * stride + v) = *d;
+            }
+        }
+        *tails[0].add(v) = *row.add(QK);
+        *tails[1].add(v) = *row.add(QK + 1);
+    }
+}
+
+/// `out[v, c] = x_v · B[.., c]` for the rows of `groups` (each from its
+/// group's first column, rounded down to a vector of 16; a group past the
+/// last column computes nothing), `x` quantised node-major, `out` row
+/// stride `ldo`: per output `(Σ q_x q_B) · (scale_B · scale_x)`, then the
+/// two FP32 entries' products, in that order.
+pub(crate) fn messages(x: Nodes<'_>, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
+    assert!(available(), "INT8 products need AVX-512 VNNI");
+    let extent = groups.len();
+    x.check(extent);
+    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    let shared = Rows::new(out);
+    par_ranges(extent, threads, |range| {
+        for (first, share) in groups.shares(range) {
+            if first >= b.cols {
+                continue;
+            }
+            let out = shared.ptr();
+            let at = |i: usize| {
+                let r = groups.row(share.start + i);
+                // SAFETY: every row is below `extent`, checked above.
+                (r, unsafe { out.add(r * ldo) })
+            };
+            // SAFETY: each range writes its own rows (disjoint shares); the
+            // CPU has AVX-512 VNNI (checked above).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                message_rows(&x, at, share.len(), b, first / LANES)
+            }
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn message_rows(x: &Nodes<'_>, at: impl Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, v_first: usize) {
+    let vectors = b.stride / LANES;
+    let live = |v: usize| {
+        let n = b.cols.saturating_sub(v * LANES).min(LANES);
+        if n == LANES {
+            u16::MAX
+        } else {
+            (1u16 << n) - 1
+        }
+    };
+    let mut r = 0;
+    while r < rows {
+        let tile = (rows - r).min(TILE_ROWS);
+        let mut rows_at = [(0usize, std::ptr::null_mut::<f32>()); TILE_ROWS];
+        for (t, slot) in rows_at.iter_mut().enumerate().take(tile) {
+            *slot = at(r + t);
+        }
+        let mut v0 = v_first;
+        while v0 < vectors {
+            let vecs = (vectors - v0).min(TILE_VECS);
+            let masks: [u16; TILE_VECS] = std::array::from_fn(|v| if v < vecs { live(v0 + v) } else { 0 });
+            macro_rules! tile {
+                ($($r:literal)*) => {
+                    match (tile, vecs) {
+                        $(
+                            ($r, 4) => message_tile::<$r, 4>(x, &rows_at, b, v0, &masks),
+                            ($r, 3) => message_tile::<$r, 3>(x, &rows_at, b, v0, &masks),
+                            ($r, 2) => message_tile::<$r, 2>(x, &rows_at, b, v0, &masks),
+                            ($r, 1) => message_tile::<$r, 1>(x, &rows_at, b, v0, &masks),
+                        )*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            tile!(1 2 3 4 5 6);
+            v0 += vecs;
+        }
+        r += tile;
+    }
+}
+
+/// One register tile of [`messages`]: `R` rows by `V` vectors from `v0`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn message_tile<const R: usize, const V: usize>(
+    x: &Nodes<'_>,
+    rows: &[(usize, *mut f32); TILE_ROWS],
+    b: &Packed,
+    v0: usize,
+    masks: &[u16; TILE_VECS],
+) {
+    let first = v0 * LANES;
+    let start: [__m512i; V] = std::array::from_fn(|v| {
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(b.offset.as_ptr().add(first + v * LANES) as *const _))
+    });
+    let mut acc = [start; R];
+    for q in 0..QUADS {
+        let w = b.quads.as_ptr().add(q * b.stride + first);
+        let bv: [__m512i; V] = std::array::from_fn(|v| _mm512_loadu_si512(w.add(v * LANES) as *const _));
+        let quads = x.quads.as_ptr().add(q * x.stride);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_epi32(*quads.add(rows[r].0) as i32);
+            for v in 0..V {
+                acc[v] = _mm512_dpbusd_epi32(acc[v], a, bv[v]);
+            }
+        }
+    }
+    for v in 0..V {
+        let c = first + v * LANES;
+        let col_scale = _mm512_loadu_ps(b.scale.as_ptr().add(c));
+        let tail: [__m512; TAIL] = std::array::from_fn(|t| _mm512_loadu_ps(b.tail.as_ptr().add(t * b.stride + c)));
+        for (r, acc) in acc.iter().enumerate() {
+            let (node, out) = rows[r];
+            let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[v]), _mm512_mul_ps(col_scale, _mm512_set1_ps(*x.scales.get_unchecked(node))));
+            for (t, w) in tail.iter().enumerate() {
+                y = _mm512_fmadd_ps(_mm512_set1_ps(*x.tails[t].get_unchecked(node)), *w, y);
+            }
+            _mm512_mask_storeu_ps(out.add(c), masks[v], y);
+        }
+    }
+}
+
+/// The GRU's weights: `W_ih` (side 0, on the aggregated messages) and
+/// `W_hh` (side 1, on the state), each \[102, 34\].
+pub(crate) struct Gru {
+    sides: [Columns; 2],
+}
+
+impl Gru {
+    pub(crate) fn new(w_ih: &[f32], w_hh: &[f32]) -> Gru {
+        Gru { sides: [Columns::new(w_ih, GATES), Columns::new(w_hh, GATES)] }
+    }
+}
+
+/// A step's new states, node-major: FP32 `[34][stride]`, bytes and scales.
+pub(crate) struct NextStates<'a> {
+    pub full: &'a mut [f32],
+    pub quads: &'a mut [u32],
+    pub scales: &'a mut [f32],
+}
+
+/// The GRU cell for every node (`nodes`, rounded up to whole vectors of
+/// 16): the gates' pre-activations `GI = m · W_ihᵀ`, `GH = h · W_hhᵀ` per
+/// output, each as [`messages`]' outputs are (`(Σ q q) · (scale_w ·
+/// scale_x)`, then the two FP32 entries), then the cell
+/// ([`crate::kernels::avx512::cells`], with `bias`) on `h_full` (`[34][stride]`).
+/// Writes the new state node-major in FP32 and as bytes ([`quantise`]
+/// with each node's own [`quantiser`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gru(m: Nodes<'_>, h: Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, nodes: usize, next: NextStates<'_>, threads: usize) {
+    assert!(available(), "INT8 products need AVX-512 VNNI");
+    let stride = m.stride;
+    assert!(h.stride == stride && h_full.len() >= H * stride && next.full.len() >= H * stride);
+    assert!(next.quads.len() >= QUADS * stride && next.scales.len() >= stride);
+    m.check(nodes);
+    h.check(nodes);
+    let padded = padded(nodes);
+    let out = (Rows::new(next.full), Rows::new(next.quads), Rows::new(next.scales));
+    par_ranges(padded, threads, |range| {
+        // Whole vectors: each range's bounds rounded up to 16 (the ranges
+        // stay disjoint and cover every vector).
+        let (start, end) = (range.start.next_multiple_of(LANES), range.end.next_multiple_of(LANES));
+        for n0 in (start..end).step_by(LANES) {
+            // SAFETY: AVX-512 VNNI (checked above); each range writes its
+            // own nodes' columns of the outputs, every index within
+            // `stride` (checked above).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                gru_tile(&m, &h, h_full, w, bias, n0, (out.0.ptr(), out.1.ptr(), out.2.ptr()))
+            }
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gru_tile(m: &Nodes<'_>, h: &Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, n0: usize, out: (*mut f32, *mut u32, *mut f32)) {
+    let stride = m.stride;
+    let side = |x: &Nodes<'_>| {
+        let quads: [__m512i; QUADS] = std::array::from_fn(|q| _mm512_loadu_si512(x.quads.as_ptr().add(q * stride + n0) as *const _));
+        let scale = _mm512_loadu_ps(x.scales.as_ptr().add(n0));
+        let tails: [__m512; TAIL] = std::array::from_fn(|t| _mm512_loadu_ps(x.tails[t].as_ptr().add(n0)));
+        (quads, scale, tails)
+    };
+    let inputs = [side(m), side(h)];
+    let mut largest = _mm512_setzero_ps();
+    for u0 in (0..QK).step_by(4) {
+        largest = gru_units::<4>(&inputs, h_full, w, bias, n0, stride, u0, out.0, largest);
+    }
+    gru_units::<TAIL>(&inputs, h_full, w, bias, n0, stride, QK, out.0, largest);
+    // The new states' bytes, each node with its own scale (as `to_nodes`).
+    let some = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(largest, _mm512_setzero_ps());
+    let inv = _mm512_maskz_div_ps(some, _mm512_set1_ps(127.0), largest);
+    _mm512_storeu_ps(out.2.add(n0), _mm512_maskz_div_ps(some, largest, _mm512_set1_ps(127.0)));
+    let bias8 = _mm512_set1_epi32(128);
+    for q in 0..QUADS {
+        let mut d = _mm512_setzero_si512();
+        for j in 0..4 {
+            let x = _mm512_loadu_ps(out.0.add((4 * q + j) * stride + n0));
+            let u = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv)), bias8);
+            d = _mm512_or_si512(d, _mm512_sllv_epi32(u, _mm512_set1_epi32(8 * j as i32)));
+        }
+        _mm512_storeu_si512(out.1.add(q * stride + n0) as *mut _, d);
+    }
+}
+
+/// [`gru_tile`]'s units `u0..u0 + U` for 16 nodes: their six sums, the
+/// cell, the new state stored; returns `largest` updated with the new
+/// states' magnitudes (quantised units only).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+unsafe fn gru_units<const U: usize>(
+    inputs: &[([__m512i; QUADS], __m512, [__m512; TAIL]); 2],
+    h_full: &[f32],
+    w: &Gru,
+    bias: &GruBias,
+    n0: usize,
+    stride: usize,
+    u0: usize,
+    out: *mut f32,
+    mut largest: __m512,
+) -> __m512 {
+    // Pre-activations per side (0: GI, 1: GH), unit and gate.
+    let mut pre = [[[_mm512_setzero_ps(); 3]; U]; 2];
+    for (s, (quads, scale, tails)) in inputs.iter().enumerate() {
+        let c = &w.sides[s];
+        let col = |i: usize, g: usize| g * H + u0 + i;
+        let mut acc: [[__m512i; 3]; U] = std::array::from_fn(|i| std::array::from_fn(|g| _mm512_set1_epi32(-c.offset[col(i, g)])));
+        for (q, a) in quads.iter().enumerate() {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_dpbusd_epi32(*acc, *a, _mm512_set1_epi32(*c.quads.get_unchecked(col(i, g) * QUADS + q) as i32));
+                }
+            }
+        }
+        for i in 0..U {
+            for g in 0..3 {
+                let k = col(i, g);
+                let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(_mm512_set1_ps(c.scale[k]), *scale));
+                for (t, x) in tails.iter().enumerate() {
+                    y = _mm512_fmadd_ps(*x, _mm512_set1_ps(c.tail[k * TAIL + t]), y);
+                }
+                pre[s][i][g] = y;
+            }
+        }
+    }
+    let unit = |i: usize| u0 + i;
+    let b: [[__m512; 4]; U] = std::array::from_fn(|i| {
+        let j = unit(i);
+        [_mm512_set1_ps(bias.r[j]), _mm512_set1_ps(bias.z[j]), _mm512_set1_ps(bias.i_n[j]), _mm512_set1_ps(bias.h_n[j])]
+    });
+    let hv: [__m512; U] = std::array::from_fn(|i| _mm512_loadu_ps(h_full.as_ptr().add(unit(i) * stride + n0)));
+    let new = cells::<U>(pre[0], pre[1], b, hv);
+    for i in 0..U {
+        _mm512_storeu_ps(out.add(unit(i) * stride + n0), new[i]);
+        if unit(i) < QK {
+            largest = _mm512_max_ps(largest, _mm512_abs_ps(new[i]));
+        }
+    }
+    largest
+}
+
+/// `σ(x)` on `M` vectors to INT8's needs (relative error ~1e-4, against
+/// the gates' quantisation error of ~1e-2), in 12 operations against the
+/// FP32 cell's 20: `exp(-x)` as `2^n · p(r)` (`n` the nearest integer to
+/// `-x · log2 e`, `r = -x - n ln 2` in one step, `p` Taylor's degree 5),
+/// `-x` clamped to at least -87 (no denormal sums), and the reciprocal
+/// as `rcp14` (2^-14).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn sigmoid_n<const M: usize>(x: [__m512; M]) -> [__m512; M] {
+    let mut out = [_mm512_setzero_ps(); M];
+    let mut n = [_mm512_setzero_ps(); M];
+    let mut r = [_mm512_setzero_ps(); M];
+    let mut p = [_mm512_set1_ps(1.0 / 120.0); M];
+    for i in 0..M {
+        let x = _mm512_min_ps(x[i], _mm512_set1_ps(87.0));
+        n[i] = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+            x,
+            _mm512_set1_ps(-std::f32::consts::LOG2_E),
+        ));
+        // x + n ln 2 = -r
+        r[i] = _mm512_fmadd_ps(n[i], _mm512_set1_ps(std::f32::consts::LN_2), x);
+    }
+    for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        for i in 0..M {
+            // p · r + c, with r = -(x + n ln 2)
+            p[i] = _mm512_fnmadd_ps(p[i], r[i], _mm512_set1_ps(c));
+        }
+    }
+    for i in 0..M {
+        out[i] = _mm512_rcp14_ps(_mm512_add_ps(_mm512_scalef_ps(p[i], n[i]), _mm512_set1_ps(1.0)));
+    }
+    out
+}
+
+/// The GRU cell on `M` vectors of 16 nodes, as the FP32 step's
+/// ([`crate::kernels::avx512::cells`]: the same operations around the
+/// sigmoids) with [`sigmoid_n`]: `x` the input gates' pre-activations, `g`
+/// the hidden ones, `b` the biases (r, z, input n, hidden n), `h` the
+/// state; returns the new state.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn cells<const M: usize>(x: [[__m512; 3]; M], g: [[__m512; 3]; M], b: [[__m512; 4]; M], h: [__m512; M]) -> [__m512; M] {
+    let mut pre_r = [_mm512_setzero_ps(); M];
+    let mut pre_z = [_mm512_setzero_ps(); M];
+    for i in 0..M {
+        pre_r[i] = _mm512_add_ps(_mm512_add_ps(x[i][0], g[i][0]), b[i][0]);
+        pre_z[i] = _mm512_add_ps(_mm512_add_ps(x[i][1], g[i][1]), b[i][1]);
+    }
+    let r = sigmoid_n(pre_r);
+    let z = sigmoid_n(pre_z);
+    let mut a2 = [_mm512_setzero_ps(); M];
+    for i in 0..M {
+        let a = _mm512_fmadd_ps(r[i], _mm512_add_ps(g[i][2], b[i][3]), _mm512_add_ps(x[i][2], b[i][2]));
+        a2[i] = _mm512_add_ps(a, a);
+    }
+    let s = sigmoid_n(a2);
+    let mut out = [_mm512_setzero_ps(); M];
+    for i in 0..M {
+        // tanh(a) = 2σ(2a) − 1
+        let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), s[i], _mm512_set1_ps(1.0));
+        out[i] = _mm512_fmadd_ps(z[i], _mm512_sub_ps(h[i], n), n);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    /// Random row-major vectors of 34 (row `r % 3 == 0` with a selector's
+    /// 50 in its tail, every 11th all zero in its quantised part).
+    fn rows(n: usize, seed: &mut u64) -> Vec<f32> {
+        let mut x: Vec<f32> = (0..n * H).map(|_| random(seed)).collect();
+        for r in 0..n {
+            x[r * H + QK] = if r % 3 == 0 { 50.0 } else { 0.0 };
+            if r % 11 == 5 {
+                x[r * H..r * H + QK].fill(0.0);
+            }
+        }
+        x
+    }
+
+    struct Quantised {
+        quads: Vec<u32>,
+        scales: Vec<f32>,
+        tails: [Vec<f32>; 2],
+        full: Vec<f32>,
+        stride: usize,
+    }
+
+    impl Quantised {
+        fn new(x: &[f32]) -> Quantised {
+            let stride = padded(x.len() / H);
+            let mut q = Quantised {
+                quads: vec![0; QUADS * stride],
+                scales: vec![0.0; stride],
+                tails: [vec![0.0; stride], vec![0.0; stride]],
+                full: vec![0.0; H * stride],
+                stride,
+            };
+            let [t0, t1] = &mut q.tails;
+            to_nodes(x, stride, &mut q.quads, &mut q.scales, [t0, t1], Some(&mut q.full));
+            q
+        }
+
+        fn nodes(&self) -> Nodes<'_> {
+            Nodes { quads: &self.quads, scales: &self.scales, tails: [&self.tails[0], &self.tails[1]], stride: self.stride }
+        }
+
+        /// Node `v`'s byte `k` as the signed value it stands for.
+        fn byte(&self, v: usize, k: usize) -> i32 {
+            ((self.quads[k / 4 * self.stride + v] >> (8 * (k % 4))) & 0xff) as i32 - 128
+        }
+
+        /// The arithmetic every INT8 output follows, in scalar code.
+        fn product(&self, v: usize, w: &Columns, c: usize) -> f32 {
+            let dot: i32 = (0..QK).map(|k| self.byte(v, k) * w.byte(c, k)).sum();
+            let mut y = dot as f32 * (w.scale[c] * self.scales[v]);
+            for t in 0..TAIL {
+                y = self.tails[t][v].mul_add(w.tail[c * TAIL + t], y);
+            }
+            y
+        }
+    }
+
+    /// The vectorised quantiser of the aggregated messages is `to_nodes`'
+    /// scalar one, bit for bit, at 1 and 3 threads.
+    #[test]
+    fn messages_to_nodes_is_to_nodes() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0x1234_5678_9abcu64;
+        for (n, threads) in [(1, 1), (37, 1), (5000, 3)] {
+            let x = rows(n, &mut seed);
+            let want = Quantised::new(&x);
+            let stride = want.stride;
+            let (mut quads, mut scales, mut t0, mut t1) =
+                (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
+            messages_to_nodes(&x, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads);
+            assert_eq!(quads, want.quads, "{n} nodes");
+            assert_eq!(scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), want.scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>());
+            assert_eq!([t0, t1], want.tails);
+            // And as step 0's states, with every entry node-major.
+            let (mut quads, mut scales, mut full) = (vec![7; QUADS * stride], vec![7.0; stride], vec![7.0; H * stride]);
+            states_to_nodes(&x, stride, &mut quads, &mut scales, &mut full, threads);
+            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            assert_eq!(quads, want.quads, "{n} nodes' states");
+            assert_eq!(bits(&scales), bits(&want.scales));
+            assert_eq!(bits(&full), bits(&want.full));
+        }
+    }
+
+    /// The message product against the scalar arithmetic, bit for bit, at
+    /// every tile remainder, over grouped rows (a group past the last
+    /// column writes nothing), with a padded output stride, at 1 and 3
+    /// threads; and within INT8's error of the FP32 product, the tail (a
+    /// selector's 50) exact.
+    #[test]
+    fn message_products_are_their_scalar_arithmetic() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0x2545_f491u64;
+        for (n, cols, threads) in [(1, 204, 1), (7, 102, 1), (13, 34, 1), (4099, 204, 3), (600, 17, 2)] {
+            let x = rows(n, &mut seed);
+            let q = Quantised::new(&x);
+            let w: Vec<f32> = (0..cols * H).map(|_| random(&mut seed) * 0.3).collect();
+            let columns = Columns::new(&w, cols);
+            let packed = Packed::new(&columns);
+            let first: Vec<usize> = (0..n).map(|r| if r % 17 == 3 { cols } else { (r * 7919 % 3) * 34 % cols.max(1) }).collect();
+            let groups = RowGroups::by_first_column(&first);
+            let ldo = cols + 5;
+            let mut out = vec![f32::NAN; n * ldo];
+            messages(q.nodes(), &groups, &packed, &mut out, ldo, threads);
+            for r in 0..n {
+                for c in 0..ldo {
+                    let got = out[r * ldo + c];
+                    if c >= cols || c < first[r] / LANES * LANES || first[r] >= cols {
+                        assert!(got.is_nan(), "{n} rows: [{r}, {c}] written");
+                        continue;
+                    }
+                    let want = q.product(r, &columns, c);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{n} rows, {cols} cols: [{r}, {c}] {got} vs {want}");
+                    let exact: f64 = (0..H).map(|j| x[r * H + j] as f64 * w[c * H + j] as f64).sum();
+                    assert!((got as f64 - exact).abs() < 0.05, "[{r}, {c}]: INT8 {got}, FP32 {exact}");
+                }
+            }
+        }
+    }
+
+    /// The INT8 cell's sigmoid within 2e-4 (relative) of the exact one,
+    /// from saturation (±100) to 0, and its cell within 1e-3 of the FP32
+    /// step's.
+    #[test]
+    fn the_cell_is_within_its_error() {
+        if !available() {
+            return;
+        }
+        let lanes = |v: __m512| unsafe { std::mem::transmute::<__m512, [f32; 16]>(v) };
+        for i in -1000..=1000 {
+            let x: [f32; 16] = std::array::from_fn(|l| (i * 16 + l as i32) as f32 / 160.0);
+            // SAFETY: AVX-512 (checked above).
+            let [got] = unsafe { sigmoid_n([_mm512_loadu_ps(x.as_ptr())]) };
+            for (x, got) in x.iter().zip(lanes(got)) {
+                let want = 1.0 / (1.0 + (-*x as f64).exp());
+                let ok = if want < 1e-30 { (got as f64) < 1e-30 } else { ((got as f64 - want) / want).abs() < 2e-4 };
+                assert!(ok, "σ({x}) = {got}, not {want}");
+            }
+        }
+        let mut seed = 0x51_7cc1_b727_220au64;
+        for scale in [0.01f32, 1.0, 8.0, 60.0] {
+            let mut v = |scale: f32| {
+                let x: [f32; 16] = std::array::from_fn(|_| random(&mut seed) * scale);
+                // SAFETY: AVX-512 (checked above).
+                unsafe { _mm512_loadu_ps(x.as_ptr()) }
+            };
+            let (x, g) = ([v(scale), v(scale), v(scale)], [v(scale), v(scale), v(scale)]);
+            let (b, h) = ([v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0));
+            // SAFETY: AVX-512 (checked above).
+            let (got, [want]) = unsafe { (cells::<1>([x], [g], [b], [h]), crate::kernels::avx512::cells::<1>([x], [g], [b], [h])) };
+            for (a, b) in lanes(got[0]).iter().zip(lanes(want[0])) {
+                assert!((a - b).abs() < 1e-3, "scale {scale}: {a} against FP32's {b}");
+            }
+        }
+    }
+
+    /// The fused GRU against the scalar arithmetic of its sums and the
+    /// cell's own vector code on them, bit for bit (new states, their
+    /// bytes and scales), at node counts that are not whole vectors and at
+    /// 1 and 3 threads.
+    #[test]
+    fn gru_is_its_sums_and_the_cell() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0x9e37_79b9_7f4au64;
+        for (n, threads) in [(1, 1), (21, 1), (4100, 3)] {
+            let (m, h) = (rows(n, &mut seed), rows(n, &mut seed));
+            let (mq, hq) = (Quantised::new(&m), Quantised::new(&h));
+            let w_ih: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
+            let w_hh: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
+            let gru_w = Gru::new(&w_ih, &w_hh);
+            let mut bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
+            for j in 0..H {
+                (bias.r[j], bias.z[j], bias.i_n[j], bias.h_n[j]) =
+                    (random(&mut seed), random(&mut seed), random(&mut seed), random(&mut seed));
+            }
+            let stride = mq.stride;
+            let (mut full, mut quads, mut scales) = (vec![0.0; H * stride], vec![0; QUADS * stride], vec![0.0; stride]);
+            gru(
+                mq.nodes(),
+                hq.nodes(),
+                &hq.full,
+                &gru_w,
+                &bias,
+                n,
+                NextStates { full: &mut full, quads: &mut quads, scales: &mut scales },
+                threads,
+            );
+            let mut new = vec![0f32; n * H];
+            for v in 0..n {
+                for j in 0..H {
+                    let pre = |s: usize, g: usize| {
+                        let x = if s == 0 { &mq } else { &hq };
+                        x.product(v, &gru_w.sides[s], g * H + j)
+                    };
+                    // SAFETY: AVX-512 (checked above); a lane of the cell.
+                    let cell = unsafe {
+                        let s = _mm512_set1_ps;
+                        let [out] = cells::<1>(
+                            [[s(pre(0, 0)), s(pre(0, 1)), s(pre(0, 2))]],
+                            [[s(pre(1, 0)), s(pre(1, 1)), s(pre(1, 2))]],
+                            [[s(bias.r[j]), s(bias.z[j]), s(bias.i_n[j]), s(bias.h_n[j])]],
+                            [s(h[v * H + j])],
+                        );
+                        _mm512_cvtss_f32(out)
+                    };
+                    new[v * H + j] = cell;
+                    assert_eq!(full[j * stride + v].to_bits(), cell.to_bits(), "{n} nodes: node {v}, unit {j}");
+                }
+            }
+            let want = Quantised::new(&new);
+            for v in 0..n {
+                assert_eq!(scales[v].to_bits(), want.scales[v].to_bits(), "node {v}'s scale");
+                for q in 0..QUADS {
+                    assert_eq!(quads[q * stride + v], want.quads[q * stride + v], "node {v}'s quad {q}");
+                }
+            }
+        }
+    }
+}
