@@ -22,8 +22,9 @@
 //!   build, featurisation (model input and roots), inference, annotation;
 //! - with one root (`roots=all;max_roots=1`), the inference a single
 //!   decision costs;
-//! - where the CPU has BF16 instructions, both again with `dtype=bf16`;
-//!   where it has AVX-512 VNNI, with `dtype=int8`.
+//! - at the default `dtype=auto` (INT8 where the CPU has AVX-512 VNNI,
+//!   else FP32); where that is INT8, both again with `dtype=f32`, and
+//!   where the CPU has BF16 instructions, with `dtype=bf16`.
 //!
 //! Then the runtime's `dlopen` against libtorch_cpu's alone (fresh processes),
 //! `opt -passes=verify` with and without the plugin loaded (the cost of
@@ -205,8 +206,7 @@ struct UnitFigures {
     single: Vec<f64>,
     split: Vec<Split>,
     single_split: Vec<Split>,
-    /// The same two runs with each reduced precision the CPU runs
-    /// natively (`dtype=bf16`, `dtype=int8`), by [`reduced_dtypes`].
+    /// The same two runs with each other precision ([`other_dtypes`]).
     reduced_split: Vec<Vec<Split>>,
     reduced_single_split: Vec<Vec<Split>>,
 }
@@ -219,17 +219,32 @@ fn cpu_has_bf16() -> bool {
         .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
 }
 
-/// The reduced precisions this CPU runs natively: `bf16` (AVX512-BF16 or
-/// AMX), `int8` (AVX-512 VNNI).
-fn reduced_dtypes() -> Vec<&'static str> {
+/// Whether the CPU has AVX-512 VNNI (`dtype=int8` runs INT8 products,
+/// and the default `dtype=auto` is `int8`).
+fn cpu_has_vnni() -> bool {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
+    ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"].iter().all(|f| flags.contains(f))
+}
+
+/// What the default (`dtype=auto`) runs on this CPU.
+fn auto_dtype() -> &'static str {
+    if cpu_has_vnni() {
+        "int8"
+    } else {
+        "f32"
+    }
+}
+
+/// The precisions measured beside the default: FP32 where the default is
+/// INT8, and BF16 where the CPU has it natively.
+fn other_dtypes() -> Vec<&'static str> {
     let mut out = Vec::new();
+    if auto_dtype() != "f32" {
+        out.push("f32");
+    }
     if cpu_has_bf16() {
         out.push("bf16");
-    }
-    if ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"].iter().all(|f| flags.contains(f)) {
-        out.push("int8");
     }
     out
 }
@@ -265,12 +280,13 @@ fn main() {
     let graph_level = config["head"] == "graph";
     let infer = format!("model={};device={device}", model.display());
     let single = format!("{infer};roots=all;max_roots=1");
-    let reduced = reduced_dtypes();
+    let reduced = other_dtypes();
     println!(
-        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, {reps} reps, {} cores",
+        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, dtype auto ({} on this CPU), {reps} reps, {} cores",
         units.len(),
         projects.join(", "),
         model.display(),
+        auto_dtype(),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
 
@@ -368,11 +384,16 @@ fn main() {
     println!();
     if graph_level {
         let inference = field(&figures[median_unit], |s| s.inference);
-        println!("median unit: graph-level inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)", 100.0 * inference / o2);
+        println!(
+            "median unit, dtype=auto ({}): graph-level inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
+            auto_dtype(),
+            100.0 * inference / o2
+        );
     } else {
         let one_root = median(figures[median_unit].single_split.iter().map(|s| s.inference).collect());
         println!(
-            "median unit: inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
+            "median unit, dtype=auto ({}): inference for one root is {:.1}% of its -O2 compile ({one_root:.1} of {o2:.1} ms); for the sampled roots {:.1}%",
+            auto_dtype(),
             100.0 * one_root / o2,
             100.0 * field(&figures[median_unit], |s| s.inference) / o2
         );
@@ -404,7 +425,11 @@ fn main() {
     let what = if graph_level { "graph-level inference" } else { "one root's inference" };
     let times = |v: &[Split]| v.iter().map(|s| s.inference).collect::<Vec<f64>>();
     let (q1, q2, q3) = quartiles(&ratios(&|f| times(if graph_level { &f.split } else { &f.single_split })));
-    println!("over all {} units: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)", measured.len());
+    println!(
+        "over all {} units, dtype=auto ({}): {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
+        measured.len(),
+        auto_dtype()
+    );
     for (d, dtype) in reduced.iter().enumerate() {
         let (q1, q2, q3) = quartiles(&ratios(&|f| times(if graph_level { &f.reduced_split[d] } else { &f.reduced_single_split[d] })));
         println!(

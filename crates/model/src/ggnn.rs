@@ -732,9 +732,9 @@ impl Ggnn {
 
     /// [`Ggnn::logits_fused`] with INT8 products ([`crate::int8`]): each
     /// step the message product (six edge maps, 204 columns, each node the
-    /// blocks it sends), the gated mean ([`kernels::aggregate`]), the
-    /// aggregated messages to bytes, and the fused GRU, whose products
-    /// never reach memory. States are node-major between steps.
+    /// blocks it sends), the gated mean straight to bytes, and the fused
+    /// GRU, whose products never reach memory. States are node-major
+    /// between steps.
     fn logits_int8(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
         use int8::{Nodes, MESSAGES};
         use kernels::Edges;
@@ -757,7 +757,7 @@ impl Ggnn {
         let msg = int8::Packed::new(&int8::Columns::new(&ordered, MESSAGES));
         let gru_w = int8::Gru::new(&floats(&self.w_ih), &floats(&self.w_hh));
         // SAFETY: as in `logits_inference`.
-        let [text, h0, both, f, m, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
+        let [text, h0, both, f, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
             ws.carve(
                 Device::Cpu,
                 [
@@ -765,7 +765,6 @@ impl Ggnn {
                     &[n, HIDDEN],
                     &[n, 2 * HIDDEN],
                     &[n, MESSAGES as i64],
-                    &[n, HIDDEN],
                     &[2, HIDDEN, sp],
                     &[2, QUADS as i64, sp],
                     &[2, sp],
@@ -805,7 +804,8 @@ impl Ggnn {
             for row in ms.chunks_exact_mut(stride).chain(mt.chunks_exact_mut(stride)) {
                 row[nodes..].fill(0.0);
             }
-            let (f, m) = (view_mut::<f32>(&f, Kind::Float), view_mut::<f32>(&m, Kind::Float));
+            let f = view_mut::<f32>(&f, Kind::Float);
+            int8::check_edges(f, &edges, &b_msg, gates, nodes);
             let mut hf: [&mut [f32]; 2] = {
                 let (a, b) = hf.split_at_mut(HD * stride);
                 [a, b]
@@ -836,10 +836,10 @@ impl Ggnn {
                     stride,
                 };
                 int8::messages(h, &groups, &msg, f, MESSAGES, threads);
-                kernels::aggregate::<f32, f32>(f, &edges, &b_msg, gates, m, threads);
                 {
                     let (t0, t1) = mt.split_at_mut(stride);
-                    int8::messages_to_nodes(m, stride, mq, ms, [t0, t1], threads);
+                    // (The edges were checked against these buffers above.)
+                    int8::aggregate_to_nodes(f, &edges, &b_msg, gates, nodes, stride, mq, ms, [t0, t1], threads);
                 }
                 let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
                 int8::gru(

@@ -37,7 +37,7 @@ use std::arch::x86_64::*;
 
 use crate::gemm::RowGroups;
 use crate::ggnn::HIDDEN;
-use crate::kernels::{par_ranges, GruBias, Rows};
+use crate::kernels::{par_ranges, Edges, GruBias, Rows};
 
 const H: usize = HIDDEN as usize;
 const LANES: usize = 16;
@@ -262,31 +262,6 @@ pub(crate) fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scale
     });
 }
 
-/// [`to_nodes`] for the aggregated messages, every step: `x` \[N, 34\]
-/// row-major, vectorised (the same bits).
-pub(crate) fn messages_to_nodes(
-    x: &[f32],
-    stride: usize,
-    quads: &mut [u32],
-    scales: &mut [f32],
-    tails: [&mut [f32]; TAIL],
-    threads: usize,
-) {
-    let nodes = x.len() / H;
-    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
-    assert!(tails.iter().all(|t| t.len() >= stride));
-    let (qs, ss) = (Rows::new(quads), Rows::new(scales));
-    let [t0, t1] = tails.map(Rows::new);
-    par_ranges(nodes, threads, |range| {
-        // SAFETY: AVX-512 with VNNI (checked above), so BW and VL; each
-        // range writes its own nodes' entries, all within the buffers.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            rows_to_nodes(x, range, stride, qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()])
-        }
-    });
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn rows_to_nodes(
@@ -316,6 +291,118 @@ unsafe fn rows_to_nodes(
         }
         *tails[0].add(v) = *row.add(QK);
         *tails[1].add(v) = *row.add(QK + 1);
+    }
+}
+
+/// The gated mean of every node's incoming messages (as
+/// [`crate::kernels::aggregate`], the same bits: `(F[e] + bias[type]) ⊙
+/// gate[position]` summed in edge order, times `1 / indegree`), straight
+/// to [`Nodes`] (each node quantised as [`states_to_nodes`] does): `f` the message product's
+/// rows, `edges` their offsets in it.
+///
+/// # Safety
+/// [`check_edges`]`(f, edges, bias, gates, nodes)` holds (a step's loop
+/// checks it once, not every step).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn aggregate_to_nodes(
+    f: &[f32],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    nodes: usize,
+    stride: usize,
+    quads: &mut [u32],
+    scales: &mut [f32],
+    tails: [&mut [f32]; TAIL],
+    threads: usize,
+) {
+    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
+    assert!(tails.iter().all(|t| t.len() >= stride) && edges.crow.len() > nodes);
+    let (qs, ss) = (Rows::new(quads), Rows::new(scales));
+    let [t0, t1] = tails.map(Rows::new);
+    par_ranges(nodes, threads, |range| {
+        // SAFETY: AVX-512 with VNNI (checked above); every edge's rows are
+        // within `f`, `bias` and `gates` (the caller's contract); each range
+        // writes its own nodes' entries, within the buffers.
+        #[cfg(target_arch = "x86_64")]
+        {
+            aggregate_nodes(f, edges, bias, gates, range, stride, qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()])
+        }
+    });
+}
+
+/// Whether the first `nodes` nodes' edges (`edges.crow[..=nodes]`, in
+/// order) read only rows of 34 within `f`, `bias` and `gates`: what
+/// [`aggregate_to_nodes`] needs. Panics naming what is out of bounds.
+pub(crate) fn check_edges(f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize) {
+    assert!(edges.crow.len() > nodes && edges.crow[0] == 0, "an edge row per node");
+    assert!(edges.crow.windows(2).take(nodes).all(|w| w[0] <= w[1]), "edge rows in order");
+    let last = edges.crow[nodes] as usize;
+    assert!(
+        edges.offsets.len() >= last && edges.types.len() >= last && edges.positions.len() >= last,
+        "an offset, type and position per edge"
+    );
+    assert!(edges.offsets[..last].iter().all(|&o| o + H <= f.len()), "an edge's message past the product");
+    assert!(edges.types[..last].iter().all(|&t| t >= 0 && (t as usize + 1) * H <= bias.len()), "an edge type past the biases");
+    assert!(edges.positions[..last].iter().all(|&p| p >= 0 && (p as usize + 1) * H <= gates.len()), "a position past the gates");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn aggregate_nodes(
+    f: &[f32],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    range: std::ops::Range<usize>,
+    stride: usize,
+    quads: *mut u32,
+    scales: *mut f32,
+    tails: [*mut f32; TAIL],
+) {
+    const TAIL_MASK: __mmask16 = (1 << TAIL) - 1;
+    let bias8 = _mm512_set1_epi32(128);
+    let (fp, bp, gp) = (f.as_ptr(), bias.as_ptr(), gates.as_ptr());
+    for v in range {
+        let (start, end) = (*edges.crow.get_unchecked(v) as usize, *edges.crow.get_unchecked(v + 1) as usize);
+        let mut acc = [_mm512_setzero_ps(); 3];
+        for e in start..end {
+            let m = fp.add(*edges.offsets.get_unchecked(e));
+            let b = bp.add(*edges.types.get_unchecked(e) as usize * H);
+            let g = gp.add(*edges.positions.get_unchecked(e) as usize * H);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let at = j * LANES;
+                let (x, y, z) = if j < 2 {
+                    (_mm512_loadu_ps(m.add(at)), _mm512_loadu_ps(b.add(at)), _mm512_loadu_ps(g.add(at)))
+                } else {
+                    (
+                        _mm512_maskz_loadu_ps(TAIL_MASK, m.add(at)),
+                        _mm512_maskz_loadu_ps(TAIL_MASK, b.add(at)),
+                        _mm512_maskz_loadu_ps(TAIL_MASK, g.add(at)),
+                    )
+                };
+                // (m + b) · g, then the sum: two roundings, as the FP32 loop.
+                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_add_ps(x, y), z));
+            }
+        }
+        let scale = _mm512_set1_ps(if end > start { 1.0 / (end - start) as f32 } else { 0.0 });
+        let x = acc.map(|a| _mm512_mul_ps(a, scale));
+        let (inv, s) = quantiser(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1]))));
+        *scales.add(v) = s;
+        let inv = _mm512_set1_ps(inv);
+        for (half, a) in x[..2].iter().enumerate() {
+            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(*a, inv)), bias8));
+            let mut d = [0u32; 4];
+            _mm_storeu_si128(d.as_mut_ptr() as *mut __m128i, bytes);
+            for (j, d) in d.iter().enumerate() {
+                *quads.add((4 * half + j) * stride + v) = *d;
+            }
+        }
+        let mut t = [0f32; LANES];
+        _mm512_storeu_ps(t.as_mut_ptr(), x[2]);
+        *tails[0].add(v) = t[0];
+        *tails[1].add(v) = t[1];
     }
 }
 
@@ -520,9 +607,9 @@ unsafe fn gru_tile(m: &Nodes<'_>, h: &Nodes<'_>, h_full: &[f32], w: &Gru, bias: 
     }
 }
 
-/// [`gru_tile`]'s units `u0..u0 + U` for 16 nodes: their six sums, the
-/// cell, the new state stored; returns `largest` updated with the new
-/// states' magnitudes (quantised units only).
+/// [`gru_tile`]'s units `u0..u0 + U` (`u0 + U <= 34`) for 16 nodes: their
+/// six sums, the cell, the new state stored; returns `largest` updated
+/// with the new states' magnitudes (quantised units only).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
@@ -543,7 +630,9 @@ unsafe fn gru_units<const U: usize>(
     for (s, (quads, scale, tails)) in inputs.iter().enumerate() {
         let c = &w.sides[s];
         let col = |i: usize, g: usize| g * H + u0 + i;
-        let mut acc: [[__m512i; 3]; U] = std::array::from_fn(|i| std::array::from_fn(|g| _mm512_set1_epi32(-c.offset[col(i, g)])));
+        // (Every column below 102: `u0 + U <= 34`, checked by the caller.)
+        let mut acc: [[__m512i; 3]; U] =
+            std::array::from_fn(|i| std::array::from_fn(|g| _mm512_set1_epi32(-*c.offset.get_unchecked(col(i, g)))));
         for (q, a) in quads.iter().enumerate() {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (g, acc) in acc.iter_mut().enumerate() {
@@ -554,9 +643,9 @@ unsafe fn gru_units<const U: usize>(
         for i in 0..U {
             for g in 0..3 {
                 let k = col(i, g);
-                let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(_mm512_set1_ps(c.scale[k]), *scale));
+                let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(_mm512_set1_ps(*c.scale.get_unchecked(k)), *scale));
                 for (t, x) in tails.iter().enumerate() {
-                    y = _mm512_fmadd_ps(*x, _mm512_set1_ps(c.tail[k * TAIL + t]), y);
+                    y = _mm512_fmadd_ps(*x, _mm512_set1_ps(*c.tail.get_unchecked(k * TAIL + t)), y);
                 }
                 pre[s][i][g] = y;
             }
@@ -712,10 +801,10 @@ mod tests {
         }
     }
 
-    /// The vectorised quantiser of the aggregated messages is `to_nodes`'
-    /// scalar one, bit for bit, at 1 and 3 threads.
+    /// Step 0's states, vectorised, are `to_nodes`' scalar arithmetic, bit
+    /// for bit, at 1 and 3 threads (padding nodes zero).
     #[test]
-    fn messages_to_nodes_is_to_nodes() {
+    fn states_to_nodes_is_to_nodes() {
         if !available() {
             return;
         }
@@ -724,19 +813,57 @@ mod tests {
             let x = rows(n, &mut seed);
             let want = Quantised::new(&x);
             let stride = want.stride;
-            let (mut quads, mut scales, mut t0, mut t1) =
-                (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
-            messages_to_nodes(&x, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads);
-            assert_eq!(quads, want.quads, "{n} nodes");
-            assert_eq!(scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), want.scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>());
-            assert_eq!([t0, t1], want.tails);
-            // And as step 0's states, with every entry node-major.
             let (mut quads, mut scales, mut full) = (vec![7; QUADS * stride], vec![7.0; stride], vec![7.0; H * stride]);
             states_to_nodes(&x, stride, &mut quads, &mut scales, &mut full, threads);
             let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
             assert_eq!(quads, want.quads, "{n} nodes' states");
             assert_eq!(bits(&scales), bits(&want.scales));
             assert_eq!(bits(&full), bits(&want.full));
+        }
+    }
+
+    /// The gated mean straight to bytes is the FP32 step's gated mean
+    /// ([`crate::kernels::aggregate`]) then [`to_nodes`], bit for bit, on
+    /// random edges (nodes without any, many with several), at 1 and 3
+    /// threads.
+    #[test]
+    fn aggregate_to_nodes_is_the_gated_mean_then_its_bytes() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0xdead_beef_1234u64;
+        for (n, threads) in [(5, 1), (300, 1), (4500, 3)] {
+            let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
+            let bias: Vec<f32> = (0..6 * H).map(|_| random(&mut seed) * 0.1).collect();
+            let positions = 7;
+            let gates: Vec<f32> = (0..positions * H).map(|_| random(&mut seed) + 1.0).collect();
+            let mut crow = vec![0i64];
+            let (mut offsets, mut types, mut pos) = (vec![], vec![], vec![]);
+            for v in 0..n {
+                let degree = (v * 7 + 3) % 6;
+                for _ in 0..degree {
+                    let source = ((random(&mut seed) + 1.0) / 2.0 * n as f32) as usize % n;
+                    let t = ((random(&mut seed) + 1.0) * 3.0) as usize % 6;
+                    offsets.push(source * MESSAGES + t * H);
+                    types.push(t as i64);
+                    pos.push(((random(&mut seed) + 1.0) * 3.5) as i64 % positions as i64);
+                }
+                crow.push(offsets.len() as i64);
+            }
+            let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
+            let mut mean = vec![0f32; n * H];
+            crate::kernels::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut mean, 1);
+            let want = Quantised::new(&mean);
+            let stride = want.stride;
+            let (mut quads, mut scales, mut t0, mut t1) =
+                (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
+            check_edges(&f, &edges, &bias, &gates, n);
+            // SAFETY: checked just above.
+            unsafe { aggregate_to_nodes(&f, &edges, &bias, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads) };
+            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            assert_eq!(quads, want.quads, "{n} nodes");
+            assert_eq!(bits(&scales), bits(&want.scales), "{n} nodes");
+            assert_eq!([bits(&t0), bits(&t1)], [bits(&want.tails[0]), bits(&want.tails[1])], "{n} nodes");
         }
     }
 

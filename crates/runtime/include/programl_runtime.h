@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define PROGRAML_RUNTIME_ABI_VERSION 2u
+#define PROGRAML_RUNTIME_ABI_VERSION 4u
 
 /* The forward edges of one flow: edge k runs from sources[k] to targets[k]
  * with positions[k]. Pointers may be NULL when len is 0. */
@@ -60,11 +60,13 @@ const char *programl_runtime_info(const programl_model *model);
 /* libtorch's intra-op threads for the process (>= 1). 0 or -1. */
 int32_t programl_runtime_set_threads(int32_t n);
 
-/* The matmul precision for the process: FP32 (bf16 == 0, the default) or
+/* The matmul precision for the process: FP32 (dtype == 0, the default),
  * BF16 products with FP32 accumulation where the CPU has BF16 instructions
- * (bf16 == 1). Returns the precision in effect (1: BF16, 0: FP32, also
- * when BF16 was asked for on a CPU without it), or -1. */
-int32_t programl_runtime_set_dtype(int32_t bf16);
+ * (1), INT8 products with 32-bit integer sums where it has AVX-512 VNNI
+ * (2), or auto (3: INT8 where the CPU has VNNI, else FP32). Returns the
+ * precision in effect as 0, 1 or 2 (0 also when the CPU lacks what was
+ * asked for), or -1. */
+int32_t programl_runtime_set_dtype(int32_t dtype);
 
 /* Class probabilities (softmax) of every node after `steps` message-passing
  * steps (steps <= 0: the bundle's), row-major into out, which must hold

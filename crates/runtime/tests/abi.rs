@@ -254,3 +254,15 @@ fn graph_level_bundles_predict_per_graph() {
     assert!(last_error().contains("a node-level bundle"), "{}", last_error());
     unsafe { programl_runtime_close(node_level) };
 }
+
+/// The C header states the ABI version this crate exports.
+#[test]
+fn the_c_header_states_this_abi_version() {
+    let header = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include/programl_runtime.h")).unwrap();
+    let stated = header
+        .lines()
+        .find_map(|l| l.strip_prefix("#define PROGRAML_RUNTIME_ABI_VERSION "))
+        .and_then(|v| v.trim().trim_end_matches('u').parse::<u32>().ok());
+    assert_eq!(stated, Some(ABI_VERSION), "include/programl_runtime.h's PROGRAML_RUNTIME_ABI_VERSION");
+    assert!(header.contains("int32_t programl_runtime_set_dtype(int32_t dtype);"));
+}
