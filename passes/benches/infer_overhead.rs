@@ -398,9 +398,8 @@ fn main() {
             100.0 * field(&figures[median_unit], |s| s.inference) / o2
         );
     }
-    for d in 0..reduced.len() {
+    for (d, dtype) in reduced.iter().enumerate() {
         let unit = &figures[median_unit];
-        let dtype = reduced[d];
         let inference =
             median(if graph_level { &unit.reduced_split[d] } else { &unit.reduced_single_split[d] }.iter().map(|s| s.inference).collect());
         println!(

@@ -189,7 +189,7 @@ pub(crate) struct Nodes<'a> {
 
 impl Nodes<'_> {
     fn check(&self, nodes: usize) {
-        assert!(nodes <= self.stride && self.stride % LANES == 0, "a node-major stride of whole vectors");
+        assert!(nodes <= self.stride && self.stride.is_multiple_of(LANES), "a node-major stride of whole vectors");
         assert!(self.quads.len() >= QUADS * self.stride && self.scales.len() >= self.stride, "node-major buffers too short");
         assert!(self.tails.iter().all(|t| t.len() >= self.stride), "node-major tails too short");
     }
@@ -658,10 +658,10 @@ unsafe fn gru_units<const U: usize>(
     });
     let hv: [__m512; U] = std::array::from_fn(|i| _mm512_loadu_ps(h_full.as_ptr().add(unit(i) * stride + n0)));
     let new = cells::<U>(pre[0], pre[1], b, hv);
-    for i in 0..U {
-        _mm512_storeu_ps(out.add(unit(i) * stride + n0), new[i]);
+    for (i, new) in new.iter().enumerate() {
+        _mm512_storeu_ps(out.add(unit(i) * stride + n0), *new);
         if unit(i) < QK {
-            largest = _mm512_max_ps(largest, _mm512_abs_ps(new[i]));
+            largest = _mm512_max_ps(largest, _mm512_abs_ps(*new));
         }
     }
     largest
