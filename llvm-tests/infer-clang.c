@@ -24,7 +24,7 @@
 // RUN:   %clang -fpass-plugin=%plugin -O2 -c %s -o %t/a.o
 // RUN: ls %t/a.o
 // RUN: %FileCheck %s --check-prefix=SIDECAR < %t/side.jsonl
-// SIDECAR: {"kind":"decisions","module":"{{.*}}infer-clang.c","task":"reachability","model":"{{.*}}models/reachability","steps":30,"threshold":0.5,"roots":[{"root":{{[0-9]+}},"nodes":{{\[\[}}
+// SIDECAR: {"kind":"decisions","module":"{{.*}}infer-clang.c","task":"reachability","model":"{{.*}}models/reachability","dtype":"{{f32|int8}}","steps":30,"threshold":0.5,"roots":[{"root":{{[0-9]+}},"nodes":{{\[\[}}
 //
 // With a PROGRAML_GRAPH_* variable the graph is written too.
 // RUN: cd %t/cwd && env PROGRAML_INFER='model=%models/reachability;device=cpu' PROGRAML_GRAPH_FORMAT=json \

@@ -144,6 +144,14 @@ fn pass_predict_and_eval_agree() {
             assert_eq!(records.len(), 2, "{task} {}: expected decisions and verify, got {records:?}", file.display());
             let (decisions, verify) = (&records[0], &records[1]);
             assert_eq!((decisions["kind"].as_str(), verify["kind"].as_str()), (Some("decisions"), Some("verify")));
+            // The precision in effect, as the record says: `auto` is INT8
+            // where the CPU has VNNI; a precision the CPU lacks is FP32.
+            let in_effect = match dtype {
+                "bf16" if programl_model::cpu_has_bf16() => "bf16",
+                "int8" | "auto" if programl_model::cpu_has_int8() => "int8",
+                _ => "f32",
+            };
+            assert_eq!(decisions["dtype"].as_str(), Some(in_effect), "{task} {dtype}: the record's dtype");
             let mut pass_p: Probabilities = BTreeMap::new();
             for r in decisions["roots"].as_array().unwrap() {
                 let nodes = pass_p.entry(r["root"].as_u64().unwrap()).or_default();

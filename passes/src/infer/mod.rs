@@ -161,6 +161,8 @@ struct Decisions<'a> {
     module: &'a str,
     task: &'static str,
     model: String,
+    /// The products' precision in effect (`f32`, `bf16`, `int8`).
+    dtype: &'static str,
     steps: i64,
     threshold: f64,
     roots: Vec<SidecarRoot<'a>>,
@@ -268,8 +270,16 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let mut lines = Vec::new();
     if p.sidecar.is_some() {
         let roots: Vec<SidecarRoot<'_>> = results.iter().map(|r| SidecarRoot { root: r.root, nodes: &r.probabilities }).collect();
-        let record =
-            Decisions { kind: "decisions", module: &name, task: task.name(), model: shown.to_string(), steps, threshold: 0.5, roots };
+        let record = Decisions {
+            kind: "decisions",
+            module: &name,
+            task: task.name(),
+            model: shown.to_string(),
+            dtype: model.dtype_in_effect(),
+            steps,
+            threshold: 0.5,
+            roots,
+        };
         lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
     }
     if let Some(c) = verify {
@@ -393,6 +403,8 @@ struct GraphDecision<'a> {
     module: &'a str,
     task: &'a str,
     model: String,
+    /// The products' precision in effect (`f32`, `bf16`, `int8`).
+    dtype: &'static str,
     steps: i64,
     aux: BTreeMap<&'a str, f32>,
     class: &'a str,
@@ -459,6 +471,7 @@ unsafe fn run_graph(
         module: &name,
         task: &config.task,
         model: bundle.dir.display().to_string(),
+        dtype: model.dtype_in_effect(),
         steps,
         aux: names.iter().map(String::as_str).zip(aux.iter().copied()).collect(),
         class: &config.classes[best],

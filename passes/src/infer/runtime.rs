@@ -183,6 +183,9 @@ pub struct Model {
     /// The runtime's description of the model (JSON).
     pub info: serde_json::Value,
     pub classes: usize,
+    /// The precision the runtime had in effect at the last prediction (the
+    /// ABI's code: 0 FP32, 1 BF16, 2 INT8).
+    in_effect: std::sync::atomic::AtomicI32,
 }
 
 struct ModelHandle(*mut RtModel);
@@ -225,7 +228,7 @@ fn open_in(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<Mode
     let text = unsafe { CStr::from_ptr(info) }.to_string_lossy().into_owned();
     let info: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("the runtime's model info is not JSON: {e}"))?;
     let classes = info["classes"].as_array().map_or(0, Vec::len);
-    Ok(Model { runtime, handle: Mutex::new(ModelHandle(handle)), info, classes })
+    Ok(Model { runtime, handle: Mutex::new(ModelHandle(handle)), info, classes, in_effect: std::sync::atomic::AtomicI32::new(0) })
 }
 
 /// The ABI's view of `batch` (borrowing its arrays).
@@ -245,6 +248,17 @@ fn input_of(batch: &Batch) -> RtInput {
 }
 
 impl Model {
+    /// The precision of the last prediction's products: `f32`, `bf16` or
+    /// `int8` (what `dtype=auto` chose, or FP32 where the CPU lacks what
+    /// was asked for).
+    pub fn dtype_in_effect(&self) -> &'static str {
+        match self.in_effect.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => "bf16",
+            2 => "int8",
+            _ => "f32",
+        }
+    }
+
     /// The model's handle, locked for one call, with the runtime's threads
     /// set to `threads` and its products' precision to `dtype`.
     fn locked(&self, threads: i32, dtype: Dtype) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
@@ -255,7 +269,11 @@ impl Model {
         if unsafe { (rt.set_threads)(threads) } != 0 {
             return Err(rt.last_error());
         }
-        match unsafe { (rt.set_dtype)(dtype as i32) } {
+        let got = unsafe { (rt.set_dtype)(dtype as i32) };
+        if got >= 0 {
+            self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
+        }
+        match got {
             -1 => return Err(rt.last_error()),
             0 if matches!(dtype, Dtype::Bf16 | Dtype::Int8) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
                 let lacks = if dtype == Dtype::Bf16 { "BF16 instructions (AVX512-BF16 or AMX)" } else { "AVX-512 VNNI" };
