@@ -732,7 +732,8 @@ impl Ggnn {
 
     /// [`Ggnn::logits_fused`] with INT8 products ([`crate::int8`]): each
     /// step the message product (six edge maps, 204 columns, each node the
-    /// blocks it sends), the gated mean straight to bytes, and the fused
+    /// blocks it sends), the gated mean straight to bytes (its biases'
+    /// part, the same every step, once a call), and the fused
     /// GRU, whose products never reach memory. States are node-major
     /// between steps.
     fn logits_int8(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
@@ -757,7 +758,7 @@ impl Ggnn {
         let msg = int8::Packed::new(&int8::Columns::new(&ordered, MESSAGES));
         let gru_w = int8::Gru::new(&floats(&self.w_ih), &floats(&self.w_hh));
         // SAFETY: as in `logits_inference`.
-        let [text, h0, both, f, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
+        let [text, h0, both, f, biases, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
             ws.carve(
                 Device::Cpu,
                 [
@@ -765,6 +766,7 @@ impl Ggnn {
                     &[n, HIDDEN],
                     &[n, 2 * HIDDEN],
                     &[n, MESSAGES as i64],
+                    &[n, HIDDEN],
                     &[2, HIDDEN, sp],
                     &[2, QUADS as i64, sp],
                     &[2, sp],
@@ -806,6 +808,9 @@ impl Ggnn {
             }
             let f = view_mut::<f32>(&f, Kind::Float);
             int8::check_edges(f, &edges, &b_msg, gates, nodes);
+            // The biases' part of the gated mean: the same every step.
+            let biases = view_mut::<f32>(&biases, Kind::Float);
+            int8::gated_biases(&edges, &b_msg, gates, nodes, biases, threads);
             let mut hf: [&mut [f32]; 2] = {
                 let (a, b) = hf.split_at_mut(HD * stride);
                 [a, b]
@@ -839,7 +844,7 @@ impl Ggnn {
                 {
                     let (t0, t1) = mt.split_at_mut(stride);
                     // (The edges were checked against these buffers above.)
-                    int8::aggregate_to_nodes(f, &edges, &b_msg, gates, nodes, stride, mq, ms, [t0, t1], threads);
+                    int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads);
                 }
                 let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
                 int8::gru(
