@@ -211,20 +211,23 @@ struct UnitFigures {
     reduced_single_split: Vec<Vec<Split>>,
 }
 
+/// Whether this CPU has every one of `wanted` among its flags
+/// (`/proc/cpuinfo`).
+fn cpu_has(wanted: &[&str]) -> bool {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
+    wanted.iter().all(|f| flags.contains(f))
+}
+
 /// Whether the CPU has BF16 products (`dtype=bf16` runs them natively).
 fn cpu_has_bf16() -> bool {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("flags"))
-        .is_some_and(|flags| flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16"))
+    cpu_has(&["avx512_bf16"]) || cpu_has(&["amx_bf16"])
 }
 
 /// Whether the CPU has AVX-512 VNNI (`dtype=int8` runs INT8 products,
 /// and the default `dtype=auto` is `int8`).
 fn cpu_has_vnni() -> bool {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
-    ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"].iter().all(|f| flags.contains(f))
+    cpu_has(&["avx512f", "avx512bw", "avx512vl", "avx512_vnni"])
 }
 
 /// What the default (`dtype=auto`) runs on this CPU.

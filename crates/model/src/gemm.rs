@@ -205,14 +205,10 @@ pub(crate) fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b
             Vec::new()
         };
         let shared = Rows::new(out);
-        let total = groups.len();
-        par_ranges(total, threads, |range| {
-            for g in 0..groups.first.len() {
-                let (lo, hi) = (groups.bounds[g], groups.bounds[g + 1]);
-                // This range's share of the group: the same fraction of it.
-                let share = |x: usize| lo + (hi - lo) * x / total.max(1);
-                let (start, end) = (share(range.start), share(range.end));
-                let v0 = groups.first[g] / LANES;
+        par_ranges(groups.len(), threads, |range| {
+            for (first, share) in groups.shares(range) {
+                let (start, end) = (share.start, share.end);
+                let v0 = first / LANES;
                 let out = shared.ptr();
                 // SAFETY: each range writes its own rows of `out` (the
                 // shares of disjoint ranges are disjoint); the CPU

@@ -326,6 +326,25 @@ impl Ggnn {
         self.sinusoids.linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0
     }
 
+    /// The gate table's rows for this input's positions, `p(k)` for `k <
+    /// input.position_rows`.
+    fn position_gates(&self, input: &Prepared) -> Tensor {
+        self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0
+    }
+
+    /// [`Ggnn::initial_states`] into `h0` (\[N, 34\]), the embedding's
+    /// rows through `text` (\[N, 32\]): inference's buffers.
+    fn initial_states_into(&self, h0: &Tensor, text: &Tensor, input: &Prepared) {
+        let selector = self.selector_table.index_select(0, &input.selector);
+        let _ = Tensor::cat_out(h0, &[self.embedding.index_select_out(text, 0, &input.tokens), selector], 1);
+    }
+
+    /// [`Ggnn::readout`], its concatenation into `both` (\[N, 68\]).
+    fn readout_into(&self, both: &Tensor, h_t: &Tensor, h0: &Tensor) -> Tensor {
+        let gate = Tensor::cat_out(both, &[h_t, h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
+        gate * h_t.linear(&self.readout_w, Some(&self.readout_b))
+    }
+
     /// Initial node states `h_0`, \[N, 34\].
     pub fn initial_states(&self, input: &Prepared) -> Tensor {
         let text = Tensor::embedding(&self.embedding, &input.tokens, -1, false, false);
@@ -438,10 +457,8 @@ impl Ggnn {
         let [mut h_b, f_b, mut m_b, gi_b, gathered_b] = [h_b, f_b, m_b, gi_b, gathered_b].map(|t| t.view_dtype(Kind::BFloat16));
         // F as the step reads it: FP32, or its BF16 product.
         let f = if bf16 { f_b.shallow_clone() } else { f };
-        let selector = self.selector_table.index_select(0, &input.selector);
-        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
-        let table = (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0)
-            .index_select_out(&gates, 0, &input.positions);
+        self.initial_states_into(&h0, &text, input);
+        let table = self.position_gates(input).index_select_out(&gates, 0, &input.positions);
         drop(table);
         // [out, in] weight rows as [blocks, in, out] right-hand sides.
         let by_block = |w: &Tensor, blocks: i64| w.view([blocks, HIDDEN, HIDDEN]).transpose(1, 2).contiguous();
@@ -508,8 +525,7 @@ impl Ggnn {
             let _ = next.g_add_(&new);
             h = next;
         }
-        let gate = Tensor::cat_out(&both, &[&h, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
-        gate * h.linear(&self.readout_w, Some(&self.readout_b))
+        self.readout_into(&both, &h, &h0)
     }
 
     /// Per-node logits \[N, C\] after `steps` steps in evaluation mode,
@@ -631,10 +647,8 @@ impl Ggnn {
         let [f, gi] = [f, gi].map(|t| if bf16 { t.view_dtype(Kind::BFloat16) } else { t });
         let m = if narrow_inputs { m.view_dtype(Kind::BFloat16) } else { m };
         let mut h_b = h_b.view_dtype(Kind::BFloat16);
-        let selector = self.selector_table.index_select(0, &input.selector);
-        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
-        let table =
-            (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
+        self.initial_states_into(&h0, &text, input);
+        let table = self.position_gates(input).contiguous();
         // libtorch's right-hand sides: [34, 306] and [34, 102], or per
         // block [B, 34, 34] (none for the hand-written products).
         let (w_f, w_ih) = if hand {
@@ -726,8 +740,7 @@ impl Ggnn {
             }
             h = next.shallow_clone();
         }
-        let gate = Tensor::cat_out(&both, &[&h, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
-        gate * h.linear(&self.readout_w, Some(&self.readout_b))
+        self.readout_into(&both, &h, &h0)
     }
 
     /// [`Ggnn::logits_fused`] with INT8 products ([`crate::int8`]): each
@@ -777,10 +790,8 @@ impl Ggnn {
                 ],
             )
         };
-        let selector = self.selector_table.index_select(0, &input.selector);
-        let _ = Tensor::cat_out(&h0, &[self.embedding.index_select_out(&text, 0, &input.tokens), selector], 1);
-        let table =
-            (self.sinusoids.narrow(0, 0, input.position_rows).linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0).contiguous();
+        self.initial_states_into(&h0, &text, input);
+        let table = self.position_gates(input).contiguous();
         let offsets: Vec<usize> =
             sources.iter().map(|&s| (s / EDGE_TYPES) as usize * MESSAGES + slot[(s % EDGE_TYPES) as usize] * HD).collect();
         let (b_msg, bias) = self.kernel_biases();
@@ -862,8 +873,7 @@ impl Ggnn {
         // The last state, row-major for the readout.
         let last = hf.get(steps % 2).narrow(1, 0, n).tr();
         h_last.copy_(&last);
-        let gate = Tensor::cat_out(&both, &[&h_last, &h0], 1).linear(&self.readout_gate_w, Some(&self.readout_gate_b)).sigmoid();
-        gate * h_last.linear(&self.readout_w, Some(&self.readout_b))
+        self.readout_into(&both, &h_last, &h0)
     }
 
     /// [`Ggnn::pooled_logits`] in evaluation mode, without autograd state.

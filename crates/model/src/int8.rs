@@ -8,8 +8,9 @@
 //! where the root selector sits in the initial state (0 or 50, against
 //! values within ±1 in the rest), stay FP32 on both sides, as does
 //! everything else (biases, gates, the GRU cell, the readout); the cell's
-//! sigmoids are computed to ~1e-4 ([`cells`]), the gates' quantisation
-//! error being ~1e-2.
+//! sigmoids are computed to ~1e-4
+//! ([`crate::kernels::avx512::cells_by`]), the gates' quantisation error
+//! being ~1e-2.
 //!
 //! Where the time goes in FP32 (products at ~90% of the FMA ports' peak)
 //! is not where it goes once the multiply-adds are four times cheaper:
@@ -591,7 +592,8 @@ pub(crate) struct NextStates<'a> {
 /// 16): the gates' pre-activations `GI = m · W_ihᵀ`, `GH = h · W_hhᵀ` per
 /// output, each as [`messages`]' outputs are (`(Σ q q) · (scale_w ·
 /// scale_x)`, then the two FP32 entries), then the cell
-/// ([`crate::kernels::avx512::cells`], with `bias`) on `h_full` (`[34][stride]`).
+/// ([`crate::kernels::avx512::cells_by`], its sigmoids to ~1e-4, with
+/// `bias`) on `h_full` (`[34][stride]`).
 /// Writes the new state node-major in FP32 and as bytes ([`quantise`]
 /// with each node's own [`quantiser`]).
 #[allow(clippy::too_many_arguments)]
@@ -702,81 +704,14 @@ unsafe fn gru_units<const U: usize>(
         [_mm512_set1_ps(bias.r[j]), _mm512_set1_ps(bias.z[j]), _mm512_set1_ps(bias.i_n[j]), _mm512_set1_ps(bias.h_n[j])]
     });
     let hv: [__m512; U] = std::array::from_fn(|i| _mm512_loadu_ps(h_full.as_ptr().add(unit(i) * stride + n0)));
-    let new = cells::<U>(pre[0], pre[1], b, hv);
-    for (i, new) in new.iter().enumerate() {
+    let new = crate::kernels::avx512::cells_by::<U, true>(pre[0], pre[1], b, hv);
+    for (i, [new, ..]) in new.iter().enumerate() {
         _mm512_storeu_ps(out.add(unit(i) * stride + n0), *new);
         if unit(i) < QK {
             largest = _mm512_max_ps(largest, _mm512_abs_ps(*new));
         }
     }
     largest
-}
-
-/// `σ(x)` on `M` vectors to INT8's needs (relative error ~1e-4, against
-/// the gates' quantisation error of ~1e-2), in 12 operations against the
-/// FP32 cell's 20: `exp(-x)` as `2^n · p(r)` (`n` the nearest integer to
-/// `-x · log2 e`, `r = -x - n ln 2` in one step, `p` Taylor's degree 5),
-/// `-x` clamped to at least -87 (no denormal sums), and the reciprocal
-/// as `rcp14` (2^-14).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn sigmoid_n<const M: usize>(x: [__m512; M]) -> [__m512; M] {
-    let mut out = [_mm512_setzero_ps(); M];
-    let mut n = [_mm512_setzero_ps(); M];
-    let mut r = [_mm512_setzero_ps(); M];
-    let mut p = [_mm512_set1_ps(1.0 / 120.0); M];
-    for i in 0..M {
-        let x = _mm512_min_ps(x[i], _mm512_set1_ps(87.0));
-        n[i] = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
-            x,
-            _mm512_set1_ps(-std::f32::consts::LOG2_E),
-        ));
-        // x + n ln 2 = -r
-        r[i] = _mm512_fmadd_ps(n[i], _mm512_set1_ps(std::f32::consts::LN_2), x);
-    }
-    for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-        for i in 0..M {
-            // p · r + c, with r = -(x + n ln 2)
-            p[i] = _mm512_fnmadd_ps(p[i], r[i], _mm512_set1_ps(c));
-        }
-    }
-    for i in 0..M {
-        out[i] = _mm512_rcp14_ps(_mm512_add_ps(_mm512_scalef_ps(p[i], n[i]), _mm512_set1_ps(1.0)));
-    }
-    out
-}
-
-/// The GRU cell on `M` vectors of 16 nodes, as the FP32 step's
-/// ([`crate::kernels::avx512::cells`]: the same operations around the
-/// sigmoids) with [`sigmoid_n`]: `x` the input gates' pre-activations, `g`
-/// the hidden ones, `b` the biases (r, z, input n, hidden n), `h` the
-/// state; returns the new state.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn cells<const M: usize>(x: [[__m512; 3]; M], g: [[__m512; 3]; M], b: [[__m512; 4]; M], h: [__m512; M]) -> [__m512; M] {
-    let mut pre_r = [_mm512_setzero_ps(); M];
-    let mut pre_z = [_mm512_setzero_ps(); M];
-    for i in 0..M {
-        pre_r[i] = _mm512_add_ps(_mm512_add_ps(x[i][0], g[i][0]), b[i][0]);
-        pre_z[i] = _mm512_add_ps(_mm512_add_ps(x[i][1], g[i][1]), b[i][1]);
-    }
-    let r = sigmoid_n(pre_r);
-    let z = sigmoid_n(pre_z);
-    let mut a2 = [_mm512_setzero_ps(); M];
-    for i in 0..M {
-        let a = _mm512_fmadd_ps(r[i], _mm512_add_ps(g[i][2], b[i][3]), _mm512_add_ps(x[i][2], b[i][2]));
-        a2[i] = _mm512_add_ps(a, a);
-    }
-    let s = sigmoid_n(a2);
-    let mut out = [_mm512_setzero_ps(); M];
-    for i in 0..M {
-        // tanh(a) = 2σ(2a) − 1
-        let n = _mm512_fmsub_ps(_mm512_set1_ps(2.0), s[i], _mm512_set1_ps(1.0));
-        out[i] = _mm512_fmadd_ps(z[i], _mm512_sub_ps(h[i], n), n);
-    }
-    out
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -991,7 +926,7 @@ mod tests {
         for i in -1000..=1000 {
             let x: [f32; 16] = std::array::from_fn(|l| (i * 16 + l as i32) as f32 / 160.0);
             // SAFETY: AVX-512 (checked above).
-            let [got] = unsafe { sigmoid_n([_mm512_loadu_ps(x.as_ptr())]) };
+            let [got] = unsafe { crate::kernels::avx512::sigmoid_approx_n([_mm512_loadu_ps(x.as_ptr())]) };
             for (x, got) in x.iter().zip(lanes(got)) {
                 let want = 1.0 / (1.0 + (-*x as f64).exp());
                 let ok = if want < 1e-30 { (got as f64) < 1e-30 } else { ((got as f64 - want) / want).abs() < 2e-4 };
@@ -1008,7 +943,9 @@ mod tests {
             let (x, g) = ([v(scale), v(scale), v(scale)], [v(scale), v(scale), v(scale)]);
             let (b, h) = ([v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0));
             // SAFETY: AVX-512 (checked above).
-            let (got, [want]) = unsafe { (cells::<1>([x], [g], [b], [h]), crate::kernels::avx512::cells::<1>([x], [g], [b], [h])) };
+            let ([got], [want]) = unsafe {
+                (crate::kernels::avx512::cells_by::<1, true>([x], [g], [b], [h]), crate::kernels::avx512::cells::<1>([x], [g], [b], [h]))
+            };
             for (a, b) in lanes(got[0]).iter().zip(lanes(want[0])) {
                 assert!((a - b).abs() < 1e-3, "scale {scale}: {a} against FP32's {b}");
             }
@@ -1058,7 +995,7 @@ mod tests {
                     // SAFETY: AVX-512 (checked above); a lane of the cell.
                     let cell = unsafe {
                         let s = _mm512_set1_ps;
-                        let [out] = cells::<1>(
+                        let [[out, ..]] = crate::kernels::avx512::cells_by::<1, true>(
                             [[s(pre(0, 0)), s(pre(0, 1)), s(pre(0, 2))]],
                             [[s(pre(1, 0)), s(pre(1, 1)), s(pre(1, 2))]],
                             [[s(bias.r[j]), s(bias.z[j]), s(bias.i_n[j]), s(bias.h_n[j])]],

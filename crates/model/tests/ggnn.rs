@@ -8,7 +8,7 @@ use programl_model::{sinusoids, Ggnn, GraphHead, Hyper, Pool, Prepared, HIDDEN};
 use tch::{Device, Kind, Tensor};
 
 mod common;
-use common::{five_nodes, vocabulary};
+use common::{cpu_flags, five_nodes, vocabulary};
 
 #[test]
 fn parameter_count_matches_the_spec() {
@@ -402,8 +402,8 @@ fn fused_cpu_loops_match_libtorch_operations_at_any_thread_count() {
     }
     tch::set_num_threads(before);
     // The hand-written products run exactly where the CPU has AVX-512.
-    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let has = |f: &str| flags.lines().find(|l| l.starts_with("flags")).is_some_and(|l| l.split_whitespace().any(|w| w == f));
+    let flags = cpu_flags();
+    let has = |f: &str| flags.iter().any(|w| w == f);
     if cfg!(target_arch = "x86_64") && !flags.is_empty() {
         assert_eq!(programl_model::hand_products(false), has("avx512f"));
         assert_eq!(programl_model::hand_products(true), has("avx512f") && has("avx512_bf16"));

@@ -10,12 +10,7 @@ use programl_model::{set_matmul_precision, Ggnn, Hyper, Precision, Prepared};
 use tch::Device;
 
 mod common;
-use common::{five_nodes, vocabulary};
-
-fn cpu_flags() -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines().find(|l| l.starts_with("flags")).map_or(vec![], |l| l.split_whitespace().map(String::from).collect())
-}
+use common::{cpu_flags, five_nodes, vocabulary};
 
 #[test]
 fn bf16_runs_where_the_cpu_has_it_and_predictions_stay_close() {

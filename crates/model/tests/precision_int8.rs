@@ -12,10 +12,8 @@ use programl_model::bundle::Bundle;
 use programl_model::{cpu_has_int8, node_probabilities, set_matmul_precision, Precision};
 use tch::Device;
 
-fn cpu_flags() -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines().find(|l| l.starts_with("flags")).map_or(vec![], |l| l.split_whitespace().map(String::from).collect())
-}
+mod common;
+use common::cpu_flags;
 
 #[test]
 fn int8_runs_where_the_cpu_has_vnni_and_stays_close_to_fp32() {

@@ -93,14 +93,19 @@ fn open_describe_predict_close() {
     // The two copies of the graph differ only by their root.
     let n = batch.node_count() / 2;
     assert_ne!(out[..2 * n], out[2 * n..], "the root makes no difference");
+    // The batch again, at the bundle's steps, under the precision in effect.
+    let predict = || {
+        let mut p = vec![0f32; out.len()];
+        assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, p.as_mut_ptr(), p.len()) }, 0, "{}", last_error());
+        p
+    };
 
     // BF16 products where the CPU has them: probabilities within BF16's
     // rounding of FP32's, and the model crate's under the same precision
     // (what `programl-train predict --dtype bf16` prints); FP32 again after.
     let bf16 = programl_runtime_set_dtype(1);
     assert_eq!(bf16, programl_model::cpu_has_bf16() as i32, "{}", last_error());
-    let mut reduced = vec![0f32; out.len()];
-    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, reduced.as_mut_ptr(), reduced.len()) }, 0);
+    let reduced = predict();
     let drift = reduced.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     if bf16 == 1 {
         assert!(drift > 0.0 && drift < 0.02, "BF16 against FP32: {drift}");
@@ -114,8 +119,7 @@ fn open_describe_predict_close() {
     // FP32, and the model crate's under the same precision.
     let int8 = programl_runtime_set_dtype(2);
     assert_eq!(int8, if programl_model::cpu_has_int8() { 2 } else { 0 }, "{}", last_error());
-    let mut bytes = vec![0f32; out.len()];
-    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, bytes.as_mut_ptr(), bytes.len()) }, 0);
+    let bytes = predict();
     let drift = bytes.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     if int8 == 2 {
         assert!(drift > 0.0 && drift < 0.05, "INT8 against FP32: {drift}");
@@ -125,9 +129,7 @@ fn open_describe_predict_close() {
         assert_eq!(drift, 0.0, "no VNNI on this CPU: FP32's probabilities");
     }
     assert_eq!(programl_runtime_set_dtype(0), 0);
-    let mut again = vec![0f32; out.len()];
-    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, again.as_mut_ptr(), again.len()) }, 0);
-    assert_eq!(again, out, "FP32 again");
+    assert_eq!(predict(), out, "FP32 again");
     assert_eq!(programl_runtime_set_dtype(3), int8, "auto is INT8 where the CPU has VNNI, else FP32");
     assert_eq!(programl_runtime_set_dtype(0), 0);
     assert_eq!(programl_runtime_set_dtype(4), -1);

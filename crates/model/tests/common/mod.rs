@@ -1,4 +1,5 @@
-//! Inputs shared by the model's test binaries.
+//! Inputs shared by the model's test binaries (each uses some of them).
+#![allow(dead_code)]
 
 use programl::batch::GraphInput;
 use programl::graph::{Edge, Flow};
@@ -27,4 +28,11 @@ pub fn five_nodes(vocab: &Vocabulary) -> GraphInput {
         (2, 0, e(Flow::Call, 0)),
     ];
     GraphInput::from_parts(texts, edges, vocab).unwrap()
+}
+
+/// This CPU's flags, as the kernel reports them in `/proc/cpuinfo` (none
+/// where there is no such file).
+pub fn cpu_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines().find(|l| l.starts_with("flags")).map_or(vec![], |l| l.split_whitespace().map(String::from).collect())
 }
