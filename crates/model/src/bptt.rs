@@ -30,7 +30,7 @@
 
 use tch::{Kind, Tensor};
 
-use crate::gemm;
+use programl_kernels::{self as kernels, gemm};
 use crate::ggnn::{floats, state_dropout_mask, view, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
 
 /// What the backward pass keeps of one step.
@@ -98,7 +98,7 @@ impl Products {
             // SAFETY: contiguous CPU tensors of these kinds and one size;
             // `out` fresh.
             unsafe {
-                let dst = std::slice::from_raw_parts_mut(out.data_ptr() as *mut crate::kernels::Bf16, out.numel());
+                let dst = std::slice::from_raw_parts_mut(out.data_ptr() as *mut kernels::Bf16, out.numel());
                 gemm::to_bf16(view(&t, Kind::Float), dst, tch::get_num_threads().max(1) as usize);
             }
             out
@@ -217,7 +217,10 @@ impl Ggnn {
     /// as in [`Ggnn::bptt`].
     fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
         use crate::ggnn::{block_products, view_mut};
-        use crate::kernels::{self, ByRow, Edges, GruTape, Layout, Shared, FUSED, GATES};
+        use kernels::backward::{self, ByRow};
+        use kernels::forward::{self, Edges, GruTape, Layout};
+        use kernels::threads::Shared;
+        use kernels::{FUSED, GATES};
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let nodes = n as usize;
@@ -323,7 +326,7 @@ impl Ggnn {
             let a = Tensor::empty([n, 34], float);
             unsafe {
                 let out: &mut [f32] = view_mut(&a, Kind::Float);
-                kernels::with_elem!(pr.bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads));
+                kernels::with_elem!(pr.bf16, T => forward::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads));
             }
             let a_op = pr.operand(&a);
             let gi = product(&a_op, &w_i, 3);
@@ -338,7 +341,7 @@ impl Ggnn {
                 let (gl, fl) = (gi_layout, layout);
                 kernels::with_elem!(
                     pr.bf16,
-                    T => kernels::gru_train::<T>(
+                    T => forward::gru_train::<T>(
                         (view(&gi, kind), gl),
                         (view(&f, kind), fl),
                         view(&h, Kind::Float),
@@ -384,8 +387,8 @@ impl Ggnn {
             let d_fused = Tensor::empty([n, FUSED as i64], float);
             let dh_direct = Tensor::empty([n, 34], float);
             unsafe {
-                kernels::gru_backward(
-                    kernels::GruBackward {
+                backward::gru_backward(
+                    backward::GruBackward {
                         dh_new: view(&dh_new, Kind::Float),
                         h: view(&s.h, Kind::Float),
                         r: view(&s.r, Kind::Float),
@@ -417,8 +420,8 @@ impl Ggnn {
                 let back = if pr.bf16 || hand.is_some() { Layout::row_major(EDGE_TYPES as usize) } else { layout };
                 kernels::with_elem!(
                     pr.bf16,
-                    T => kernels::aggregate_backward::<T>(
-                        kernels::EdgesBackward {
+                    T => backward::aggregate_backward::<T>(
+                        backward::EdgesBackward {
                             da: d,
                             inv_degree: &inv_degree,
                             fused: (view(&f, kind), back),

@@ -20,104 +20,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use programl::vocab::Vocabulary;
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use crate::{Ggnn, Hyper};
+pub use programl_infer::bundle::{
+    read_config, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION, VOCABULARY_FILE, WEIGHTS_FILE,
+};
 
-/// `config.json`'s `format`.
-pub const FORMAT: &str = "programl-model";
-/// `config.json`'s `version`: bumped by any change to the files' meaning.
-pub const VERSION: u32 = 1;
-
-pub const CONFIG_FILE: &str = "config.json";
-pub const WEIGHTS_FILE: &str = "weights.safetensors";
-pub const VOCABULARY_FILE: &str = "vocabulary.json";
-
-/// The largest `hyper.positions` a bundle may have (the position table then
-/// takes 8.9 MB; SPEC.md §3's is 1024 rows).
-pub const MAX_POSITIONS: i64 = 1 << 16;
-/// The largest `hyper.steps` a bundle may have (SPEC.md §3: 30).
-pub const MAX_STEPS: i64 = 10_000;
-
-/// `config.json`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    pub format: String,
-    pub version: u32,
-    /// The task, lowercase (`reachability`, …, as in `models/<task>`).
-    pub task: String,
-    /// `node` (a prediction per node) or `graph`.
-    pub head: Head,
-    /// Class names, index = logit column (`["negative", "positive"]`).
-    pub classes: Vec<String>,
-    pub hyper: Hyper,
-    pub provenance: Provenance,
-    /// For models of source programs (device mapping, POJ-104): how the
-    /// sources were compiled to IR, so that new sources are compiled alike.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<SourceCompile>,
-}
-
-/// The compiler and flags that turned the training sources into IR.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceCompile {
-    pub compiler: String,
-    pub flags: Vec<String>,
-    /// Text force-included before every source (POJ-104's headers and
-    /// `using namespace std;`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prelude: Option<String>,
-}
-
-/// What the model predicts on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Head {
-    Node,
-    Graph,
-}
-
-/// Where the model came from: what the learned pass checks before trusting
-/// it on a module.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Provenance {
-    /// The graph mode of the training graphs: `paper` or `programl-0.3`.
-    pub graph_mode: String,
-    /// The LLVM major version the training graphs were built with.
-    pub llvm_major: u32,
-    /// Whether the training IR used opaque pointers.
-    pub opaque_pointers: bool,
-    /// [`programl::batch::LAYOUT_VERSION`] at training time.
-    pub featurisation_version: u32,
-    /// A hash of the training data (the dataset store's manifest).
-    pub training_data_hash: String,
-    /// Training examples seen.
-    pub examples_seen: u64,
-    /// Training wall time, seconds.
-    pub wall_time_s: f64,
-    /// The matmul precision the model was trained and validated with.
-    pub dtype: String,
-    /// The tool that wrote the bundle, with its version.
-    pub created_by: String,
-}
-
-/// Why a bundle could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum BundleError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{}: {detail}", path.display())]
-    Invalid { path: PathBuf, detail: String },
-    #[error("{}: not a programl model of a version this build reads: {detail}", path.display())]
-    Version { path: PathBuf, detail: String },
-    /// The vocabulary's own error names its file.
-    #[error("{source}")]
-    Vocabulary { path: PathBuf, source: programl::vocab::VocabError },
-}
+use crate::Ggnn;
 
 fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
     BundleError::Invalid { path: path.to_path_buf(), detail: detail.into() }
@@ -213,50 +122,6 @@ pub fn replace_dir(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), BundleErro
     let _ = std::fs::remove_dir_all(&old);
     programl::fsutil::sync_dir(parent).map_err(io(parent))?;
     Ok(())
-}
-
-/// Reads and checks `dir/config.json`.
-pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
-    let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|source| BundleError::Io { path: path.clone(), source })?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&path, format!("not JSON: {e}")))?;
-    let format = value.get("format").and_then(|v| v.as_str()).unwrap_or("");
-    let version = value.get("version").and_then(|v| v.as_u64());
-    if format != FORMAT || version != Some(VERSION as u64) {
-        return Err(BundleError::Version {
-            path,
-            detail: format!(
-                "format '{format}' version {}, expected '{FORMAT}' version {VERSION}",
-                version.map_or("none".to_string(), |v| v.to_string())
-            ),
-        });
-    }
-    let config: Config = serde_json::from_value(value).map_err(|e| invalid(&path, e.to_string()))?;
-    if config.hyper.classes as usize != config.classes.len() {
-        return Err(invalid(&path, format!("{} class names for {} classes", config.classes.len(), config.hyper.classes)));
-    }
-    if (config.head == Head::Graph) != config.hyper.graph.is_some() {
-        let detail = match config.head {
-            Head::Graph => "head \"graph\" without hyper.graph (the graph head's settings)",
-            Head::Node => "head \"node\" with hyper.graph (settings of a graph head)",
-        };
-        return Err(invalid(&path, detail));
-    }
-    if config.hyper.vocab_size == 0 || config.hyper.positions < 1 || config.hyper.classes < 1 {
-        return Err(invalid(&path, "hyper: vocab_size, positions and classes must be positive"));
-    }
-    // `Ggnn::new` allocates the position table (positions × 34 f32) before
-    // any weight is read, and inference runs `steps` steps unless told
-    // otherwise: unbounded, a corrupt number is an allocation failure,
-    // which aborts the process (the compiler, under the learned pass), or
-    // a prediction that never ends (found by tests/fuzz_bundle.rs).
-    if config.hyper.positions > MAX_POSITIONS {
-        return Err(invalid(&path, format!("hyper.positions {} is above {MAX_POSITIONS}", config.hyper.positions)));
-    }
-    if !(1..=MAX_STEPS).contains(&config.hyper.steps) {
-        return Err(invalid(&path, format!("hyper.steps {} is outside 1..={MAX_STEPS}", config.hyper.steps)));
-    }
-    Ok(config)
 }
 
 /// Writes the model's parameters as safetensors (f32, on the CPU).

@@ -35,169 +35,30 @@
 use std::cell::RefCell;
 
 use programl::batch::{Batch, EdgeType};
-use serde::{Deserialize, Serialize};
+
 use tch::{nn, Device, Kind, Tensor};
 
-use crate::gemm;
-use crate::int8;
-use crate::kernels;
+use programl_kernels::{self as kernels, forward, gemm, int8};
 use crate::workspace::Workspace;
 
 /// Node-text embedding width (SPEC.md §3).
-pub const TEXT_DIM: i64 = 32;
+pub const TEXT_DIM: i64 = kernels::TEXT_DIM as i64;
 /// Root-selector width.
 pub const SELECTOR_DIM: i64 = 2;
 /// Hidden state width: text embedding and selector.
-pub const HIDDEN: i64 = TEXT_DIM + SELECTOR_DIM;
+pub const HIDDEN: i64 = kernels::HIDDEN as i64;
+const _: () = assert!(HIDDEN == TEXT_DIM + SELECTOR_DIM);
 /// Edge types: control, data, call, each forward and backward.
-pub const EDGE_TYPES: i64 = 6;
+pub const EDGE_TYPES: i64 = kernels::EDGE_TYPES as i64;
 /// Blocks of 34 columns in one row of the fused per-step product
 /// `h · [W_msg; W_hh]ᵀ`: six edge-type maps, then the GRU's three hidden
 /// gates (306 = 9 × 34).
 pub(crate) const FUSED_BLOCKS: i64 = EDGE_TYPES + 3;
 
-/// The model's shape and training constants. Saved in a bundle's
-/// `config.json`; the parameter shapes follow from it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Hyper {
-    /// Embedding rows: the vocabulary with its unknown id.
-    pub vocab_size: usize,
-    /// Rows of the position gate table; larger positions are clamped.
-    pub positions: i64,
-    /// The selector's non-zero value (upstream: 50).
-    pub selector_value: f64,
-    /// Message-passing steps by default (training uses this T).
-    pub steps: i64,
-    /// Dropout on the GRU state during training.
-    pub state_dropout: f64,
-    /// Classes per node (and per graph, with a graph head).
-    pub classes: i64,
-    /// The graph-level head, for graph tasks (absent: per-node predictions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub graph: Option<GraphHead>,
-}
+pub use programl_infer::config::{GraphHead, Hyper, Pool, NORM_EPS};
 
-/// A graph-level head (SPEC.md §3, "graph-level tasks"): the per-node
-/// readout is summed over each graph's nodes into C graph logits; where
-/// the task has auxiliary inputs, those logits and the inputs go through a
-/// small classifier:
-///
-/// ```text
-/// x = [Σ_v R_v ; log(1 + aux)]        (C + A)
-/// x̂ = batch-normalised x              (running statistics at inference)
-/// logits = W_2 relu(W_1 x̂ + b_1) + b_2   (C)
-/// ```
-///
-/// (upstream's auxiliary readout, in `programl/models/ggnn/` at v0.1.0,
-/// without its dropout). The auxiliary inputs are raw quantities (bytes,
-/// work-items): the model applies `log1p` itself, so that the trainer and
-/// the learned pass featurise them the same way.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GraphHead {
-    /// Names of the auxiliary inputs, in input order (empty: none).
-    pub aux: Vec<String>,
-    /// Width of the auxiliary classifier's hidden layer.
-    pub aux_hidden: i64,
-    /// How node logits become graph logits: `sum` (upstream's, the
-    /// default) or `mean` (logits that do not grow with the graph, which
-    /// many-class tasks such as POJ-104 need to train stably).
-    #[serde(default, skip_serializing_if = "Pool::is_sum")]
-    pub pool: Pool,
-}
-
-/// A graph head's pooling of node logits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pool {
-    #[default]
-    Sum,
-    Mean,
-}
-
-impl Pool {
-    fn is_sum(&self) -> bool {
-        *self == Pool::Sum
-    }
-}
-
-/// Batch-norm momentum and epsilon of the auxiliary classifier (PyTorch's
-/// `BatchNorm1d` defaults).
+/// Batch-norm momentum of the auxiliary classifier (PyTorch's `BatchNorm1d` default).
 const NORM_MOMENTUM: f64 = 0.1;
-const NORM_EPS: f64 = 1e-5;
-
-impl Hyper {
-    /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
-    pub fn spec(vocab_size: usize) -> Hyper {
-        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2, graph: None }
-    }
-
-    /// The auxiliary inputs of a graph head (0 without one).
-    pub fn aux_inputs(&self) -> i64 {
-        self.graph.as_ref().map_or(0, |g| g.aux.len() as i64)
-    }
-
-    /// Every parameter's name and shape, in a fixed order.
-    pub fn parameter_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let (h, c) = (HIDDEN, self.classes);
-        vec![
-            ("embedding.weight", vec![self.vocab_size as i64, TEXT_DIM]),
-            ("messages.weight", vec![EDGE_TYPES * h, h]),
-            ("messages.bias", vec![EDGE_TYPES * h]),
-            ("gate.weight", vec![h, h]),
-            ("gate.bias", vec![h]),
-            ("gru.weight_ih", vec![3 * h, h]),
-            ("gru.weight_hh", vec![3 * h, h]),
-            ("gru.bias_ih", vec![3 * h]),
-            ("gru.bias_hh", vec![3 * h]),
-            ("readout.gate.weight", vec![c, 2 * h]),
-            ("readout.gate.bias", vec![c]),
-            ("readout.transform.weight", vec![c, h]),
-            ("readout.transform.bias", vec![c]),
-        ]
-        .into_iter()
-        .chain(self.aux_shapes().into_iter().filter(|(n, _)| !n.starts_with("aux.norm.running")))
-        .collect()
-    }
-
-    /// The auxiliary classifier's tensors, trainable and not.
-    fn aux_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let (a, c) = (self.aux_inputs(), self.classes);
-        if a == 0 {
-            return Vec::new();
-        }
-        let hidden = self.graph.as_ref().map_or(0, |g| g.aux_hidden);
-        vec![
-            ("aux.norm.weight", vec![c + a]),
-            ("aux.norm.bias", vec![c + a]),
-            ("aux.norm.running_mean", vec![c + a]),
-            ("aux.norm.running_var", vec![c + a]),
-            ("aux.hidden.weight", vec![hidden, c + a]),
-            ("aux.hidden.bias", vec![hidden]),
-            ("aux.out.weight", vec![c, hidden]),
-            ("aux.out.bias", vec![c]),
-        ]
-    }
-
-    /// Non-trainable state saved with the weights (the auxiliary
-    /// classifier's running statistics), in [`Ggnn::named_buffers`] order.
-    pub fn buffer_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        self.aux_shapes().into_iter().filter(|(n, _)| n.starts_with("aux.norm.running")).collect()
-    }
-
-    /// Everything `weights.safetensors` holds: parameters, then buffers.
-    pub fn tensor_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let mut all = self.parameter_shapes();
-        all.extend(self.buffer_shapes());
-        all
-    }
-
-    /// Number of trainable parameters.
-    pub fn parameter_count(&self) -> i64 {
-        self.parameter_shapes().iter().map(|(_, s)| s.iter().product::<i64>()).sum()
-    }
-}
 
 /// The GGNN: its variables live in [`Ggnn::vs`].
 pub struct Ggnn {
@@ -251,6 +112,7 @@ impl Ggnn {
     /// PyTorch's GRU cell init). Seed with `tch::manual_seed` first for a
     /// reproducible start.
     pub fn new(hyper: &Hyper, device: Device) -> Ggnn {
+        crate::use_libtorch_threads();
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         let h = HIDDEN;
@@ -558,11 +420,11 @@ impl Ggnn {
     }
 
     /// The biases as the fused loops add them: the six edge-type biases
-    /// \[6 × 34\], and the GRU's ([`kernels::GruBias`]).
-    pub(crate) fn kernel_biases(&self) -> (Vec<f32>, kernels::GruBias) {
+    /// \[6 × 34\], and the GRU's ([`forward::GruBias`]).
+    pub(crate) fn kernel_biases(&self) -> (Vec<f32>, forward::GruBias) {
         let (b_msg, b_ih, b_hh) = (floats(&self.messages_b), floats(&self.b_ih), floats(&self.b_hh));
         let hd = HIDDEN as usize;
-        let mut bias = kernels::GruBias {
+        let mut bias = forward::GruBias {
             r: [0.0; HIDDEN as usize],
             z: [0.0; HIDDEN as usize],
             i_n: [0.0; HIDDEN as usize],
@@ -591,7 +453,8 @@ impl Ggnn {
     /// (block-major \[9, N, 34\] and \[3, N, 34\]), which MKL computes
     /// faster than one wide product. Buffers come from the workspace.
     fn logits_fused(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
-        use kernels::{Edges, Layout, FUSED, GATES};
+        use forward::{Edges, Layout};
+        use kernels::{FUSED, GATES};
         // INT8 products are hand-written only: with libtorch's products
         // (the tests' second way) the step is FP32.
         if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) && int8::available() {
@@ -711,7 +574,7 @@ impl Ggnn {
             product(&f_out, if narrow_inputs { &h_b } else { &h }, &w_f, packed.as_ref().zip(groups.as_ref()).map(|(p, g)| (&p.0, g)));
             unsafe {
                 if narrow_inputs {
-                    kernels::aggregate::<kernels::Bf16, kernels::Bf16>(
+                    forward::aggregate::<kernels::Bf16, kernels::Bf16>(
                         view(&f, kind),
                         &edges,
                         &b_msg,
@@ -720,14 +583,14 @@ impl Ggnn {
                         threads,
                     );
                 } else {
-                    kernels::with_elem!(bf16, T => kernels::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads));
+                    kernels::with_elem!(bf16, T => forward::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, view_mut(&m, m_kind), threads));
                 }
             }
             product(&gi_out, &m, &w_ih, packed.as_ref().map(|p| (&p.1, &whole)));
             unsafe {
                 kernels::with_elem!(
                     bf16,
-                    T => kernels::gru::<T>(
+                    T => forward::gru::<T>(
                         (view(&gi, kind), gi_layout),
                         (view(&f, kind), f_layout),
                         view(&h, Kind::Float),
@@ -751,7 +614,7 @@ impl Ggnn {
     /// between steps.
     fn logits_int8(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
         use int8::{Nodes, MESSAGES};
-        use kernels::Edges;
+        use forward::Edges;
         const HD: usize = HIDDEN as usize;
         const QUADS: usize = int8::QK / 4;
         let n = input.nodes;
@@ -1033,7 +896,7 @@ pub(crate) fn floats(t: &Tensor) -> Vec<f32> {
 pub(crate) fn state_dropout_mask(h: &Tensor, p: f64) -> Tensor {
     let seed = Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64;
     let mut mask = vec![0f32; h.numel()];
-    kernels::dropout_mask(&mut mask, seed, (1.0 - p) as f32, (1.0 / (1.0 - p)) as f32, tch::get_num_threads().max(1) as usize);
+    kernels::dropout::dropout_mask(&mut mask, seed, (1.0 - p) as f32, (1.0 / (1.0 - p)) as f32, tch::get_num_threads().max(1) as usize);
     Tensor::from_slice(&mask).view(h.size().as_slice()).to_device(h.device())
 }
 
@@ -1068,32 +931,10 @@ pub fn hand_products(bf16: bool) -> bool {
     gemm::available(bf16)
 }
 
-/// Which blocks of the fused product `h · [W_msg; W_hh]ᵀ` each node needs,
-/// for edges whose sources are `sources` (`node · 6 + type`): the blocks
-/// of the edge types it sends and the GRU's three. Returns each edge
-/// type's block (`slot[type]`: the types that fewest nodes send first)
-/// and the rows grouped by their first needed column, so that each node's
-/// needs are one suffix of the row. On real graphs only call instructions
-/// (and function entries) need the call blocks, only instructions the
-/// control blocks, and a constant needs one data block: about a quarter
-/// of the product's columns go.
+/// [`forward::needed_blocks`], for this crate's callers.
 fn needed_blocks(sources: &[i64], nodes: usize) -> ([usize; EDGE_TYPES as usize], Option<gemm::RowGroups>) {
-    const TYPES: usize = EDGE_TYPES as usize;
-    let mut sends = vec![0u8; nodes];
-    for &s in sources {
-        sends[(s / EDGE_TYPES) as usize] |= 1 << (s % EDGE_TYPES);
-    }
-    let senders: [usize; TYPES] = std::array::from_fn(|t| sends.iter().filter(|&&m| m >> t & 1 == 1).count());
-    let mut order: [usize; TYPES] = std::array::from_fn(|t| t);
-    order.sort_by_key(|&t| (senders[t], t));
-    let mut slot = [0usize; TYPES];
-    for (b, &t) in order.iter().enumerate() {
-        slot[t] = b;
-    }
-    let h = HIDDEN as usize;
-    let first: Vec<usize> =
-        sends.iter().map(|&m| (0..TYPES).filter(|&t| m >> t & 1 == 1).map(|t| slot[t]).min().unwrap_or(TYPES) * h).collect();
-    (slot, Some(gemm::RowGroups::by_first_column(&first)))
+    let (slot, groups) = forward::needed_blocks(sources, nodes);
+    (slot, Some(groups))
 }
 
 /// `out[b] = x · w[b]` for every block `b`: `out` \[B, N, 34\], `x`
@@ -1261,27 +1102,5 @@ impl Prepared {
             )
             .to_device(self.crow.device())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The edge types that fewest nodes send get the first blocks, and
-    /// each node's group starts at the first block it needs: node 0 sends
-    /// types 2 and 0, node 1 types 0, 4 and 1, node 2 types 1 and 0, node 3
-    /// type 1, node 4 nothing (it needs the GRU's blocks only).
-    #[test]
-    fn nodes_need_the_blocks_of_the_types_they_send() {
-        let edge = |node: i64, ty: i64| node * EDGE_TYPES + ty;
-        let sources = [edge(0, 2), edge(0, 0), edge(1, 0), edge(1, 4), edge(2, 1), edge(2, 0), edge(3, 1), edge(1, 1)];
-        let (slot, groups) = needed_blocks(&sources, 5);
-        // Senders: types 3 and 5 none, 2 and 4 one node, 0 and 1 three
-        // (ties in type order).
-        assert_eq!(slot, [4, 5, 2, 0, 3, 1]);
-        let h = HIDDEN as usize;
-        let groups = groups.expect("row groups").groups();
-        assert_eq!(groups, vec![(2 * h, vec![0]), (3 * h, vec![1]), (4 * h, vec![2]), (5 * h, vec![3]), (6 * h, vec![4])]);
     }
 }

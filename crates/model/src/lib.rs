@@ -26,10 +26,7 @@
 
 mod bptt;
 pub mod bundle;
-mod gemm;
 mod ggnn;
-mod int8;
-mod kernels;
 mod workspace;
 
 pub use bptt::{class_weights, Gradients};
@@ -185,7 +182,32 @@ pub fn cpu_has_bf16() -> bool {
 
 /// Whether the CPU runs INT8 inference products (AVX-512 with VNNI).
 pub fn cpu_has_int8() -> bool {
-    int8::available()
+    programl_kernels::int8::available()
+}
+
+extern "C" {
+    fn programl_parallel_for(
+        n: i64,
+        grain: i64,
+        f: extern "C" fn(*mut std::ffi::c_void, i64, i64),
+        ctx: *mut std::ffi::c_void,
+    ) -> std::ffi::c_int;
+}
+
+/// libtorch's intra-op loop (`at::parallel_for`, `parallel.cc`) as the
+/// kernels' runner.
+fn libtorch_parallel_for(n: i64, grain: i64, f: extern "C" fn(*mut std::ffi::c_void, i64, i64), ctx: *mut std::ffi::c_void) -> i32 {
+    // SAFETY: `f` matches the callback's signature and never unwinds; the
+    // C++ side catches every exception.
+    unsafe { programl_parallel_for(n, grain, f, ctx) }
+}
+
+/// Makes the kernels' parallel loops run on libtorch's intra-op threads
+/// (its OpenMP team) in every process that links this crate, so that they
+/// never compete with that team's spinning workers (called by
+/// [`Ggnn::new`]; idempotent).
+pub(crate) fn use_libtorch_threads() {
+    programl_kernels::threads::install_runner(libtorch_parallel_for);
 }
 
 /// The precision in effect, as a [`Precision`]'s discriminant.
@@ -307,4 +329,30 @@ pub fn graph_probabilities(model: &Ggnn, batch: &programl::batch::Batch, aux: Op
         model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, tch::Kind::Float).to_device(Device::Cpu)
     });
     Vec::<f32>::try_from(probs.contiguous().view([-1])).expect("f32 probabilities")
+}
+
+#[cfg(test)]
+mod tests {
+    /// The kernels' loops really run on libtorch's team: with two
+    /// intra-op threads, a loop of several ranges runs on two threads.
+    /// (`at::parallel_for`'s OpenMP region is a pragma in a header:
+    /// compiled without -fopenmp it ran every range on the calling thread,
+    /// and every test still passed.)
+    #[test]
+    fn kernel_loops_run_on_libtorchs_threads() {
+        super::use_libtorch_threads();
+        let before = tch::get_num_threads();
+        tch::set_num_threads(2);
+        let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+        let ranges = std::sync::atomic::AtomicUsize::new(0);
+        programl_kernels::threads::par_ranges(4 * programl_kernels::threads::PARALLEL_NODES, 2, |_| {
+            ranges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            seen.lock().unwrap().insert(std::thread::current().id());
+        });
+        tch::set_num_threads(before);
+        assert_eq!(ranges.into_inner(), 2, "one range per thread");
+        assert_eq!(seen.into_inner().unwrap().len(), 2, "two ranges on one thread: the loops are not parallel");
+        assert_eq!(programl_kernels::threads::Pool::global().workers(), 0, "the kernels' own pool was not used");
+    }
 }

@@ -230,7 +230,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let mut pending: Vec<u32> = Vec::new();
     let classes = config.classes.len();
     let mut flush = |batch: Batch, batch_roots: &mut Vec<u32>| -> Result<(), String> {
-        let probs = model.predict(&batch, steps, p.threads, p.dtype)?;
+        let probs = model.predict(&batch, steps, p.threads, p.dtype, p.isa)?;
         for (g, &root) in batch_roots.iter().enumerate() {
             let offset = batch.offsets()[g] as usize;
             let probabilities = labelled.iter().map(|&n| (n, probs[(offset + n as usize) * classes + positive])).collect();
@@ -351,16 +351,23 @@ unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::
 fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings) -> Result<std::sync::Arc<runtime::Model>, String> {
     let shown = bundle.dir.display();
     let clock = Instant::now();
-    let (path, device) = runtime::runtime_path(p.device)?;
-    let (rt, fresh) = runtime::load(&path)?;
-    if fresh {
-        t.runtime_load = ms(clock);
-        log::debug!(target: PASS_NAME, "opened runtime {} in {:.1} ms", rt.path.display(), t.runtime_load);
+    let device = runtime::resolve(p.device);
+    if let Some(isa) = p.isa {
+        isa.check()?;
     }
-    let clock = Instant::now();
-    let (model, fresh) = runtime::open_model(rt, &bundle.dir, device).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
+    let mut runtime_load = 0.0;
+    let load = || {
+        let (rt, fresh) = runtime::load(&runtime::cuda_runtime_path()?)?;
+        if fresh {
+            runtime_load = ms(clock);
+            log::debug!(target: PASS_NAME, "opened runtime {} in {:.1} ms", rt.path.display(), runtime_load);
+        }
+        Ok(rt)
+    };
+    let (model, fresh) = runtime::open_model(&bundle.dir, device, load).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
+    t.runtime_load = runtime_load;
     if fresh {
-        t.bundle_open = ms(clock);
+        t.bundle_open = ms(clock) - t.runtime_load;
         log::debug!(target: PASS_NAME, "opened bundle {shown} on {} in {:.1} ms", model.info["device"].as_str().unwrap_or("?"), t.bundle_open);
     }
     if model.info["vocab_size"].as_u64() != Some(bundle.vocabulary.len() as u64) {
@@ -460,7 +467,7 @@ unsafe fn run_graph(
     t.features = ms(clock);
     let steps = p.steps.unwrap_or(config.hyper.steps);
     let clock = Instant::now();
-    let probs = model.predict_graph(&batch, &aux, steps, p.threads, p.dtype)?;
+    let probs = model.predict_graph(&batch, &aux, steps, p.threads, p.dtype, p.isa)?;
     t.inference = ms(clock);
     if probs.len() != config.classes.len() {
         return Err(format!("the runtime gave {} probabilities for {} classes", probs.len(), config.classes.len()));

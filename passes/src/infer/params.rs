@@ -16,8 +16,9 @@
 //! | `device` | `auto`, `cpu`, `cuda` | `auto` |
 //! | `roots` | `sample`, `all`, `marked` | `sample` |
 //! | `steps` | message-passing steps, ≥ 1 | the bundle's |
-//! | `threads` | libtorch intra-op threads, ≥ 1 | 1 |
+//! | `threads` | threads of one prediction, ≥ 1 | 1 |
 //! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products where it has VNNI) | `auto` |
+//! | `isa` | the highest CPU kernel path: `vnni`, `avx512`, `avx2`, `portable` (for tests and benchmarks; a path the CPU lacks is an error) | the best the CPU runs |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
 //! | `sidecar` | a file to append decisions to | none |
@@ -56,30 +57,11 @@ impl Device {
     }
 }
 
+/// `dtype=`: the precision of the model's products (the inference crate's
+/// type; the CUDA runtime's ABI has its own code for it).
+pub use programl_infer::Dtype;
+
 /// `roots=`.
-/// `dtype=`: the precision of the model's products, as the runtime's ABI
-/// numbers them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Dtype {
-    F32 = 0,
-    Bf16 = 1,
-    Int8 = 2,
-    /// INT8 where the CPU has AVX-512 VNNI, else FP32.
-    #[default]
-    Auto = 3,
-}
-
-impl fmt::Display for Dtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-            Dtype::Int8 => "int8",
-            Dtype::Auto => "auto",
-        })
-    }
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Roots {
     /// The dataset's rule (`Analyzer::sampled_roots`, seed 0): at most 10.
@@ -102,6 +84,8 @@ pub struct Params {
     /// `dtype`: the products' precision; BF16 and INT8 where the CPU has
     /// their instructions, FP32 elsewhere (said once).
     pub dtype: Dtype,
+    /// `isa`: the highest CPU kernel path (`None`: the best the CPU runs).
+    pub isa: Option<programl_infer::Isa>,
     pub max_roots: usize,
     pub verify: bool,
     pub sidecar: Option<PathBuf>,
@@ -125,7 +109,7 @@ impl fmt::Display for ParamError {
         match self {
             ParamError::Unknown { name } => write!(
                 f,
-                "unknown parameter '{name}' (expected model, device, roots, steps, threads, dtype, max_roots, verify, sidecar, transfer or wgsize)"
+                "unknown parameter '{name}' (expected model, device, roots, steps, threads, dtype, isa, max_roots, verify, sidecar, transfer or wgsize)"
             ),
             ParamError::MissingValue { name } => write!(f, "parameter '{name}' needs a value ({name}=...)"),
             ParamError::Bad { name, value, expected } => write!(f, "{name}='{value}' is not valid (expected {expected})"),
@@ -155,6 +139,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         steps: None,
         threads: 1,
         dtype: Dtype::Auto,
+        isa: None,
         max_roots: DEFAULT_MAX_ROOTS,
         verify: false,
         sidecar: None,
@@ -174,7 +159,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             };
             continue;
         }
-        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
+        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "isa" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
             return Err(ParamError::Unknown { name: key.to_string() });
         }
         let value = value.filter(|v| !v.is_empty()).ok_or_else(|| ParamError::MissingValue { name: key.to_string() })?;
@@ -201,14 +186,9 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             "steps" => p.steps = Some(positive("a number of steps, at least 1")?.min(1 << 20) as i64),
             "threads" => p.threads = positive("a number of threads, at least 1")?.min(1024) as i32,
             "dtype" => {
-                p.dtype = match value {
-                    "f32" => Dtype::F32,
-                    "bf16" => Dtype::Bf16,
-                    "int8" => Dtype::Int8,
-                    "auto" => Dtype::Auto,
-                    _ => return Err(bad("auto, f32, bf16 or int8")),
-                }
+                p.dtype = value.parse().map_err(|_| bad("auto, f32, bf16 or int8"))?;
             }
+            "isa" => p.isa = Some(value.parse().map_err(|_| bad("vnni, avx512, avx2 or portable"))?),
             "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
             "sidecar" => p.sidecar = Some(PathBuf::from(value)),
             "transfer" => p.transfer = Some(value.parse().map_err(|_| bad("a number of bytes"))?),
@@ -249,6 +229,10 @@ mod tests {
         assert_eq!(parse("model=m;dtype=bf16").unwrap().dtype, Dtype::Bf16);
         assert_eq!(parse("model=m;dtype=int8").unwrap().dtype, Dtype::Int8);
         assert_eq!(parse("model=m;dtype=bf16;dtype=f32").unwrap().dtype, Dtype::F32);
+        assert_eq!(d.isa, None);
+        assert_eq!(parse("model=m;isa=avx2").unwrap().isa, Some(programl_infer::Isa::Avx2));
+        assert_eq!(parse("model=m;isa=portable").unwrap().isa, Some(programl_infer::Isa::Portable));
+        assert!(parse("model=m;isa=sse").unwrap_err().to_string().contains("vnni, avx512, avx2 or portable"));
         let c = parse("model=m,device=cpu,verify").unwrap();
         assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
     }

@@ -1,13 +1,18 @@
-//! Opening the model runtime and its bundles, once per process.
+//! Opening the models, once per process: on the CPU in-process, on a GPU
+//! in the CUDA runtime.
 //!
-//! The runtime (`libprograml_runtime.so`, or `libprograml_runtime_cuda.so`)
-//! links libtorch; the plugin does not. The first `programl-infer` that
-//! needs it `dlopen`s it with `RTLD_NOW | RTLD_LOCAL` (its symbols, and
-//! libtorch's, stay out of the compiler's global namespace) and never
-//! closes it: libtorch's static destructors crash when it is unloaded.
-//! Where it is: `PROGRAML_RUNTIME`, whatever the device; else next to this
-//! plugin, the CUDA runtime for `device=cuda` and, when a GPU is present
-//! (`/dev/nvidia0`), for `device=auto`, the CPU runtime otherwise.
+//! **The CPU** (`device=cpu`, and `device=auto` without a GPU) runs in
+//! this plugin: `programl-infer`, torch-free, linked in. Nothing is
+//! loaded: no libtorch, no c10, no runtime library.
+//!
+//! **CUDA** (`device=cuda`, and `device=auto` where a GPU is present,
+//! `/dev/nvidia0`) runs in the CUDA runtime
+//! (`libprograml_runtime_cuda.so`), which links libtorch; the plugin does
+//! not. The first prediction that needs it `dlopen`s it with `RTLD_NOW |
+//! RTLD_LOCAL` (its symbols, and libtorch's, stay out of the compiler's
+//! global namespace) and never closes it: libtorch's static destructors
+//! crash when it is unloaded. Where it is: `PROGRAML_RUNTIME`, else next
+//! to this plugin.
 //!
 //! After opening, the ABI version is checked ([`abi::ABI_VERSION`]). Open
 //! runtimes are kept by path, open bundles by (canonical directory,
@@ -32,7 +37,6 @@ pub mod abi {
 
 use abi::{RtEdges, RtInput, RtModel};
 
-pub const CPU_RUNTIME: &str = "libprograml_runtime.so";
 pub const CUDA_RUNTIME: &str = "libprograml_runtime_cuda.so";
 
 /// An open runtime: its exported functions.
@@ -83,21 +87,25 @@ pub fn plugin_path() -> Option<PathBuf> {
     }
 }
 
-/// The runtime library for `device`, and the device it resolves to.
-pub fn runtime_path(device: Device) -> Result<(PathBuf, Device), String> {
-    let resolved = match device {
+/// The device `device` resolves to: `auto` is CUDA where a GPU is
+/// present, else the CPU.
+pub fn resolve(device: Device) -> Device {
+    match device {
         Device::Auto if gpu_present() => Device::Cuda,
         Device::Auto => Device::Cpu,
         other => other,
-    };
+    }
+}
+
+/// The CUDA runtime library: `PROGRAML_RUNTIME`, else next to this plugin.
+pub fn cuda_runtime_path() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(ENV_RUNTIME).filter(|v| !v.is_empty()) {
-        return Ok((PathBuf::from(path), resolved));
+        return Ok(PathBuf::from(path));
     }
     let dir = plugin_path()
         .and_then(|p| p.parent().map(Path::to_path_buf))
-        .ok_or_else(|| format!("cannot tell where this plugin is, so where the runtime is; set {ENV_RUNTIME}"))?;
-    let name = if resolved == Device::Cuda { CUDA_RUNTIME } else { CPU_RUNTIME };
-    Ok((dir.join(name), resolved))
+        .ok_or_else(|| format!("cannot tell where this plugin is, so where the CUDA runtime is; set {ENV_RUNTIME}"))?;
+    Ok(dir.join(CUDA_RUNTIME))
 }
 
 type Cached<T> = Mutex<HashMap<PathBuf, Result<T, String>>>;
@@ -175,17 +183,24 @@ fn open_library(path: &Path) -> Result<Runtime, String> {
     }
 }
 
-/// An open bundle in a runtime. Calls are serialised (one lock per model):
-/// the runtime's tensors are not meant to be shared between threads.
+/// An open bundle: in-process on the CPU, or in the CUDA runtime.
 pub struct Model {
-    pub runtime: &'static Runtime,
-    handle: Mutex<ModelHandle>,
-    /// The runtime's description of the model (JSON).
+    backend: Backend,
+    /// The model's description (JSON: device, vocab_size, classes, ...).
     pub info: serde_json::Value,
     pub classes: usize,
     /// The precision the runtime had in effect at the last prediction (the
     /// ABI's code: 0 FP32, 1 BF16, 2 INT8).
     in_effect: std::sync::atomic::AtomicI32,
+}
+
+enum Backend {
+    /// `programl-infer` in this process (the CPU).
+    Local(programl_infer::Model),
+    /// A model in the CUDA runtime. Calls are serialised (one lock per
+    /// model): the runtime's tensors are not meant to be shared between
+    /// threads.
+    Runtime { runtime: &'static Runtime, handle: Mutex<ModelHandle> },
 }
 
 struct ModelHandle(*mut RtModel);
@@ -199,17 +214,38 @@ fn models() -> &'static Mutex<HashMap<ModelKey, Result<Arc<Model>, String>>> {
     MODELS.get_or_init(Default::default)
 }
 
-/// The bundle `dir` (canonical) opened on `device` in `runtime`, once per
-/// process. `Ok((model, true))` if this call opened it.
-pub fn open_model(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<(Arc<Model>, bool), String> {
+/// The bundle `dir` (canonical) opened on `device` (resolved: CPU or
+/// CUDA), once per process: on the CPU in this process, on CUDA in the
+/// runtime `load` opens. `Ok((model, true))` if this call opened it.
+pub fn open_model(dir: &Path, device: Device, load: impl FnOnce() -> Result<&'static Runtime, String>) -> Result<(Arc<Model>, bool), String> {
     let key = (dir.to_path_buf(), device);
     let mut cache = models().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = cache.get(&key) {
         return m.clone().map(|m| (m, false));
     }
-    let opened = open_in(runtime, dir, device).map(Arc::new);
+    let opened = match device {
+        Device::Cuda => load().and_then(|runtime| open_in(runtime, dir, device)),
+        _ => open_local(dir),
+    }
+    .map(Arc::new);
     cache.insert(key, opened.clone());
     opened.map(|m| (m, true))
+}
+
+/// The bundle opened in this process (torch-free, on the CPU).
+fn open_local(dir: &Path) -> Result<Model, String> {
+    let model = programl_infer::Model::open(dir).map_err(|e| e.to_string())?;
+    let info = serde_json::json!({
+        "device": "cpu",
+        "engine": "programl-infer",
+        "task": model.config.task,
+        "classes": model.config.classes,
+        "steps": model.config.hyper.steps,
+        "vocab_size": model.config.hyper.vocab_size,
+        "isa": programl_infer::cpu::detected().to_string(),
+    });
+    let classes = model.classes();
+    Ok(Model { backend: Backend::Local(model), info, classes, in_effect: std::sync::atomic::AtomicI32::new(0) })
 }
 
 fn open_in(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<Model, String> {
@@ -228,7 +264,12 @@ fn open_in(runtime: &'static Runtime, dir: &Path, device: Device) -> Result<Mode
     let text = unsafe { CStr::from_ptr(info) }.to_string_lossy().into_owned();
     let info: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("the runtime's model info is not JSON: {e}"))?;
     let classes = info["classes"].as_array().map_or(0, Vec::len);
-    Ok(Model { runtime, handle: Mutex::new(ModelHandle(handle)), info, classes, in_effect: std::sync::atomic::AtomicI32::new(0) })
+    Ok(Model {
+        backend: Backend::Runtime { runtime, handle: Mutex::new(ModelHandle(handle)) },
+        info,
+        classes,
+        in_effect: std::sync::atomic::AtomicI32::new(0),
+    })
 }
 
 /// The ABI's view of `batch` (borrowing its arrays).
@@ -259,59 +300,109 @@ impl Model {
         }
     }
 
-    /// The model's handle, locked for one call, with the runtime's threads
-    /// set to `threads` and its products' precision to `dtype`.
-    fn locked(&self, threads: i32, dtype: Dtype) -> Result<(std::sync::MutexGuard<'_, ModelHandle>, &'static Runtime), String> {
+    /// Says once per process that a requested precision is not in effect.
+    fn note_precision(&self, dtype: Dtype, got: i32) {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
-        let rt = self.runtime;
+        self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
+        if got == 0 && matches!(dtype, Dtype::Bf16 | Dtype::Int8) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let lacks = if dtype == Dtype::Bf16 { "BF16 instructions (AVX512-BF16)" } else { "AVX-512 VNNI" };
+            log::warn!("dtype={dtype}: this CPU has no {lacks}; the products stay FP32")
+        }
+    }
+
+    /// The CUDA runtime's handle, locked for one call, with the runtime's
+    /// threads set to `threads` and its products' precision to `dtype`.
+    fn locked<'a>(
+        &self,
+        runtime: &'static Runtime,
+        handle: &'a Mutex<ModelHandle>,
+        threads: i32,
+        dtype: Dtype,
+    ) -> Result<std::sync::MutexGuard<'a, ModelHandle>, String> {
+        let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: plain calls.
-        if unsafe { (rt.set_threads)(threads) } != 0 {
-            return Err(rt.last_error());
+        if unsafe { (runtime.set_threads)(threads) } != 0 {
+            return Err(runtime.last_error());
         }
-        let got = unsafe { (rt.set_dtype)(dtype as i32) };
-        if got >= 0 {
-            self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
+        let got = unsafe { (runtime.set_dtype)(dtype_code(dtype)) };
+        if got < 0 {
+            return Err(runtime.last_error());
         }
-        match got {
-            -1 => return Err(rt.last_error()),
-            0 if matches!(dtype, Dtype::Bf16 | Dtype::Int8) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
-                let lacks = if dtype == Dtype::Bf16 { "BF16 instructions (AVX512-BF16 or AMX)" } else { "AVX-512 VNNI" };
-                log::warn!("dtype={dtype}: this CPU has no {lacks}; the products stay FP32")
-            }
-            _ => {}
-        }
-        Ok((handle, rt))
+        self.note_precision(dtype, got);
+        Ok(handle)
+    }
+
+    /// The options of one in-process prediction.
+    fn options(&self, steps: i64, threads: i32, dtype: Dtype, isa: Option<programl_infer::Isa>) -> programl_infer::Options {
+        programl_infer::Options { steps: (steps > 0).then_some(steps), threads: threads.max(1) as usize, dtype, isa }
     }
 
     /// Class probabilities of every graph of `batch` under a graph-level
     /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
-    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, dtype: Dtype) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads, dtype)?;
-        let input = input_of(batch);
-        let mut out = vec![0f32; batch.graph_count() * self.classes];
-        let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
-        // SAFETY: the arrays live across the call and hold what `input`
-        // says; `aux` holds aux.len() floats, `out` graphs × classes.
-        let status = unsafe { (rt.predict_graph)(handle.0, &input, aux_ptr, aux.len(), steps, out.as_mut_ptr(), out.len()) };
-        if status != 0 {
-            return Err(rt.last_error());
+    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, dtype: Dtype, isa: Option<programl_infer::Isa>) -> Result<Vec<f32>, String> {
+        match &self.backend {
+            Backend::Local(model) => {
+                let aux = (!aux.is_empty()).then_some(aux);
+                let out = model.graph_probabilities(batch, aux, &self.options(steps, threads, dtype, isa))?;
+                self.note_precision(dtype, precision_code(out.precision));
+                Ok(out.probabilities)
+            }
+            Backend::Runtime { runtime, handle } => {
+                let handle = self.locked(runtime, handle, threads, dtype)?;
+                let input = input_of(batch);
+                let mut out = vec![0f32; batch.graph_count() * self.classes];
+                let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
+                // SAFETY: the arrays live across the call and hold what `input`
+                // says; `aux` holds aux.len() floats, `out` graphs × classes.
+                let status = unsafe { (runtime.predict_graph)(handle.0, &input, aux_ptr, aux.len(), steps, out.as_mut_ptr(), out.len()) };
+                if status != 0 {
+                    return Err(runtime.last_error());
+                }
+                Ok(out)
+            }
         }
-        Ok(out)
     }
 
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
-    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, dtype: Dtype) -> Result<Vec<f32>, String> {
-        let (handle, rt) = self.locked(threads, dtype)?;
-        let input = input_of(batch);
-        let mut out = vec![0f32; batch.node_count() * self.classes];
-        // SAFETY: the arrays live across the call and hold what `input`
-        // says; `out` holds nodes × classes floats.
-        let status = unsafe { (rt.predict)(handle.0, &input, steps, out.as_mut_ptr(), out.len()) };
-        if status != 0 {
-            return Err(rt.last_error());
+    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, dtype: Dtype, isa: Option<programl_infer::Isa>) -> Result<Vec<f32>, String> {
+        match &self.backend {
+            Backend::Local(model) => {
+                let out = model.node_probabilities(batch, &self.options(steps, threads, dtype, isa))?;
+                self.note_precision(dtype, precision_code(out.precision));
+                Ok(out.probabilities)
+            }
+            Backend::Runtime { runtime, handle } => {
+                let handle = self.locked(runtime, handle, threads, dtype)?;
+                let input = input_of(batch);
+                let mut out = vec![0f32; batch.node_count() * self.classes];
+                // SAFETY: the arrays live across the call and hold what `input`
+                // says; `out` holds nodes × classes floats.
+                let status = unsafe { (runtime.predict)(handle.0, &input, steps, out.as_mut_ptr(), out.len()) };
+                if status != 0 {
+                    return Err(runtime.last_error());
+                }
+                Ok(out)
+            }
         }
-        Ok(out)
+    }
+}
+
+/// The CUDA runtime ABI's code for a precision request (`set_dtype`).
+fn dtype_code(dtype: Dtype) -> i32 {
+    match dtype {
+        Dtype::F32 => 0,
+        Dtype::Bf16 => 1,
+        Dtype::Int8 => 2,
+        Dtype::Auto => 3,
+    }
+}
+
+/// A precision in effect in the ABI's codes (0 FP32, 1 BF16, 2 INT8).
+fn precision_code(p: programl_infer::Precision) -> i32 {
+    match p {
+        programl_infer::Precision::F32 => 0,
+        programl_infer::Precision::Bf16 => 1,
+        programl_infer::Precision::Int8 => 2,
     }
 }
 

@@ -21,40 +21,34 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::kernels::{par_ranges, Bf16, Elem, Rows};
+use crate::cpu::{self, Isa};
+use crate::elem::{Bf16, Elem};
+use crate::threads::{par_ranges, Rows};
 
-const LANES: usize = 16;
+mod portable;
+
+pub const LANES: usize = 16;
 /// Rows and vectors of one register tile.
 const TILE_ROWS: usize = 6;
 const TILE_VECS: usize = 4;
 
 /// A right-hand side `B[k, cols]`, packed.
-pub(crate) struct Packed {
-    k: usize,
-    cols: usize,
+pub struct Packed {
+    pub(crate) k: usize,
+    pub(crate) cols: usize,
     /// Row stride in elements: `cols` rounded up to whole vectors.
-    stride: usize,
-    bf16: bool,
+    pub(crate) stride: usize,
+    pub(crate) bf16: bool,
     /// FP32: `[k][stride]`; BF16: `[k / 2][stride]` pairs, the lower half
     /// `B[2i, c]` and the upper `B[2i + 1, c]`.
-    data: Vec<u32>,
+    pub(crate) data: Vec<u32>,
 }
 
-/// Whether [`product`] runs on this CPU for this precision.
-pub(crate) fn available(bf16: bool) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && (!bf16
-                || (std::is_x86_feature_detected!("avx512bf16")
-                    && std::is_x86_feature_detected!("avx512bw")
-                    && std::is_x86_feature_detected!("avx512vl")))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = bf16;
-        false
-    }
+/// Whether the AVX-512 products run on this thread for this precision
+/// (FP32 products run everywhere: AVX2+FMA or portable below AVX-512;
+/// BF16 ones need AVX512-BF16).
+pub fn available(bf16: bool) -> bool {
+    cpu::allows(Isa::Avx512) && (!bf16 || cpu::bf16())
 }
 
 impl Packed {
@@ -86,7 +80,7 @@ impl Packed {
         Packed { k, cols, stride, bf16, data }
     }
 
-    pub(crate) fn cols(&self) -> usize {
+    pub fn cols(&self) -> usize {
         self.cols
     }
 }
@@ -95,7 +89,7 @@ impl Packed {
 /// `lda` (FP32, rounded to BF16 here when `b` is BF16), `out` with row
 /// stride `ldo`, FP32 or (BF16 products only) BF16 rounded to nearest
 /// even. Needs [`available`]`(b.bf16)`.
-pub(crate) fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
+pub fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
     product_rows(a, lda, &RowGroups::whole(rows), b, out, ldo, threads)
 }
 
@@ -108,7 +102,7 @@ pub(crate) fn product<O: Elem>(a: &[f32], lda: usize, rows: usize, b: &Packed, o
 /// with the blocks ordered so that those needs are suffixes, a node that
 /// sends no call edges skips the call blocks, a constant everything but
 /// its data block (about a quarter of the product on real graphs).
-pub(crate) struct RowGroups {
+pub struct RowGroups {
     /// `rows[bounds[g]..bounds[g + 1]]` are group `g`'s rows.
     rows: Vec<u32>,
     bounds: Vec<usize>,
@@ -147,14 +141,14 @@ impl RowGroups {
         RowGroups { rows, bounds, first: starts, whole: false }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         *self.bounds.last().unwrap_or(&0)
     }
 
     /// The share of every group that a range of `0..len()` (a thread's)
     /// takes: the same fraction of each group, as each group's first
     /// column and its positions `start..end` (rows by [`RowGroups::row`]).
-    pub(crate) fn shares(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+    pub fn shares(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
         let total = self.len().max(1);
         (0..self.first.len()).map(move |g| {
             let (lo, hi) = (self.bounds[g], self.bounds[g + 1]);
@@ -164,12 +158,11 @@ impl RowGroups {
     }
 
     /// Each group's first column and its rows.
-    #[cfg(test)]
-    pub(crate) fn groups(&self) -> Vec<(usize, Vec<u32>)> {
+    pub fn groups(&self) -> Vec<(usize, Vec<u32>)> {
         (0..self.first.len()).map(|g| (self.first[g], self.rows[self.bounds[g]..self.bounds[g + 1]].to_vec())).collect()
     }
 
-    pub(crate) fn row(&self, i: usize) -> usize {
+    pub fn row(&self, i: usize) -> usize {
         if self.whole {
             i
         } else {
@@ -183,14 +176,32 @@ impl RowGroups {
 /// may be written too); the other columns of `out` are left as they are.
 /// Every group is split evenly over the threads, so that each thread gets
 /// the same mix of long and short rows.
-pub(crate) fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
-    assert!(available(b.bf16), "the hand-written products need AVX-512 (and AVX512-BF16 for BF16)");
+pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
+    assert!(!b.bf16 || available(true), "BF16 products need AVX512-BF16");
     let narrow = std::mem::size_of::<O>() == 2;
     assert!(!narrow || b.bf16, "BF16 results come from BF16 products only");
     // The groups hold every row below their length once.
     let extent = groups.len();
     assert!(extent == 0 || (a.len() >= (extent - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
     assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    if !available(false) {
+        // FP32 below AVX-512: AVX2+FMA or portable (no BF16 results).
+        assert!(!narrow, "BF16 results need AVX512-BF16");
+        let isa = cpu::active();
+        let shared = Rows::new(out);
+        par_ranges(groups.len(), threads, |range| {
+            for (first, share) in groups.shares(range) {
+                let at = |i: usize| {
+                    let r = groups.row(share.start + i);
+                    // SAFETY: each range writes its own rows (as below).
+                    unsafe { (a.as_ptr().add(r * lda), (shared.ptr() as *mut f32).add(r * ldo)) }
+                };
+                // SAFETY: rows below `extent`, checked against both buffers.
+                unsafe { portable::rows(isa, at, share.end - share.start, b, first / LANES) };
+            }
+        });
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let half = b.k / 2;
@@ -266,12 +277,12 @@ unsafe fn to_pairs(a: &[f32], lda: usize, rows: usize, k: usize, out: &mut [u32]
 /// `src` rounded to BF16 (nearest even) into `dst`, 32 values per
 /// instruction, split over the intra-op threads (`threads`). Needs
 /// [`available`]`(true)`.
-pub(crate) fn to_bf16(src: &[f32], dst: &mut [Bf16], threads: usize) {
+pub fn to_bf16(src: &[f32], dst: &mut [Bf16], threads: usize) {
     assert!(available(true) && src.len() == dst.len());
     #[cfg(target_arch = "x86_64")]
     {
         const ROW: usize = 1024;
-        let out = crate::kernels::Rows::new(dst);
+        let out = Rows::new(dst);
         par_ranges(src.len().div_ceil(ROW), threads, |range| {
             let (start, end) = (range.start * ROW, (range.end * ROW).min(src.len()));
             // SAFETY: the CPU has AVX512-BF16 (asserted); each range
@@ -419,7 +430,7 @@ precision!(rows_bf16_out, tile_bf16_out, "avx512f,avx512bf16,avx512bw,avx512vl",
 /// in range order: the same bits at a thread count. Needs
 /// [`available`]`(false)`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn outer_accumulate(
+pub fn outer_accumulate(
     x: &[f32],
     ldx: usize,
     y: &[f32],
@@ -439,7 +450,7 @@ pub(crate) fn outer_accumulate(
         let stride = cols.div_ceil(LANES) * LANES;
         // P[j, c] = Σ_r y[r, j] x[r, c]: lanes along the gradient's columns.
         let mut p = vec![0f32; k * stride];
-        crate::kernels::par_ranges_summing(rows, threads, &mut p, |range, part| {
+        crate::threads::par_ranges_summing(rows, threads, &mut p, |range, part| {
             // SAFETY: the CPU has AVX-512 (asserted); the rows are in
             // bounds (asserted); `part` holds `k · stride` values.
             unsafe { outer_rows(x, ldx, y, ldy, cols, k, stride, range, part) }
@@ -535,12 +546,41 @@ unsafe fn outer_tile<const R: usize, const V: usize>(
 mod tests {
     use super::*;
 
+    /// Every path this CPU runs, FP32 on each and BF16 where the CPU has
+    /// AVX512-BF16 (a path the CPU lacks prints `SKIP:`).
+    fn paths(test: &str) -> Vec<(Isa, bool)> {
+        let mut all = Vec::new();
+        for isa in Isa::ALL.into_iter().filter(|&i| i != Isa::Vnni) {
+            if crate::cpu::run_test_on(isa, &format!("{test} [{isa}]")) {
+                all.push((isa, false));
+            }
+        }
+        if crate::cpu::run_test_on(Isa::Avx512, &format!("{test} [bf16]")) && crate::cpu::run_test_with("avx512_bf16", &format!("{test} [bf16]")) {
+            all.push((Isa::Avx512, true));
+        }
+        all
+    }
+
+    /// This thread's cap for a scope.
+    struct CapGuard(Isa);
+    impl CapGuard {
+        fn new(isa: Isa) -> CapGuard {
+            CapGuard(crate::cpu::set_cap(isa))
+        }
+    }
+    impl Drop for CapGuard {
+        fn drop(&mut self) {
+            crate::cpu::set_cap(self.0);
+        }
+    }
+
     /// The vector conversion is the scalar one, bit for bit, at lengths
     /// with every tail and split over threads.
     #[test]
     fn to_bf16_rounds_as_the_scalar_conversion() {
-        if !available(true) {
-            return; // (tests/ggnn.rs checks that `available` follows the CPU)
+        let test = "gemm::to_bf16_rounds_as_the_scalar_conversion";
+        if !crate::cpu::run_test_on(Isa::Avx512, test) || !crate::cpu::run_test_with("avx512_bf16", test) {
+            return;
         }
         for len in [0, 1, 31, 32, 33, 5000, 70_001] {
             let src: Vec<f32> = (0..len).map(|i| ((i as f32) * 0.618_034).sin() * 3.0e3 / (1.0 + i as f32)).collect();
@@ -558,10 +598,13 @@ mod tests {
     /// threads, rows in any order across the groups.
     #[test]
     fn grouped_rows_compute_their_columns_and_leave_the_rest() {
-        for bf16 in [false, true] {
-            if !available(bf16) {
-                continue;
-            }
+        for (isa, bf16) in paths("gemm::grouped_rows_compute_their_columns_and_leave_the_rest") {
+            crate::cpu::with_cap(isa, || grouped_rows_on_one_path(bf16));
+        }
+    }
+
+    fn grouped_rows_on_one_path(bf16: bool) {
+        {
             let (rows, cols, k) = (2311, 306, 34);
             let a: Vec<f32> = (0..rows * k).map(|i| ((i as f32) * 0.377).sin()).collect();
             let w: Vec<f32> = (0..cols * k).map(|i| ((i as f32) * 0.611).cos()).collect();
@@ -595,7 +638,7 @@ mod tests {
     /// strides; the same bits again at a thread count.
     #[test]
     fn outer_products_accumulate_as_a_plain_loop() {
-        if !available(false) {
+        if !crate::cpu::run_test_on(Isa::Avx512, "gemm::outer_products_accumulate_as_a_plain_loop") {
             return;
         }
         for (rows, cols, k, threads) in [(1, 306, 34, 1), (129, 102, 34, 1), (5000, 306, 34, 3), (4099, 17, 5, 2), (0, 34, 34, 2)] {
@@ -630,12 +673,8 @@ mod tests {
             seed ^= seed << 17;
             (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
         };
-        for bf16 in [false, true] {
-            // (Where this CPU lacks the instructions nothing runs them:
-            // `tests/ggnn.rs` checks that `available` follows the CPU.)
-            if !available(bf16) {
-                continue;
-            }
+        for (isa, bf16) in paths("gemm::products_match_a_plain_loop") {
+            let _cap = CapGuard::new(isa);
             let round = |x: f32| if bf16 { Bf16::from_f32(x).f32() } else { x };
             for (rows, cols, threads) in [(1, 306, 1), (7, 102, 1), (13, 34, 1), (4099, 306, 3), (6000, 17, 2)] {
                 let k = 34;

@@ -9,7 +9,7 @@
 //! values within ±1 in the rest), stay FP32 on both sides, as does
 //! everything else (biases, gates, the GRU cell, the readout); the cell's
 //! sigmoids are computed to ~1e-4
-//! ([`crate::kernels::avx512::cells_by`]), the gates' quantisation error
+//! ([`crate::avx512::cells_by`]), the gates' quantisation error
 //! being ~1e-2.
 //!
 //! Where the time goes in FP32 (products at ~90% of the FMA ports' peak)
@@ -39,14 +39,15 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use crate::forward::{Edges, GruBias};
 use crate::gemm::RowGroups;
-use crate::ggnn::HIDDEN;
-use crate::kernels::{par_ranges, Edges, GruBias, Rows};
+use crate::threads::{par_ranges, Rows};
+use crate::HIDDEN;
 
 const H: usize = HIDDEN as usize;
 const LANES: usize = 16;
 /// The quantised entries of a state, and the quads (4 bytes) they make.
-pub(crate) const QK: usize = 32;
+pub const QK: usize = 32;
 const QUADS: usize = QK / 4;
 /// The entries kept in FP32.
 const TAIL: usize = H - QK;
@@ -54,29 +55,20 @@ const TAIL: usize = H - QK;
 const TILE_ROWS: usize = 6;
 const TILE_VECS: usize = 4;
 /// The message product's columns: six edge-type maps.
-pub(crate) const MESSAGES: usize = 6 * H;
+pub const MESSAGES: usize = 6 * H;
 /// The GRU's columns per side: three gates.
 const GATES: usize = 3 * H;
 
-/// Whether this CPU runs INT8 inference: AVX-512 (F, BW, VL) with VNNI.
-pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether INT8 inference runs on this thread: AVX-512 (F, BW, VL) with
+/// VNNI, and no lower path forced.
+pub fn available() -> bool {
+    crate::cpu::allows(crate::cpu::Isa::Vnni)
 }
 
 /// Signed bytes in [-127, 127] from `x · inv`, rounded to nearest even (the
 /// vector conversion's rounding): the one quantiser, for weights and
 /// states alike.
-pub(crate) fn quantise(x: f32, inv: f32) -> i32 {
+pub fn quantise(x: f32, inv: f32) -> i32 {
     // Nearest even by adding and taking away 1.5 · 2^23 (exact for
     // |x · inv| < 2^22, which a clamp to ±127 covers): `round_ties_even`
     // is a libm call on the baseline x86-64 target.
@@ -87,7 +79,7 @@ pub(crate) fn quantise(x: f32, inv: f32) -> i32 {
 
 /// `127 / m` for a largest magnitude `m` (0 for an all-zero row), and the
 /// scale `m / 127` that takes the bytes back.
-pub(crate) fn quantiser(m: f32) -> (f32, f32) {
+pub fn quantiser(m: f32) -> (f32, f32) {
     if m > 0.0 {
         (127.0 / m, m / 127.0)
     } else {
@@ -96,14 +88,14 @@ pub(crate) fn quantiser(m: f32) -> (f32, f32) {
 }
 
 /// Nodes rounded up to whole vectors of 16: the node-major buffers' stride.
-pub(crate) fn padded(nodes: usize) -> usize {
+pub fn padded(nodes: usize) -> usize {
     nodes.div_ceil(LANES) * LANES
 }
 
 /// The columns of a weight `[cols, 34]` (as a linear layer holds it, `out
 /// = x · wᵀ`), quantised: column `c`'s first 32 entries as signed bytes
 /// with a scale of their own, its last two exact.
-pub(crate) struct Columns {
+pub struct Columns {
     cols: usize,
     /// `[cols][8]`: byte `j` of quad `q` is `q(w[c, 4q + j])`.
     quads: Vec<u32>,
@@ -117,7 +109,7 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
-    pub(crate) fn new(w: &[f32], cols: usize) -> Columns {
+    pub fn new(w: &[f32], cols: usize) -> Columns {
         assert_eq!(w.len(), cols * H, "a [{cols}, {H}] weight");
         let mut c =
             Columns { cols, quads: vec![0; cols * QUADS], scale: vec![0.0; cols], offset: vec![0; cols], tail: vec![0.0; cols * TAIL] };
@@ -144,7 +136,7 @@ impl Columns {
 
 /// The message product's right-hand side: [`Columns`] laid out for a tile
 /// whose vectors run along the columns (each `[stride]`, zero past `cols`).
-pub(crate) struct Packed {
+pub struct Packed {
     cols: usize,
     stride: usize,
     /// `[8][stride]`.
@@ -156,7 +148,7 @@ pub(crate) struct Packed {
 }
 
 impl Packed {
-    pub(crate) fn new(c: &Columns) -> Packed {
+    pub fn new(c: &Columns) -> Packed {
         let stride = c.cols.div_ceil(LANES) * LANES;
         let mut p = Packed {
             cols: c.cols,
@@ -184,7 +176,7 @@ impl Packed {
 /// node `v`'s quad `q` at `quads[q · stride + v]`, its scale at
 /// `scales[v]`, its two FP32 entries at `tails[t][v]`.
 #[derive(Clone, Copy)]
-pub(crate) struct Nodes<'a> {
+pub struct Nodes<'a> {
     pub quads: &'a [u32],
     pub scales: &'a [f32],
     pub tails: [&'a [f32]; TAIL],
@@ -205,7 +197,7 @@ impl Nodes<'_> {
 /// node-major to `full` (`[34][stride]`). Nodes past `x`'s are left alone.
 /// The scalar reference of the vectorised loops.
 #[cfg(test)]
-pub(crate) fn to_nodes(
+pub fn to_nodes(
     x: &[f32],
     stride: usize,
     quads: &mut [u32],
@@ -239,7 +231,7 @@ pub(crate) fn to_nodes(
 /// \[N, 34\] row-major to `full` (`[34][stride]`, whose rows 32 and 33
 /// are the tails), `quads` and `scales`; the padding nodes' entries
 /// (from `N` to `stride`) set to zero.
-pub(crate) fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut [f32], full: &mut [f32], threads: usize) {
+pub fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut [f32], full: &mut [f32], threads: usize) {
     let nodes = x.len() / H;
     assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride && full.len() >= H * stride);
     for row in full.chunks_exact_mut(stride).take(H) {
@@ -305,7 +297,7 @@ unsafe fn rows_to_nodes(
 ///
 /// # Safety
 /// [`check_edges`]`(f, edges, bias, gates, nodes)` holds for some `f`.
-pub(crate) unsafe fn gated_biases(edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize, out: &mut [f32], threads: usize) {
+pub unsafe fn gated_biases(edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize, out: &mut [f32], threads: usize) {
     assert!(available() && edges.crow.len() > nodes && out.len() >= nodes * H);
     let rows = Rows::new(out);
     par_ranges(nodes, threads, |range| {
@@ -345,7 +337,7 @@ unsafe fn gated_bias_rows(edges: &Edges<'_>, bias: &[f32], gates: &[f32], range:
 
 /// The gated mean of every node's incoming messages, `(1 / indegree)
 /// Σ_e (F[e] + bias[type e]) ⊙ gate[position e]` (the FP32 step's
-/// [`crate::kernels::aggregate`], arranged differently): per edge one FMA
+/// [`crate::forward::aggregate`], arranged differently): per edge one FMA
 /// of its message and gate, in edge order; then `sum · (1 / indegree) +
 /// biases[v]` as one FMA, with `biases` the part no step changes
 /// ([`gated_biases`], computed once a call). Straight to [`Nodes`] (each
@@ -357,7 +349,7 @@ unsafe fn gated_bias_rows(edges: &Edges<'_>, bias: &[f32], gates: &[f32], range:
 /// checks it once, not every step), and `biases` is [`gated_biases`]' for
 /// them.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn aggregate_to_nodes(
+pub unsafe fn aggregate_to_nodes(
     f: &[f32],
     edges: &Edges<'_>,
     biases: &[f32],
@@ -387,7 +379,7 @@ pub(crate) unsafe fn aggregate_to_nodes(
 /// Whether the first `nodes` nodes' edges (`edges.crow[..=nodes]`, in
 /// order) read only rows of 34 within `f`, `bias` and `gates`: what
 /// [`aggregate_to_nodes`] needs. Panics naming what is out of bounds.
-pub(crate) fn check_edges(f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize) {
+pub fn check_edges(f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize) {
     assert!(edges.crow.len() > nodes && edges.crow[0] == 0, "an edge row per node");
     assert!(edges.crow.windows(2).take(nodes).all(|w| w[0] <= w[1]), "edge rows in order");
     let last = edges.crow[nodes] as usize;
@@ -457,7 +449,7 @@ unsafe fn aggregate_nodes(
 /// last column computes nothing), `x` quantised node-major, `out` row
 /// stride `ldo`: per output `(Σ q_x q_B) · (scale_B · scale_x)`, then the
 /// two FP32 entries' products, in that order.
-pub(crate) fn messages(x: Nodes<'_>, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
+pub fn messages(x: Nodes<'_>, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
     assert!(available(), "INT8 products need AVX-512 VNNI");
     let extent = groups.len();
     x.check(extent);
@@ -571,18 +563,18 @@ unsafe fn message_tile<const R: usize, const V: usize>(
 
 /// The GRU's weights: `W_ih` (side 0, on the aggregated messages) and
 /// `W_hh` (side 1, on the state), each \[102, 34\].
-pub(crate) struct Gru {
+pub struct Gru {
     sides: [Columns; 2],
 }
 
 impl Gru {
-    pub(crate) fn new(w_ih: &[f32], w_hh: &[f32]) -> Gru {
+    pub fn new(w_ih: &[f32], w_hh: &[f32]) -> Gru {
         Gru { sides: [Columns::new(w_ih, GATES), Columns::new(w_hh, GATES)] }
     }
 }
 
 /// A step's new states, node-major: FP32 `[34][stride]`, bytes and scales.
-pub(crate) struct NextStates<'a> {
+pub struct NextStates<'a> {
     pub full: &'a mut [f32],
     pub quads: &'a mut [u32],
     pub scales: &'a mut [f32],
@@ -592,12 +584,12 @@ pub(crate) struct NextStates<'a> {
 /// 16): the gates' pre-activations `GI = m · W_ihᵀ`, `GH = h · W_hhᵀ` per
 /// output, each as [`messages`]' outputs are (`(Σ q q) · (scale_w ·
 /// scale_x)`, then the two FP32 entries), then the cell
-/// ([`crate::kernels::avx512::cells_by`], its sigmoids to ~1e-4, with
+/// ([`crate::avx512::cells_by`], its sigmoids to ~1e-4, with
 /// `bias`) on `h_full` (`[34][stride]`).
 /// Writes the new state node-major in FP32 and as bytes ([`quantise`]
 /// with each node's own [`quantiser`]).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gru(m: Nodes<'_>, h: Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, nodes: usize, next: NextStates<'_>, threads: usize) {
+pub fn gru(m: Nodes<'_>, h: Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, nodes: usize, next: NextStates<'_>, threads: usize) {
     assert!(available(), "INT8 products need AVX-512 VNNI");
     let stride = m.stride;
     assert!(h.stride == stride && h_full.len() >= H * stride && next.full.len() >= H * stride);
@@ -704,7 +696,7 @@ unsafe fn gru_units<const U: usize>(
         [_mm512_set1_ps(bias.r[j]), _mm512_set1_ps(bias.z[j]), _mm512_set1_ps(bias.i_n[j]), _mm512_set1_ps(bias.h_n[j])]
     });
     let hv: [__m512; U] = std::array::from_fn(|i| _mm512_loadu_ps(h_full.as_ptr().add(unit(i) * stride + n0)));
-    let new = crate::kernels::avx512::cells_by::<U, true>(pre[0], pre[1], b, hv);
+    let new = crate::avx512::cells_by::<U, true>(pre[0], pre[1], b, hv);
     for (i, [new, ..]) in new.iter().enumerate() {
         _mm512_storeu_ps(out.add(unit(i) * stride + n0), *new);
         if unit(i) < QK {
@@ -785,7 +777,7 @@ mod tests {
     /// for bit, at 1 and 3 threads (padding nodes zero).
     #[test]
     fn states_to_nodes_is_to_nodes() {
-        if !available() {
+        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::states_to_nodes_is_to_nodes") {
             return;
         }
         let mut seed = 0x1234_5678_9abcu64;
@@ -807,10 +799,10 @@ mod tests {
     /// biases[v]`, the biases' gated mean summed the same way) then
     /// [`to_nodes`], bit for bit, on random edges (nodes without any, many
     /// with several), at 1 and 3 threads; and within 1e-5 of the FP32
-    /// step's gated mean ([`crate::kernels::aggregate`]).
+    /// step's gated mean ([`crate::forward::aggregate`]).
     #[test]
     fn aggregate_to_nodes_is_the_gated_mean_then_its_bytes() {
-        if !available() {
+        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::aggregate_to_nodes_is_the_gated_mean_then_its_bytes") {
             return;
         }
         let mut seed = 0xdead_beef_1234u64;
@@ -834,7 +826,7 @@ mod tests {
             }
             let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
             let mut fp32 = vec![0f32; n * H];
-            crate::kernels::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
+            crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
             let mut mean = vec![0f32; n * H];
             let mut biases_want = vec![0f32; n * H];
             for v in 0..n {
@@ -883,7 +875,7 @@ mod tests {
     /// selector's 50) exact.
     #[test]
     fn message_products_are_their_scalar_arithmetic() {
-        if !available() {
+        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::message_products_are_their_scalar_arithmetic") {
             return;
         }
         let mut seed = 0x2545_f491u64;
@@ -919,14 +911,14 @@ mod tests {
     /// step's.
     #[test]
     fn the_cell_is_within_its_error() {
-        if !available() {
+        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::the_cell_is_within_its_error") {
             return;
         }
         let lanes = |v: __m512| unsafe { std::mem::transmute::<__m512, [f32; 16]>(v) };
         for i in -1000..=1000 {
             let x: [f32; 16] = std::array::from_fn(|l| (i * 16 + l as i32) as f32 / 160.0);
             // SAFETY: AVX-512 (checked above).
-            let [got] = unsafe { crate::kernels::avx512::sigmoid_approx_n([_mm512_loadu_ps(x.as_ptr())]) };
+            let [got] = unsafe { crate::avx512::sigmoid_approx_n([_mm512_loadu_ps(x.as_ptr())]) };
             for (x, got) in x.iter().zip(lanes(got)) {
                 let want = 1.0 / (1.0 + (-*x as f64).exp());
                 let ok = if want < 1e-30 { (got as f64) < 1e-30 } else { ((got as f64 - want) / want).abs() < 2e-4 };
@@ -944,7 +936,7 @@ mod tests {
             let (b, h) = ([v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0));
             // SAFETY: AVX-512 (checked above).
             let ([got], [want]) = unsafe {
-                (crate::kernels::avx512::cells_by::<1, true>([x], [g], [b], [h]), crate::kernels::avx512::cells::<1>([x], [g], [b], [h]))
+                (crate::avx512::cells_by::<1, true>([x], [g], [b], [h]), crate::avx512::cells::<1>([x], [g], [b], [h]))
             };
             for (a, b) in lanes(got[0]).iter().zip(lanes(want[0])) {
                 assert!((a - b).abs() < 1e-3, "scale {scale}: {a} against FP32's {b}");
@@ -958,7 +950,7 @@ mod tests {
     /// 1 and 3 threads.
     #[test]
     fn gru_is_its_sums_and_the_cell() {
-        if !available() {
+        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::gru_is_its_sums_and_the_cell") {
             return;
         }
         let mut seed = 0x9e37_79b9_7f4au64;
@@ -995,7 +987,7 @@ mod tests {
                     // SAFETY: AVX-512 (checked above); a lane of the cell.
                     let cell = unsafe {
                         let s = _mm512_set1_ps;
-                        let [[out, ..]] = crate::kernels::avx512::cells_by::<1, true>(
+                        let [[out, ..]] = crate::avx512::cells_by::<1, true>(
                             [[s(pre(0, 0)), s(pre(0, 1)), s(pre(0, 2))]],
                             [[s(pre(1, 0)), s(pre(1, 1)), s(pre(1, 2))]],
                             [[s(bias.r[j]), s(bias.z[j]), s(bias.i_n[j]), s(bias.h_n[j])]],

@@ -1,0 +1,161 @@
+//! A bundle's settings: the model's shape ([`Hyper`]), its graph head, and
+//! `config.json` ([`Config`], read and checked by [`read_config`]).
+//!
+//! These types are the bundle format: the trainer (`programl-model`)
+//! writes them and re-exports them; this crate, the learned pass and
+//! `eval`/`predict` read them.
+
+use serde::{Deserialize, Serialize};
+
+/// Node-text embedding width (SPEC.md §3).
+pub const TEXT_DIM: i64 = programl_kernels::TEXT_DIM as i64;
+/// Root-selector width.
+pub const SELECTOR_DIM: i64 = 2;
+/// Hidden state width: text embedding and selector.
+pub const HIDDEN: i64 = programl_kernels::HIDDEN as i64;
+/// Edge types: control, data, call, each forward and backward.
+pub const EDGE_TYPES: i64 = programl_kernels::EDGE_TYPES as i64;
+
+/// Batch-norm epsilon of the auxiliary classifier (PyTorch's
+/// `BatchNorm1d` default).
+pub const NORM_EPS: f64 = 1e-5;
+
+/// The model's shape and training constants. Saved in a bundle's
+/// `config.json`; the parameter shapes follow from it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hyper {
+    /// Embedding rows: the vocabulary with its unknown id.
+    pub vocab_size: usize,
+    /// Rows of the position gate table; larger positions are clamped.
+    pub positions: i64,
+    /// The selector's non-zero value (upstream: 50).
+    pub selector_value: f64,
+    /// Message-passing steps by default (training uses this T).
+    pub steps: i64,
+    /// Dropout on the GRU state during training.
+    pub state_dropout: f64,
+    /// Classes per node (and per graph, with a graph head).
+    pub classes: i64,
+    /// The graph-level head, for graph tasks (absent: per-node predictions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphHead>,
+}
+
+/// A graph-level head (SPEC.md §3, "graph-level tasks"): the per-node
+/// readout is summed over each graph's nodes into C graph logits; where
+/// the task has auxiliary inputs, those logits and the inputs go through a
+/// small classifier:
+///
+/// ```text
+/// x = [Σ_v R_v ; log(1 + aux)]        (C + A)
+/// x̂ = batch-normalised x              (running statistics at inference)
+/// logits = W_2 relu(W_1 x̂ + b_1) + b_2   (C)
+/// ```
+///
+/// (upstream's auxiliary readout, in `programl/models/ggnn/` at v0.1.0,
+/// without its dropout). The auxiliary inputs are raw quantities (bytes,
+/// work-items): the model applies `log1p` itself, so that the trainer and
+/// the learned pass featurise them the same way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphHead {
+    /// Names of the auxiliary inputs, in input order (empty: none).
+    pub aux: Vec<String>,
+    /// Width of the auxiliary classifier's hidden layer.
+    pub aux_hidden: i64,
+    /// How node logits become graph logits: `sum` (upstream's, the
+    /// default) or `mean` (logits that do not grow with the graph, which
+    /// many-class tasks such as POJ-104 need to train stably).
+    #[serde(default, skip_serializing_if = "Pool::is_sum")]
+    pub pool: Pool,
+}
+
+/// A graph head's pooling of node logits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pool {
+    #[default]
+    Sum,
+    Mean,
+}
+
+impl Pool {
+    pub fn is_sum(&self) -> bool {
+        *self == Pool::Sum
+    }
+}
+
+
+impl Hyper {
+    /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
+    pub fn spec(vocab_size: usize) -> Hyper {
+        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2, graph: None }
+    }
+
+    /// The auxiliary inputs of a graph head (0 without one).
+    pub fn aux_inputs(&self) -> i64 {
+        self.graph.as_ref().map_or(0, |g| g.aux.len() as i64)
+    }
+
+    /// Every parameter's name and shape, in a fixed order.
+    pub fn parameter_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let (h, c) = (HIDDEN, self.classes);
+        vec![
+            ("embedding.weight", vec![self.vocab_size as i64, TEXT_DIM]),
+            ("messages.weight", vec![EDGE_TYPES * h, h]),
+            ("messages.bias", vec![EDGE_TYPES * h]),
+            ("gate.weight", vec![h, h]),
+            ("gate.bias", vec![h]),
+            ("gru.weight_ih", vec![3 * h, h]),
+            ("gru.weight_hh", vec![3 * h, h]),
+            ("gru.bias_ih", vec![3 * h]),
+            ("gru.bias_hh", vec![3 * h]),
+            ("readout.gate.weight", vec![c, 2 * h]),
+            ("readout.gate.bias", vec![c]),
+            ("readout.transform.weight", vec![c, h]),
+            ("readout.transform.bias", vec![c]),
+        ]
+        .into_iter()
+        .chain(self.aux_shapes().into_iter().filter(|(n, _)| !n.starts_with("aux.norm.running")))
+        .collect()
+    }
+
+    /// The auxiliary classifier's tensors, trainable and not.
+    fn aux_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let (a, c) = (self.aux_inputs(), self.classes);
+        if a == 0 {
+            return Vec::new();
+        }
+        let hidden = self.graph.as_ref().map_or(0, |g| g.aux_hidden);
+        vec![
+            ("aux.norm.weight", vec![c + a]),
+            ("aux.norm.bias", vec![c + a]),
+            ("aux.norm.running_mean", vec![c + a]),
+            ("aux.norm.running_var", vec![c + a]),
+            ("aux.hidden.weight", vec![hidden, c + a]),
+            ("aux.hidden.bias", vec![hidden]),
+            ("aux.out.weight", vec![c, hidden]),
+            ("aux.out.bias", vec![c]),
+        ]
+    }
+
+    /// Non-trainable state saved with the weights (the auxiliary
+    /// classifier's running statistics), in [`Ggnn::named_buffers`] order.
+    pub fn buffer_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        self.aux_shapes().into_iter().filter(|(n, _)| n.starts_with("aux.norm.running")).collect()
+    }
+
+    /// Everything `weights.safetensors` holds: parameters, then buffers.
+    pub fn tensor_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        let mut all = self.parameter_shapes();
+        all.extend(self.buffer_shapes());
+        all
+    }
+
+    /// Number of trainable parameters.
+    pub fn parameter_count(&self) -> i64 {
+        self.parameter_shapes().iter().map(|(_, s)| s.iter().product::<i64>()).sum()
+    }
+}
+

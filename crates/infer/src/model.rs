@@ -1,0 +1,572 @@
+//! An open bundle, its weights packed once, and the GGNN's inference on
+//! the CPU: the node head (class probabilities of every node) and the
+//! graph head (of every graph), at FP32, BF16 or INT8.
+//!
+//! The step is the one `programl-model`'s CPU inference computes, on the
+//! same kernels (`programl-kernels`), with plain buffers instead of
+//! tensors:
+//!
+//! ```text
+//! h_0 = [embedding[token]; selector]
+//! per step:  F  = h · [W_msg; W_hh]ᵀ         (each node only the blocks it needs)
+//!            M  = mean over incoming edges of (F[source, type] + b_type) ⊙ p(position)
+//!            GI = M · W_ihᵀ
+//!            h  = GRU(GI, F[W_hh blocks], h)
+//! logits = σ(f([h_T; h_0])) ⊙ g(h_T)
+//! ```
+//!
+//! What depends on the weights alone is made when the bundle is opened:
+//! the position gate table `p(k) = 2σ(W_p s(k) + b_p)` for every
+//! position, the GRU's biases as the cell adds them, `W_ih` packed for
+//! FP32 (and BF16 where the CPU has it) and quantised for INT8. The fused
+//! product's columns come in an order that depends on the graph (the edge
+//! types that fewest nodes send first, so that each node's needs are a
+//! suffix of its row): its packings are made once per order and kept
+//! (a handful of orders occur).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use programl::batch::{Batch, EdgeType};
+use programl::vocab::Vocabulary;
+use programl_kernels::cpu::{self, Isa};
+use programl_kernels::forward::{self, Edges, GruBias, Layout};
+use programl_kernels::gemm::{self, RowGroups};
+use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN, TEXT_DIM};
+
+use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
+use crate::config::{Pool, NORM_EPS};
+use crate::weights::Weights;
+use crate::{Dtype, Options, Precision};
+
+const H: usize = HIDDEN;
+
+/// An open bundle, ready to predict.
+pub struct Model {
+    pub config: Config,
+    pub vocabulary: Vocabulary,
+    /// The directory it was opened from.
+    pub dir: PathBuf,
+    weights: Weights,
+    /// `p(k)` for every position, \[positions, 34\].
+    gate_table: Vec<f32>,
+    /// The six edge-type biases, \[6, 34\].
+    msg_bias: Vec<f32>,
+    gru_bias: GruBias,
+    /// `W_ih` packed: FP32, and BF16 where the CPU has BF16 products.
+    w_ih: gemm::Packed,
+    w_ih_bf16: Option<gemm::Packed>,
+    /// INT8: `W_ih` and `W_hh` quantised (AVX-512 VNNI CPUs).
+    int8_gru: Option<int8::Gru>,
+    /// The fused product's packings, per block order and precision.
+    packs: Mutex<HashMap<(Order, Precision), Arc<Packing>>>,
+    /// Buffers kept from one call to the next.
+    scratch: Mutex<Scratch>,
+}
+
+/// A permutation of the six edge-type blocks (`slot[type]`).
+type Order = [u8; EDGE_TYPES];
+
+enum Packing {
+    /// FP32 or BF16: `[W_msg (in slot order); W_hh]ᵀ`, \[34, 306\].
+    Fused(gemm::Packed),
+    /// INT8: the six edge maps in slot order, \[34, 204\], quantised.
+    Messages(int8::Packed),
+}
+
+/// Per-call buffers, grown as needed.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    f32s: Vec<Vec<f32>>,
+    products_f32: Vec<Vec<f32>>,
+    products_bf16: Vec<Vec<Bf16>>,
+    u32s: Vec<Vec<u32>>,
+}
+
+fn grow<T: Clone>(pool: &mut Vec<Vec<T>>, lens: &[usize], zero: T) {
+    if pool.len() < lens.len() {
+        pool.resize_with(lens.len(), Vec::new);
+    }
+    for (b, &len) in pool.iter_mut().zip(lens) {
+        if b.len() < len {
+            b.resize(len, zero.clone());
+        }
+    }
+}
+
+fn take<T, const N: usize>(pool: &mut [Vec<T>], lens: [usize; N]) -> [&mut [T]; N] {
+    let mut it = pool.iter_mut();
+    lens.map(|len| &mut it.next().expect("grown")[..len])
+}
+
+/// What a prediction returns: probabilities, row-major, and how they were
+/// computed.
+#[derive(Clone, Debug)]
+pub struct Output {
+    /// \[rows × classes\]: one row per node (node head) or graph (graph head).
+    pub probabilities: Vec<f32>,
+    /// The precision in effect.
+    pub precision: Precision,
+    /// The kernel path taken.
+    pub isa: Isa,
+    /// Message-passing steps run.
+    pub steps: i64,
+}
+
+/// A batch as the step reads it: edges of all six types sorted by target.
+struct Input {
+    nodes: usize,
+    tokens: Vec<usize>,
+    selector: Vec<usize>,
+    /// `crow[v]..crow[v + 1]` are node `v`'s incoming edges.
+    crow: Vec<i64>,
+    /// Per edge: `6 · source + type`, the type, the clamped position.
+    sources: Vec<i64>,
+    types: Vec<i64>,
+    positions: Vec<i64>,
+}
+
+impl Input {
+    fn new(batch: &Batch, vocab_size: usize, positions: i64) -> Input {
+        let n = batch.node_count();
+        let tokens = batch.tokens().iter().map(|&t| if (0..vocab_size as i64).contains(&t) { t as usize } else { 0 }).collect();
+        let selector = batch.selector().iter().map(|&s| (s != 0) as usize).collect();
+        let total: usize = EdgeType::ALL.iter().map(|&t| batch.edges(t).len()).sum();
+        let mut crow = vec![0i64; n + 1];
+        for t in EdgeType::ALL {
+            for &v in batch.edges(t).targets {
+                crow[v as usize + 1] += 1;
+            }
+        }
+        for i in 1..=n {
+            crow[i] += crow[i - 1];
+        }
+        let mut next = crow.clone();
+        let (mut sources, mut types, mut clamped) = (vec![0i64; total], vec![0i64; total], vec![0i64; total]);
+        for t in EdgeType::ALL {
+            let e = batch.edges(t);
+            for k in 0..e.len() {
+                let v = e.targets[k] as usize;
+                let slot = next[v] as usize;
+                next[v] += 1;
+                sources[slot] = e.sources[k] * EDGE_TYPES as i64 + t as i64;
+                types[slot] = t as i64;
+                clamped[slot] = e.positions[k].clamp(0, positions - 1);
+            }
+        }
+        Input { nodes: n, tokens, selector, crow, sources, types, positions: clamped }
+    }
+}
+
+/// `s(k)` for one position: 16 sines, 16 cosines, 2 zeros.
+fn sinusoid(k: i64) -> [f64; H] {
+    let half = TEXT_DIM / 2;
+    let mut row = [0f64; H];
+    for i in 0..half {
+        let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
+        // f32 as the model's table holds it.
+        let a = (k as f64 * omega) as f32 as f64;
+        row[i] = (a.sin() as f32) as f64;
+        row[half + i] = (a.cos() as f32) as f64;
+    }
+    row
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl Model {
+    /// Opens and checks the bundle in `dir`: `config.json`, the vocabulary
+    /// (its size against the embedding's), every tensor; then packs.
+    pub fn open(dir: &Path) -> Result<Model, BundleError> {
+        let config = read_config(dir)?;
+        let vocab_path = dir.join(VOCABULARY_FILE);
+        let vocabulary = Vocabulary::load(&vocab_path).map_err(|source| BundleError::Vocabulary { path: vocab_path.clone(), source })?;
+        if vocabulary.len() != config.hyper.vocab_size {
+            return Err(BundleError::Invalid {
+                path: vocab_path,
+                detail: format!(
+                    "the vocabulary has {} ids (with the unknown id) but the model's embedding has {} rows (config.json hyper.vocab_size)",
+                    vocabulary.len(),
+                    config.hyper.vocab_size
+                ),
+            });
+        }
+        let weights = Weights::read(&dir.join(WEIGHTS_FILE), &config.hyper)?;
+        Ok(Model::from_parts(config, vocabulary, weights, dir.to_path_buf()))
+    }
+
+    /// A model from checked parts (what [`Model::open`] read).
+    pub fn from_parts(config: Config, vocabulary: Vocabulary, weights: Weights, dir: PathBuf) -> Model {
+        let (gw, gb) = (weights.get("gate.weight"), weights.get("gate.bias"));
+        let positions = config.hyper.positions;
+        let mut gate_table = vec![0f32; positions as usize * H];
+        for k in 0..positions {
+            let s = sinusoid(k);
+            for j in 0..H {
+                let mut x = gb[j] as f64;
+                for (i, si) in s.iter().enumerate() {
+                    x += gw[j * H + i] as f64 * si;
+                }
+                gate_table[k as usize * H + j] = 2.0 * (1.0 / (1.0 + (-x).exp())) as f32;
+            }
+        }
+        let (b_ih, b_hh) = (weights.get("gru.bias_ih"), weights.get("gru.bias_hh"));
+        let mut gru_bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
+        for j in 0..H {
+            gru_bias.r[j] = b_ih[j] + b_hh[j];
+            gru_bias.z[j] = b_ih[H + j] + b_hh[H + j];
+            gru_bias.i_n[j] = b_ih[2 * H + j];
+            gru_bias.h_n[j] = b_hh[2 * H + j];
+        }
+        let w_ih = weights.get("gru.weight_ih");
+        let packed_ih = gemm::Packed::from_weight(w_ih, GATES, H, false);
+        let packed_ih_bf16 = cpu::bf16().then(|| gemm::Packed::from_weight(w_ih, GATES, H, true));
+        let int8_gru = int8::available().then(|| int8::Gru::new(w_ih, weights.get("gru.weight_hh")));
+        Model {
+            msg_bias: weights.get("messages.bias").to_vec(),
+            config,
+            vocabulary,
+            dir,
+            weights,
+            gate_table,
+            gru_bias,
+            w_ih: packed_ih,
+            w_ih_bf16: packed_ih_bf16,
+            int8_gru,
+            packs: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(Scratch::default()),
+        }
+    }
+
+    /// The precision a request gives on this thread's path: BF16 where the
+    /// CPU has BF16 products, INT8 where it has VNNI, `auto` INT8 where it
+    /// has VNNI; FP32 otherwise.
+    pub fn precision_for(dtype: Dtype) -> Precision {
+        match dtype {
+            Dtype::F32 => Precision::F32,
+            Dtype::Bf16 if cpu::bf16() => Precision::Bf16,
+            Dtype::Int8 | Dtype::Auto if int8::available() => Precision::Int8,
+            _ => Precision::F32,
+        }
+    }
+
+    /// The fused product's packing for one block order.
+    fn packing(&self, slot: &[usize; EDGE_TYPES], precision: Precision) -> Arc<Packing> {
+        let order: Order = slot.map(|s| s as u8);
+        let mut packs = self.packs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = packs.get(&(order, precision)) {
+            return p.clone();
+        }
+        let w_msg = self.weights.get("messages.weight");
+        let block = H * H;
+        let mut ordered = vec![0f32; EDGE_TYPES * block];
+        for (t, &b) in slot.iter().enumerate() {
+            ordered[b * block..(b + 1) * block].copy_from_slice(&w_msg[t * block..(t + 1) * block]);
+        }
+        let packing = match precision {
+            Precision::Int8 => Packing::Messages(int8::Packed::new(&int8::Columns::new(&ordered, int8::MESSAGES))),
+            _ => {
+                ordered.extend_from_slice(self.weights.get("gru.weight_hh"));
+                Packing::Fused(gemm::Packed::from_weight(&ordered, FUSED, H, precision == Precision::Bf16))
+            }
+        };
+        // A few orders occur; a pathological stream of graphs cannot grow
+        // the cache without bound.
+        if packs.len() >= 64 {
+            packs.clear();
+        }
+        let packing = Arc::new(packing);
+        packs.insert((order, precision), packing.clone());
+        packing
+    }
+
+    /// Per-node logits \[N × C\] after `steps` steps, and the precision
+    /// and path used.
+    pub fn node_logits(&self, batch: &Batch, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
+        let isa = opts.isa.unwrap_or(Isa::Vnni);
+        cpu::with_cap(isa, || {
+            let steps = opts.steps.unwrap_or(self.config.hyper.steps).max(0);
+            let precision = Model::precision_for(opts.dtype);
+            let input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
+            let mut own = Scratch::default();
+            let mut kept = self.scratch.try_lock();
+            let scratch = match kept.as_deref_mut() {
+                Ok(s) => s,
+                Err(_) => &mut own,
+            };
+            let logits = self.logits(&input, steps as usize, precision, opts.threads.max(1), scratch);
+            (logits, precision, cpu::active(), steps)
+        })
+    }
+
+    /// Class probabilities of every node of `batch` (node-level bundles).
+    pub fn node_probabilities(&self, batch: &Batch, opts: &Options) -> Result<Output, String> {
+        if self.config.head != Head::Node {
+            return Err(format!("{}: a graph-level bundle predicts per graph, not per node", self.dir.display()));
+        }
+        let (mut logits, precision, isa, steps) = self.node_logits(batch, opts);
+        softmax_rows(&mut logits, self.classes());
+        Ok(Output { probabilities: logits, precision, isa, steps })
+    }
+
+    /// Class probabilities of every graph of `batch` under the graph head,
+    /// with each graph's raw auxiliary inputs row-major \[G × A\] (`None`
+    /// for a head without them).
+    pub fn graph_probabilities(&self, batch: &Batch, aux: Option<&[f32]>, opts: &Options) -> Result<Output, String> {
+        let Some(head) = self.config.hyper.graph.as_ref() else {
+            return Err(format!("{}: a node-level bundle has no graph head", self.dir.display()));
+        };
+        let (a, c, g) = (head.aux.len(), self.classes(), batch.graph_count());
+        let aux = match (a, aux) {
+            (0, _) => None,
+            (_, Some(values)) if values.len() == g * a => Some(values),
+            (_, Some(values)) => return Err(format!("{a} auxiliary inputs per graph for {g} graphs, got {} values", values.len())),
+            (_, None) => return Err(format!("this graph head needs {a} auxiliary inputs per graph ({})", head.aux.join(", "))),
+        };
+        let (logits, precision, isa, steps) = self.node_logits(batch, opts);
+        let mut pooled = vec![0f32; g * c];
+        let mut counts = vec![0f32; g];
+        for (v, &graph) in batch.graph_index().iter().enumerate() {
+            let graph = graph as usize;
+            counts[graph] += 1.0;
+            for k in 0..c {
+                pooled[graph * c + k] += logits[v * c + k];
+            }
+        }
+        if head.pool == Pool::Mean {
+            for (row, n) in pooled.chunks_exact_mut(c).zip(&counts) {
+                row.iter_mut().for_each(|x| *x /= n.max(1.0));
+            }
+        }
+        let mut out = match aux {
+            None => pooled,
+            Some(aux) => self.aux_classifier(&pooled, aux, g),
+        };
+        softmax_rows(&mut out, c);
+        Ok(Output { probabilities: out, precision, isa, steps })
+    }
+
+    /// The auxiliary classifier in evaluation mode: `[pooled; log1p(aux)]`,
+    /// batch-normalised with the running statistics, one ReLU layer.
+    fn aux_classifier(&self, pooled: &[f32], aux: &[f32], g: usize) -> Vec<f32> {
+        let w = &self.weights;
+        let c = self.classes();
+        let a = aux.len() / g.max(1);
+        let width = c + a;
+        let (nw, nb, rm, rv) = (w.get("aux.norm.weight"), w.get("aux.norm.bias"), w.get("aux.norm.running_mean"), w.get("aux.norm.running_var"));
+        let (hw, hb, ow, ob) = (w.get("aux.hidden.weight"), w.get("aux.hidden.bias"), w.get("aux.out.weight"), w.get("aux.out.bias"));
+        let hidden = hb.len();
+        let mut out = vec![0f32; g * c];
+        for r in 0..g {
+            let x: Vec<f32> = (0..width)
+                .map(|j| {
+                    let raw = if j < c { pooled[r * c + j] } else { aux[r * a + j - c].max(0.0).ln_1p() };
+                    (raw - rm[j]) / (rv[j] + NORM_EPS as f32).sqrt() * nw[j] + nb[j]
+                })
+                .collect();
+            let hid: Vec<f32> = (0..hidden).map(|i| (hb[i] + (0..width).map(|j| hw[i * width + j] * x[j]).sum::<f32>()).max(0.0)).collect();
+            for k in 0..c {
+                out[r * c + k] = ob[k] + (0..hidden).map(|i| ow[k * hidden + i] * hid[i]).sum::<f32>();
+            }
+        }
+        out
+    }
+
+    pub fn classes(&self) -> usize {
+        self.config.hyper.classes as usize
+    }
+
+    /// The logits of every node: `h_0`, `steps` steps, the readout.
+    fn logits(&self, input: &Input, steps: usize, precision: Precision, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
+        let n = input.nodes;
+        let embedding = self.weights.get("embedding.weight");
+        let v = self.config.hyper.selector_value as f32;
+        let mut h0 = vec![0f32; n * H];
+        for (i, row) in h0.chunks_exact_mut(H).enumerate() {
+            row[..TEXT_DIM].copy_from_slice(&embedding[input.tokens[i] * TEXT_DIM..][..TEXT_DIM]);
+            row[TEXT_DIM] = if input.selector[i] == 0 { v } else { 0.0 };
+            row[TEXT_DIM + 1] = if input.selector[i] == 0 { 0.0 } else { v };
+        }
+        let h_t = match precision {
+            Precision::Int8 if self.int8_gru.is_some() && steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
+            Precision::Bf16 if self.w_ih_bf16.is_some() && steps > 0 => self.steps_products::<Bf16>(input, &h0, steps, threads, scratch),
+            _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
+            _ => h0.clone(),
+        };
+        self.readout(&h_t, &h0)
+    }
+
+    /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\].
+    fn readout(&self, h_t: &[f32], h0: &[f32]) -> Vec<f32> {
+        let w = &self.weights;
+        let (gw, gb, tw, tb) = (w.get("readout.gate.weight"), w.get("readout.gate.bias"), w.get("readout.transform.weight"), w.get("readout.transform.bias"));
+        let c = self.classes();
+        let n = h_t.len() / H;
+        let mut out = vec![0f32; n * c];
+        for v in 0..n {
+            let (ht, hz) = (&h_t[v * H..][..H], &h0[v * H..][..H]);
+            for k in 0..c {
+                let (g1, g2) = (&gw[k * 2 * H..][..H], &gw[k * 2 * H + H..][..H]);
+                let gate = gb[k] + ht.iter().zip(g1).map(|(a, b)| a * b).sum::<f32>() + hz.iter().zip(g2).map(|(a, b)| a * b).sum::<f32>();
+                let value = tb[k] + ht.iter().zip(&tw[k * H..][..H]).map(|(a, b)| a * b).sum::<f32>();
+                out[v * c + k] = sigmoid(gate) * value;
+            }
+        }
+        out
+    }
+
+    /// The steps with FP32 or BF16 products (`T`: the products' element).
+    fn steps_products<T: ProductElem>(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
+        let n = input.nodes;
+        let bf16 = std::mem::size_of::<T>() == 2;
+        let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
+        let (slot, groups) = forward::needed_blocks(&input.sources, n);
+        let packing = self.packing(&slot, precision);
+        let Packing::Fused(fused) = &*packing else { unreachable!("FP32 and BF16 packings are fused") };
+        let w_ih = if bf16 { self.w_ih_bf16.as_ref().expect("BF16 packing where the CPU has BF16") } else { &self.w_ih };
+        let offsets: Vec<usize> =
+            input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * FUSED + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
+        let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
+        let whole = RowGroups::whole(n);
+        let ([f, gi], [m, s0, s1]) = carve_products::<T>(scratch, n);
+        s0.copy_from_slice(h0);
+        let mut cur = 0;
+        for _ in 0..steps {
+            let (h, next) = if cur == 0 { (&*s0, &mut *s1) } else { (&*s1, &mut *s0) };
+            gemm::product_rows::<T>(h, H, &groups, fused, f, FUSED, threads);
+            forward::aggregate::<T, f32>(f, &edges, &self.msg_bias, &self.gate_table, m, threads);
+            gemm::product_rows::<T>(m, H, &whole, w_ih, gi, GATES, threads);
+            forward::gru::<T>((gi, Layout::row_major(3)), (f, Layout::row_major(9)), h, &self.gru_bias, next, None, threads);
+            cur ^= 1;
+        }
+        if cur == 0 {
+            s0.to_vec()
+        } else {
+            s1.to_vec()
+        }
+    }
+
+    /// The steps with INT8 products (`int8`'s step: states node-major).
+    fn steps_int8(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
+        use int8::{Nodes, MESSAGES, QK};
+        const QUADS: usize = QK / 4;
+        let gru_w = self.int8_gru.as_ref().expect("INT8 weights where the CPU has VNNI");
+        let nodes = input.nodes;
+        let stride = int8::padded(nodes);
+        let (slot, groups) = forward::needed_blocks(&input.sources, nodes);
+        let packing = self.packing(&slot, Precision::Int8);
+        let Packing::Messages(msg) = &*packing else { unreachable!("INT8 packings are the messages'") };
+        let offsets: Vec<usize> =
+            input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
+        let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
+        let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride];
+        grow(&mut scratch.f32s, &lens, 0.0);
+        let [f, biases, hf, hs, ms, mt] = take(&mut scratch.f32s, lens);
+        let [hq, mq] = scratch_u32(&mut scratch.u32s, [2 * QUADS * stride, QUADS * stride]);
+        // Padding lanes (from `nodes` to `stride`): computed, never read;
+        // zero, they hold no stale values.
+        for row in mq.chunks_exact_mut(stride) {
+            row[nodes..].fill(0);
+        }
+        for row in ms.chunks_exact_mut(stride).chain(mt.chunks_exact_mut(stride)) {
+            row[nodes..].fill(0.0);
+        }
+        let gates = &self.gate_table[..];
+        int8::check_edges(f, &edges, &self.msg_bias, gates, nodes);
+        // SAFETY: the edges were checked against these buffers just above.
+        unsafe { int8::gated_biases(&edges, &self.msg_bias, gates, nodes, biases, threads) };
+        let (hf_a, hf_b) = hf.split_at_mut(H * stride);
+        let (hq_a, hq_b) = hq.split_at_mut(QUADS * stride);
+        let (hs_a, hs_b) = hs.split_at_mut(stride);
+        let mut hf = [hf_a, hf_b];
+        let mut hq = [hq_a, hq_b];
+        let mut hs = [hs_a, hs_b];
+        int8::states_to_nodes(h0, stride, hq[0], hs[0], hf[0], threads);
+        for step in 0..steps {
+            let cur = step % 2;
+            let [hf_a, hf_b] = &mut hf;
+            let [hq_a, hq_b] = &mut hq;
+            let [hs_a, hs_b] = &mut hs;
+            let ((hf_cur, hf_next), (hq_cur, hq_next), (hs_cur, hs_next)) = if cur == 0 {
+                ((&**hf_a, &mut **hf_b), (&**hq_a, &mut **hq_b), (&**hs_a, &mut **hs_b))
+            } else {
+                ((&**hf_b, &mut **hf_a), (&**hq_b, &mut **hq_a), (&**hs_b, &mut **hs_a))
+            };
+            let h = Nodes { quads: hq_cur, scales: hs_cur, tails: [&hf_cur[QK * stride..], &hf_cur[(QK + 1) * stride..]], stride };
+            int8::messages(h, &groups, msg, f, MESSAGES, threads);
+            {
+                let (t0, t1) = mt.split_at_mut(stride);
+                // SAFETY: the edges were checked against these buffers above.
+                unsafe { int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads) };
+            }
+            let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
+            int8::gru(
+                msgs,
+                h,
+                hf_cur,
+                gru_w,
+                &self.gru_bias,
+                nodes,
+                int8::NextStates { full: hf_next, quads: hq_next, scales: hs_next },
+                threads,
+            );
+        }
+        // The last state, row-major for the readout.
+        let last = &hf[steps % 2];
+        let mut h = vec![0f32; nodes * H];
+        for v in 0..nodes {
+            for j in 0..H {
+                h[v * H + j] = last[j * stride + v];
+            }
+        }
+        h
+    }
+}
+
+fn scratch_u32<const N: usize>(pool: &mut Vec<Vec<u32>>, lens: [usize; N]) -> [&mut [u32]; N] {
+    grow(pool, &lens, 0);
+    take(pool, lens)
+}
+
+/// An element type of the products, with its pool of buffers.
+pub(crate) trait ProductElem: Elem + Default {
+    fn pool(scratch: &mut Scratch) -> (&mut Vec<Vec<Self>>, &mut Vec<Vec<f32>>);
+}
+
+impl ProductElem for f32 {
+    fn pool(scratch: &mut Scratch) -> (&mut Vec<Vec<f32>>, &mut Vec<Vec<f32>>) {
+        (&mut scratch.products_f32, &mut scratch.f32s)
+    }
+}
+
+impl ProductElem for Bf16 {
+    fn pool(scratch: &mut Scratch) -> (&mut Vec<Vec<Bf16>>, &mut Vec<Vec<f32>>) {
+        (&mut scratch.products_bf16, &mut scratch.f32s)
+    }
+}
+
+/// The products' buffers: `F` \[N, 306\] and `GI` \[N, 102\] of `T`, and
+/// three FP32 \[N, 34\] (the mean message, two states).
+#[allow(clippy::type_complexity)]
+fn carve_products<T: ProductElem>(scratch: &mut Scratch, n: usize) -> ([&mut [T]; 2], [&mut [f32]; 3]) {
+    let (products, floats) = T::pool(scratch);
+    grow(products, &[n * FUSED, n * GATES], T::default());
+    grow(floats, &[n * H; 3], 0.0);
+    (take(products, [n * FUSED, n * GATES]), take(floats, [n * H; 3]))
+}
+
+/// Row-wise softmax of `x` \[R × C\], in place.
+fn softmax_rows(x: &mut [f32], c: usize) {
+    for row in x.chunks_exact_mut(c) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for v in row.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        row.iter_mut().for_each(|v| *v /= sum);
+    }
+}

@@ -1,0 +1,66 @@
+//! `weights.safetensors`, read with the pure-Rust `safetensors` crate and
+//! checked against the bundle's [`Hyper`]: every tensor present with its
+//! shape and dtype (f32), nothing else, every value finite. A truncated or
+//! corrupt file is one error naming the file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors};
+
+use crate::bundle::{invalid, BundleError};
+use crate::config::Hyper;
+
+/// A bundle's tensors by name, row-major f32.
+pub struct Weights {
+    tensors: BTreeMap<String, Vec<f32>>,
+}
+
+impl Weights {
+    /// Reads and checks `path` for a model of `hyper`.
+    pub fn read(path: &Path, hyper: &Hyper) -> Result<Weights, BundleError> {
+        let bytes = std::fs::read(path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
+        let mut problems = Vec::new();
+        let mut tensors = BTreeMap::new();
+        let expected = hyper.tensor_shapes();
+        for (name, shape) in &expected {
+            let view = match file.tensor(name) {
+                Ok(v) => v,
+                Err(_) => {
+                    problems.push(format!("missing tensor '{name}' (shape {shape:?})"));
+                    continue;
+                }
+            };
+            let got: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            if view.dtype() != Dtype::F32 {
+                problems.push(format!("tensor '{name}' is {:?}, expected Float (f32)", view.dtype()));
+            } else if &got != shape {
+                problems.push(format!("tensor '{name}' has shape {got:?}, expected {shape:?}"));
+            } else {
+                let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+                    problems.push(format!("tensor '{name}' holds NaN or infinite values (entry {i})"));
+                }
+                tensors.insert(name.to_string(), values);
+            }
+        }
+        let mut unexpected: Vec<&str> = file.names().into_iter().filter(|name| !expected.iter().any(|(n, _)| n == name)).collect();
+        unexpected.sort();
+        problems.extend(unexpected.into_iter().map(|name| format!("unexpected tensor '{name}'")));
+        if !problems.is_empty() {
+            return Err(invalid(path, problems.join("; ")));
+        }
+        Ok(Weights { tensors })
+    }
+
+    /// Tensor `name`'s values (a name of [`Hyper::tensor_shapes`]).
+    pub fn get(&self, name: &str) -> &[f32] {
+        self.tensors.get(name).map(Vec::as_slice).unwrap_or_else(|| panic!("checked on load: tensor '{name}'"))
+    }
+
+    /// Every tensor, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[f32])> {
+        self.tensors.iter().map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+}

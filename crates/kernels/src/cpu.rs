@@ -1,0 +1,185 @@
+//! What the CPU runs, and which path the kernels take.
+//!
+//! The kernels dispatch at run time on [`active`]: the best instruction
+//! set this CPU has ([`detected`]), lowered by a cap the caller sets for
+//! its thread ([`with_cap`]; `isa=` in `PROGRAML_INFER`, `--isa` in
+//! `programl-train`). [`crate::threads::par_ranges`] carries the caller's
+//! cap to the threads that run its ranges, so one call takes one path.
+//! A cap above what the CPU has changes nothing: [`Isa::check`] says so.
+
+use std::cell::Cell;
+use std::fmt;
+use std::str::FromStr;
+
+/// An x86-64 kernel path, from the most portable up. Each includes the
+/// ones below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Plain Rust, any target (on x86-64: SSE2, FMAs as library calls).
+    Portable,
+    /// AVX2 and FMA (Haswell, Zen).
+    Avx2,
+    /// AVX-512 F, BW and VL (Skylake-SP, Zen 4).
+    Avx512,
+    /// AVX-512 with VNNI (`vpdpbusd`: Cascade Lake, Zen 4): INT8 products.
+    Vnni,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Vnni];
+
+    /// The CPU flags this path needs, as `/proc/cpuinfo` names them.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Isa::Portable => &[],
+            Isa::Avx2 => &["avx2", "fma"],
+            Isa::Avx512 => &["avx512f", "avx512bw", "avx512vl"],
+            Isa::Vnni => &["avx512f", "avx512bw", "avx512vl", "avx512_vnni"],
+        }
+    }
+
+    /// Whether this CPU runs the path.
+    pub fn supported(self) -> bool {
+        self <= detected()
+    }
+
+    /// `Ok` where the CPU runs the path; else why not, naming the flag.
+    pub fn check(self) -> Result<(), String> {
+        if self.supported() {
+            return Ok(());
+        }
+        let missing: Vec<&str> = self.flags().iter().copied().filter(|f| !has_flag(f)).collect();
+        Err(format!("isa={self}: this CPU lacks {}", missing.join(", ")))
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Vnni => "vnni",
+        })
+    }
+}
+
+impl FromStr for Isa {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s {
+            "portable" => Ok(Isa::Portable),
+            "avx2" => Ok(Isa::Avx2),
+            "avx512" => Ok(Isa::Avx512),
+            "vnni" => Ok(Isa::Vnni),
+            _ => Err(format!("isa '{s}' is not one of portable, avx2, avx512, vnni")),
+        }
+    }
+}
+
+/// Whether the CPU has one flag (names as `/proc/cpuinfo` spells them).
+pub fn has_flag(flag: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match flag {
+            "avx2" => std::is_x86_feature_detected!("avx2"),
+            "fma" => std::is_x86_feature_detected!("fma"),
+            "avx512f" => std::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::is_x86_feature_detected!("avx512bw"),
+            "avx512vl" => std::is_x86_feature_detected!("avx512vl"),
+            "avx512dq" => std::is_x86_feature_detected!("avx512dq"),
+            "avx512_vnni" => std::is_x86_feature_detected!("avx512vnni"),
+            "avx512_bf16" => std::is_x86_feature_detected!("avx512bf16"),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = flag;
+        false
+    }
+}
+
+/// The best path this CPU runs.
+pub fn detected() -> Isa {
+    static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| {
+        let all = |isa: Isa| isa.flags().iter().all(|f| has_flag(f));
+        Isa::ALL.into_iter().rev().find(|&i| all(i)).unwrap_or(Isa::Portable)
+    })
+}
+
+thread_local! {
+    static CAP: Cell<Isa> = const { Cell::new(Isa::Vnni) };
+}
+
+/// This thread's cap ([`with_cap`]; the highest path by default).
+pub fn cap() -> Isa {
+    CAP.with(Cell::get)
+}
+
+/// The path the kernels take on this thread: the best the CPU runs, at
+/// most the cap.
+pub fn active() -> Isa {
+    detected().min(cap())
+}
+
+/// Whether the kernels may take `isa`'s path on this thread.
+pub fn allows(isa: Isa) -> bool {
+    active() >= isa
+}
+
+/// Sets this thread's cap, returning the one before (prefer [`with_cap`]).
+pub fn set_cap(isa: Isa) -> Isa {
+    CAP.with(|c| c.replace(isa))
+}
+
+/// Runs `f` with this thread's kernels capped at `isa` (restored after,
+/// also on a panic).
+pub fn with_cap<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
+    struct Restore(Isa);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CAP.with(|c| c.replace(isa)));
+    f()
+}
+
+/// Whether the CPU has native BF16 products (AVX512-BF16) on a path that
+/// allows AVX-512.
+pub fn bf16() -> bool {
+    allows(Isa::Avx512) && has_flag("avx512_bf16")
+}
+
+/// The CPU's model name, from `/proc/cpuinfo` (for reports).
+pub fn model_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| info.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// For instruction-set tests: `true` where this CPU runs `isa`; else
+/// prints `SKIP: cpu lacks <flags>: <test>` (which the test command counts
+/// as skipped, also in CI) and returns `false`.
+pub fn run_test_on(isa: Isa, test: &str) -> bool {
+    match isa.check() {
+        Ok(()) => true,
+        Err(_) => {
+            let missing: Vec<&str> = isa.flags().iter().copied().filter(|f| !has_flag(f)).collect();
+            println!("SKIP: cpu lacks {}: {test}", missing.join(" "));
+            false
+        }
+    }
+}
+
+/// [`run_test_on`] for one flag beyond a path's (`avx512_bf16`, `avx512dq`).
+pub fn run_test_with(flag: &str, test: &str) -> bool {
+    if has_flag(flag) {
+        return true;
+    }
+    println!("SKIP: cpu lacks {flag}: {test}");
+    false
+}
