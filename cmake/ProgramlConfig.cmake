@@ -9,10 +9,13 @@
 #                      set it, or the environment variable PROGRAML_PLUGIN, to
 #                      choose one)
 #   Programl::plugin   an IMPORTED MODULE library at that path
-#   Programl_RUNTIME   the CPU model runtime, libprograml_runtime.so, next to
-#                      the plugin (empty if not built). The learned pass finds
-#                      its runtime by itself; set this (or the environment
-#                      variable PROGRAML_RUNTIME) to make it use another one.
+#   Programl_RUNTIME   the CUDA model runtime, libprograml_runtime_cuda.so,
+#                      next to the plugin (empty if not built). Only
+#                      DEVICE cuda (or auto on a machine with a GPU) uses
+#                      it: the CPU inference runs in the plugin itself, with
+#                      no libtorch. The learned pass finds the runtime by
+#                      itself; set this (or the environment variable
+#                      PROGRAML_RUNTIME) to make it use another one.
 #   programl_add_graphs(<target> [DIR <dir>] [FORMAT pb|pbtxt|json|dot]
 #                       [COMPAT paper|programl-0.3])
 #       Compiles <target>'s C and C++ sources with -fpass-plugin, so each
@@ -81,8 +84,9 @@ get_filename_component(_programl_plugin_dir "${Programl_PLUGIN}" DIRECTORY)
 if(NOT Programl_RUNTIME AND DEFINED ENV{PROGRAML_RUNTIME})
   set(Programl_RUNTIME "$ENV{PROGRAML_RUNTIME}" CACHE FILEPATH "The ProGraML model runtime")
 endif()
-if(NOT Programl_RUNTIME AND EXISTS "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
-  set(Programl_RUNTIME "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
+set(_programl_cuda_runtime "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime_cuda${CMAKE_SHARED_LIBRARY_SUFFIX}")
+if(NOT Programl_RUNTIME AND EXISTS "${_programl_cuda_runtime}")
+  set(Programl_RUNTIME "${_programl_cuda_runtime}")
 endif()
 
 # Compiles an empty translation unit with the plugin, once per compiler.
@@ -208,10 +212,10 @@ function(programl_add_inference target)
   if(arg_MODEL MATCHES "[,;]")
     message(FATAL_ERROR "${_fn}: MODEL ${arg_MODEL}: the path may not contain ',' or ';'")
   endif()
-  if(NOT Programl_RUNTIME OR NOT EXISTS "${Programl_RUNTIME}")
+  if(arg_DEVICE STREQUAL "cuda" AND (NOT Programl_RUNTIME OR NOT EXISTS "${Programl_RUNTIME}"))
     message(FATAL_ERROR
-      "${_fn}: the model runtime (libprograml_runtime.so) is not next to ${Programl_PLUGIN}: "
-      "build it (cargo build --release -p programl-runtime) or set Programl_RUNTIME to its path")
+      "${_fn}: DEVICE cuda needs the CUDA model runtime (libprograml_runtime_cuda.so), which is not next to ${Programl_PLUGIN}: "
+      "build it (cargo build --release -p programl-runtime-cuda) or set Programl_RUNTIME to its path")
   endif()
   set(_settings "model=${arg_MODEL}")
   if(arg_DEVICE)
@@ -247,7 +251,7 @@ function(programl_add_inference target)
     set_property(TARGET ${target} APPEND PROPERTY ADDITIONAL_CLEAN_FILES "${arg_SIDECAR}")
   endif()
   set(_env "PROGRAML_INFER=${_settings}" "CCACHE_DISABLE=1")
-  if(Programl_RUNTIME AND NOT Programl_RUNTIME STREQUAL "${_programl_plugin_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}programl_runtime${CMAKE_SHARED_LIBRARY_SUFFIX}")
+  if(Programl_RUNTIME AND NOT Programl_RUNTIME STREQUAL "${_programl_cuda_runtime}")
     list(APPEND _env "PROGRAML_RUNTIME=${Programl_RUNTIME}")
   endif()
   _programl_attach(${_fn} ${target} ${_env})

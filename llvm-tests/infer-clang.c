@@ -1,4 +1,4 @@
-// REQUIRES: torch, programl-cli
+// REQUIRES: programl-cli
 // PROGRAML_INFER under clang: the pass runs at OptimizerLast at every -O
 // level and annotates the final IR; no graph file is written unless a
 // PROGRAML_GRAPH_* variable asks for one; nothing on stderr.

@@ -1,4 +1,3 @@
-// REQUIRES: torch
 // Settings errors never fail a compile, but a bad pipeline does fail opt;
 // PROGRAML_LOG sets how much the pass says, always on stderr.
 // RUN: rm -rf %t && mkdir %t

@@ -1,4 +1,4 @@
-; REQUIRES: torch, programl-cli
+; REQUIRES: programl-cli
 ; roots=marked: the roots are the instructions carrying !programl.root !{}
 ; (for datadep, the values they define); marks that cannot be roots are
 ; skipped with a note at PROGRAML_LOG=info.

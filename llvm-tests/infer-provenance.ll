@@ -1,4 +1,3 @@
-; REQUIRES: torch
 ; A bundle whose provenance does not fit the module: one warning listing
 ; every mismatch, the module unchanged, and libtorch never loaded (the
 ; check comes first). This module has typed pointers (opt -opaque-pointers=0).

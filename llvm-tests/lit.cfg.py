@@ -14,13 +14,13 @@
 #   %programl   the programl CLI (feature `programl-cli` when it is built)
 #   %cmake      cmake (feature `cmake` when installed)
 #   %srcroot    the repository root
-#   %runtime    the CPU model runtime (libprograml_runtime.so, next to the plugin)
 #   %runtime-cuda  the CUDA model runtime (feature `torch-cuda` when it is built)
 #   %models     the shipped model bundles (models/ at the repository root)
 #   %readelf    readelf
-# Features: plugins, programl-cli, cmake, llvm-NN, torch (the CPU runtime is
-# built next to the plugin), torch-cuda, lld (ld.lld in LLVM's
-# bin directory, for clang -flto -fuse-ld=lld), gpu (/dev/nvidia0 exists).
+# Features: plugins, programl-cli, cmake, llvm-NN, torch-cuda (the CUDA
+# runtime is built next to the plugin; the CPU inference is in the plugin
+# and needs nothing), lld (ld.lld in LLVM's bin directory, for clang -flto
+# -fuse-ld=lld), gpu (/dev/nvidia0 exists).
 
 import os
 import shutil
@@ -95,15 +95,12 @@ if cmake:
     config.available_features.add("cmake")
     config.substitutions.append(("%cmake", cmake))
 
-# The learned pass: its runtimes live next to the plugin.
+# The learned pass: the CUDA runtime lives next to the plugin.
 plugin_dir = os.path.dirname(plugin)
-runtime = os.path.join(plugin_dir, "libprograml_runtime.so")
-if os.path.isfile(runtime):
-    config.available_features.add("torch")
-    config.substitutions.append(("%runtime-cuda", os.path.join(plugin_dir, "libprograml_runtime_cuda.so")))
-    config.substitutions.append(("%runtime", runtime))
-    if os.path.isfile(os.path.join(plugin_dir, "libprograml_runtime_cuda.so")):
-        config.available_features.add("torch-cuda")
+runtime_cuda = os.path.join(plugin_dir, "libprograml_runtime_cuda.so")
+if os.path.isfile(runtime_cuda):
+    config.available_features.add("torch-cuda")
+    config.substitutions.append(("%runtime-cuda", runtime_cuda))
 config.substitutions.append(("%models", os.path.join(config.programl_src_root, "models")))
 # clang-NN finds ld.lld in its own bin directory.
 if os.path.isfile(os.path.join(bindir, "ld.lld")):

@@ -2,17 +2,19 @@
 //! workspace as CI builds it (`cargo build --release --workspace`, which
 //! `scripts/bootstrap.sh` runs before the tests):
 //!
-//! - no path in the normal dependency graph from zstd, plotters, tch or
-//!   torch-sys to the plugin (`programl-passes`) or to the core
-//!   (`programl`): features unify across a workspace build, crate
+//! - no path in the normal dependency graph from zstd, plotters, tch,
+//!   torch-sys or rayon to the plugin (`programl-passes`), the core
+//!   (`programl`), or the CPU inference (`programl-kernels`,
+//!   `programl-infer`): features unify across a workspace build, crate
 //!   boundaries don't;
-//! - the plugin depends on no workspace crate but the core;
+//! - the plugin depends on no workspace crate but the core and the CPU
+//!   inference (never `programl-model`);
 //! - neither the plugin nor the `programl` CLI has libtorch or libc10 among
 //!   its NEEDED libraries;
 //! - the model runtime depends on the model crate and the core only (never
-//!   the dataset store or the trainer); the CPU runtime links libtorch_cpu
-//!   and not libtorch_cuda, the CUDA runtime links libtorch_cuda, and both
-//!   export the C ABI the plugin opens.
+//!   the dataset store or the trainer); it is built as one library only,
+//!   the CUDA runtime, which links libtorch_cuda and exports the C ABI the
+//!   plugin opens (the CPU needs no runtime library: it runs in the plugin).
 //!
 //! The linker drops unused code, so symbols alone would hide a compiled-in
 //! dependency: the dependency graph is the check that counts.
@@ -20,10 +22,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Crates the graph path must never compile in.
-const HEAVY: &[&str] = &["zstd", "plotters", "tch", "torch-sys"];
+/// Crates the graph path and the CPU inference must never compile in.
+const HEAVY: &[&str] = &["zstd", "plotters", "tch", "torch-sys", "rayon"];
 /// Crates that must never depend on a heavy one.
-const TORCH_FREE: &[&str] = &["programl-passes", "programl"];
+const TORCH_FREE: &[&str] = &["programl-passes", "programl", "programl-kernels", "programl-infer"];
+/// The workspace crates the plugin may depend on.
+const PLUGIN_MAY_USE: &[&str] = &["programl", "programl-kernels", "programl-infer"];
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,15 +109,16 @@ fn only_the_learning_crates_reach_tch() {
 }
 
 #[test]
-fn plugin_depends_on_the_core_alone() {
+fn plugin_depends_on_the_core_and_the_cpu_inference_alone() {
     let (ok, text) = cargo_tree(&["-p", "programl-passes", "--prefix", "none", "--no-dedupe"]);
     assert!(ok, "cargo tree -p programl-passes failed:\n{text}");
     let deps = packages(&text);
     assert!(deps.iter().any(|p| p == "programl"), "the plugin should depend on the core:\n{text}");
+    assert!(deps.iter().any(|p| p == "programl-infer"), "the plugin should link the CPU inference:\n{text}");
     for p in &deps {
         assert!(
-            !p.starts_with("programl-") || p == "programl-passes",
-            "the plugin depends on workspace crate {p}; it may use the core only"
+            !p.starts_with("programl") || p == "programl-passes" || PLUGIN_MAY_USE.contains(&p.as_str()),
+            "the plugin depends on workspace crate {p}; it may use {PLUGIN_MAY_USE:?} only"
         );
         assert!(!HEAVY.contains(&p.as_str()), "the plugin compiles in {p}");
     }
@@ -193,14 +198,30 @@ fn exported(binary: &PathBuf) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The CPU inference's own dependencies: the core, the kernels, a
+/// safetensors reader, serde; nothing that links libtorch or spawns a
+/// rayon pool.
 #[test]
-fn runtimes_link_the_libtorch_their_names_say() {
+fn cpu_inference_depends_on_the_core_alone() {
+    for krate in ["programl-kernels", "programl-infer"] {
+        let (ok, text) = cargo_tree(&["-p", krate, "--prefix", "none", "--no-dedupe"]);
+        assert!(ok, "cargo tree -p {krate} failed:\n{text}");
+        for p in packages(&text) {
+            assert!(!HEAVY.contains(&p.as_str()), "{krate} compiles in {p}");
+            assert!(
+                !p.starts_with("programl") || ["programl", "programl-kernels", "programl-infer"].contains(&p.as_str()),
+                "{krate} depends on workspace crate {p}"
+            );
+        }
+    }
+}
+
+/// One runtime library, the CUDA one: it links libtorch_cuda for real and
+/// exports the C ABI. The CPU has no runtime library to open.
+#[test]
+fn the_cuda_runtime_links_libtorch_cuda() {
     let dir = profile_dir();
-    let cpu = dir.join("libprograml_runtime.so");
     let cuda = dir.join("libprograml_runtime_cuda.so");
-    let cpu_libs = needed(&cpu);
-    assert!(cpu_libs.iter().any(|l| l == "libtorch_cpu.so"), "{} does not link libtorch_cpu: {cpu_libs:?}", cpu.display());
-    assert!(!cpu_libs.iter().any(|l| l.starts_with("libtorch_cuda")), "the CPU runtime links {cpu_libs:?}");
     let cuda_libs = needed(&cuda);
     assert!(
         cuda_libs.iter().any(|l| l == "libtorch_cuda.so"),
@@ -208,14 +229,12 @@ fn runtimes_link_the_libtorch_their_names_say() {
          libtorch has one; a libtorch without CUDA cannot make a CUDA runtime",
         cuda.display()
     );
-    for binary in [&cpu, &cuda] {
-        let symbols = exported(binary);
-        for name in RUNTIME_SYMBOLS {
-            assert!(
-                symbols.lines().any(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && l.split_whitespace().last() == Some(*name)),
-                "{} does not export {name}",
-                binary.display()
-            );
-        }
+    let symbols = exported(&cuda);
+    for name in RUNTIME_SYMBOLS {
+        assert!(
+            symbols.lines().any(|l| l.contains(" FUNC ") && l.contains(" GLOBAL ") && l.split_whitespace().last() == Some(*name)),
+            "{} does not export {name}",
+            cuda.display()
+        );
     }
 }
