@@ -49,11 +49,6 @@ else
     echo "[demo] graphviz not installed: no SVG (apt-get install graphviz)"
 fi
 
-runtime="$(dirname "$plugin")/libprograml_runtime.so"
-if [ ! -e "$runtime" ]; then
-    echo "[demo] no model runtime beside the plugin ($runtime; a build without torch): the learned pass is not shown"
-    exit 0
-fi
 model="$root/models/reachability"
 annotated="$out/$name.annotated.ll"
 settings="model=${model#"$root"/};device=cpu;verify"

@@ -10,7 +10,7 @@ exact analysis (`programl analyze`, the same roots), and prints the pooled
 true and false positives and false negatives, then the wrong predictions
 grouped by the opcodes of the root and of the wrong node (an instruction
 root; a variable root is shown as "var"), and a few false positives with
-their IR text. Needs a release build (`programl`, the plugin, the runtime).
+their IR text. Needs a release build (`programl` and the plugin).
 """
 import argparse
 import collections

@@ -116,8 +116,7 @@ echo "[test] lit: $p passed, $f failed, $s skipped (exit $lit_rc)"
 step "demo (scripts/demo.sh: the README's first command)"
 # The graph pass and the learned pass on examples/hello.c: passes when the
 # graph is written, the pass's verify line names its task, and the
-# annotations read back hold roots (the graph alone under
-# PROGRAML_SKIP_TORCH=1, where no runtime is built).
+# annotations read back hold roots.
 PROGRAML_SKIP_BUILD=1 bash "$root/scripts/demo.sh" </dev/null >"$logs/demo.log" 2>&1
 demo_rc=$?
 grep -v '^\[bootstrap\]' "$logs/demo.log" | sed 's/^/[test]   /'
@@ -136,8 +135,7 @@ outcome() {
     fi
 }
 ok=0
-if [ "$demo_rc" = 0 ] && grep -q '^\[demo\] graph: ' "$logs/demo.log" &&
-    { [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ] || learned_pass_shown; }; then
+if [ "$demo_rc" = 0 ] && grep -q '^\[demo\] graph: ' "$logs/demo.log" && learned_pass_shown; then
     ok=1
 fi
 outcome demo "$ok" "$demo_rc" "$logs/demo.log"
@@ -149,16 +147,11 @@ clang-16 -O1 -S -emit-llvm "$root/examples/hello.c" -o "$errors_dir/hello.ll" &&
 errors_rc=$?
 sed 's/^/[test]   /' "$logs/errors.log" | head -n 6
 rm -rf "$errors_dir"
-if [ "${PROGRAML_SKIP_TORCH:-0}" = 1 ]; then
-    skipped=$((skipped + 1))
-    echo "[test] errors.py: skipped (PROGRAML_SKIP_TORCH=1: no runtime)"
-else
-    ok=0
-    if [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
-        ok=1
-    fi
-    outcome errors.py "$ok" "$errors_rc" "$logs/errors.log"
+ok=0
+if [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
+    ok=1
 fi
+outcome errors.py "$ok" "$errors_rc" "$logs/errors.log"
 
 echo "[test] finished in $((SECONDS - start)) s"
 echo "summary: $passed passed, $failed failed, $skipped skipped"

@@ -184,8 +184,6 @@ const RUNTIME_SYMBOLS: &[&str] = &[
     "programl_runtime_abi_version",
     "programl_runtime_open",
     "programl_runtime_info",
-    "programl_runtime_set_threads",
-    "programl_runtime_set_dtype",
     "programl_runtime_predict_graph",
     "programl_runtime_predict",
     "programl_runtime_last_error",

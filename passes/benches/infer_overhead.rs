@@ -4,7 +4,7 @@
 //! pass", records them with this command).
 //!
 //! ```text
-//! cargo build --release -p programl-passes -p programl-runtime
+//! cargo build --release -p programl-passes
 //! cargo bench -p programl-passes --bench infer_overhead
 //! ```
 //!
@@ -18,19 +18,23 @@
 //!   (`PROGRAML_GRAPH_AUTO=0`);
 //! - with `PROGRAML_INFER='model=M;device=cpu'` (default roots: the sampled
 //!   ones, at most 10; the bundle's T), whose `PROGRAML_LOG=info` line gives
-//!   the pass's own split: runtime and libtorch load, bundle open, graph
-//!   build, featurisation (model input and roots), inference, annotation;
+//!   the pass's own split: runtime load (CUDA only: the CPU inference is in
+//!   the plugin), bundle open (reading, checking and packing the weights),
+//!   graph build, featurisation (model input and roots), inference,
+//!   annotation;
 //! - with one root (`roots=all;max_roots=1`), the inference a single
 //!   decision costs;
 //! - at the default `dtype=auto` (INT8 where the CPU has AVX-512 VNNI,
-//!   else FP32); where that is INT8, both again with `dtype=f32`, and
-//!   where the CPU has BF16 instructions, with `dtype=bf16`.
+//!   else FP32) on the best kernel path the CPU runs; then both again with
+//!   each other setting that the CPU runs ([`variants`]): `dtype=f32`
+//!   where the default is INT8, `dtype=bf16` where the CPU has BF16
+//!   instructions, and every lower kernel path (`isa=avx512`, `isa=avx2`,
+//!   `isa=portable`).
 //!
-//! Then the runtime's `dlopen` against libtorch_cpu's alone (fresh processes),
-//! `opt -passes=verify` with and without the plugin loaded (the cost of
-//! loading it, wall and CPU), and a ThinLTO link of Lua with the plugin loaded in lld and
-//! `PROGRAML_INFER` set: one process, every module through the pass, the
-//! runtime loaded once.
+//! Then `opt -passes=verify` with and without the plugin loaded (the cost
+//! of loading it, wall and CPU), and a ThinLTO link of Lua with the plugin
+//! loaded in lld and `PROGRAML_INFER` set: one process, every module
+//! through the pass, the bundle opened once.
 //!
 //! Environment: `PROGRAML_BENCH_MODEL` (default `models/reachability`),
 //! `PROGRAML_BENCH_REPS` (3), `PROGRAML_BENCH_PROJECTS` (`zlib,bzip2,lua`),
@@ -206,7 +210,7 @@ struct UnitFigures {
     single: Vec<f64>,
     split: Vec<Split>,
     single_split: Vec<Split>,
-    /// The same two runs with each other precision ([`other_dtypes`]).
+    /// The same two runs with each other setting ([`variants`]).
     reduced_split: Vec<Vec<Split>>,
     reduced_single_split: Vec<Vec<Split>>,
 }
@@ -217,6 +221,12 @@ fn cpu_has(wanted: &[&str]) -> bool {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
     wanted.iter().all(|f| flags.contains(f))
+}
+
+/// The CPU's model name (`/proc/cpuinfo`).
+fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())).unwrap_or_default()
 }
 
 /// Whether the CPU has BF16 products (`dtype=bf16` runs them natively).
@@ -239,29 +249,32 @@ fn auto_dtype() -> &'static str {
     }
 }
 
-/// The precisions measured beside the default: FP32 where the default is
-/// INT8, and BF16 where the CPU has it natively.
-fn other_dtypes() -> Vec<&'static str> {
+/// The settings measured beside the default: FP32 where the default is
+/// INT8, BF16 where the CPU has it natively, and every kernel path below
+/// the best the CPU runs.
+fn variants() -> Vec<&'static str> {
     let mut out = Vec::new();
     if auto_dtype() != "f32" {
-        out.push("f32");
+        out.push("dtype=f32");
     }
     if cpu_has_bf16() {
-        out.push("bf16");
+        out.push("dtype=bf16");
+    }
+    if cpu_has_vnni() {
+        out.push("isa=avx512");
+    }
+    if cpu_has(&["avx512f", "avx512bw", "avx512vl"]) {
+        out.push("isa=avx2");
+    }
+    if cpu_has(&["avx2", "fma"]) {
+        out.push("isa=portable");
     }
     out
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--dlopen") {
-        return dlopen_child(&args[i + 1]);
-    }
     let plugin = profile_dir().join("libprograml_passes.so");
-    let runtime = profile_dir().join("libprograml_runtime.so");
-    for p in [&plugin, &runtime] {
-        assert!(p.exists(), "{} missing: cargo build --release -p programl-passes -p programl-runtime", p.display());
-    }
+    assert!(plugin.exists(), "{} missing: cargo build --release -p programl-passes", plugin.display());
     let model = std::env::var("PROGRAML_BENCH_MODEL").map(PathBuf::from).unwrap_or_else(|_| workspace().join("models/reachability"));
     let reps: usize = std::env::var("PROGRAML_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
     let opt_runs: usize = std::env::var("PROGRAML_BENCH_OPT_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000).max(2);
@@ -283,14 +296,15 @@ fn main() {
     let graph_level = config["head"] == "graph";
     let infer = format!("model={};device={device}", model.display());
     let single = format!("{infer};roots=all;max_roots=1");
-    let reduced = other_dtypes();
+    let reduced = variants();
     println!(
-        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, dtype auto ({} on this CPU), {reps} reps, {} cores",
+        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, dtype auto ({} on this CPU), {reps} reps, {} cores of {}",
         units.len(),
         projects.join(", "),
         model.display(),
         auto_dtype(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_model()
     );
 
     let mut figures: Vec<UnitFigures> = units
@@ -320,7 +334,7 @@ fn main() {
                 f.single_split.extend(parse_info(&err));
             }
             for (d, dtype) in reduced.iter().enumerate() {
-                let (with, single_with) = (format!("{infer};dtype={dtype}"), format!("{single};dtype={dtype}"));
+                let (with, single_with) = (format!("{infer};{dtype}"), format!("{single};{dtype}"));
                 let (_, _, err) = timed(&mut clang(u, &[], &[("PROGRAML_INFER", &with), ("PROGRAML_LOG", "info")], Some(&plugin)));
                 f.reduced_split[d].extend(parse_info(&err));
                 if !graph_level {
@@ -361,7 +375,7 @@ fn main() {
     row("clang -O2 -c", &|f| m(&f.plain));
     row("  + plugin loaded, idle", &|f| m(&f.plugin));
     row("  + programl-infer (wall)", &|f| m(&f.infer));
-    row("pass: runtime + libtorch load", &|f| field(f, |s| s.runtime));
+    row("pass: runtime load (CUDA only)", &|f| field(f, |s| s.runtime));
     row("pass: bundle open", &|f| field(f, |s| s.bundle));
     row("pass: graph build", &|f| field(f, |s| s.graph));
     row("pass: featurisation", &|f| field(f, |s| s.features));
@@ -374,7 +388,7 @@ fn main() {
     for (d, dtype) in reduced.iter().enumerate() {
         let med = |v: &[Split]| median(v.iter().map(|s| s.inference).collect());
         if graph_level {
-            row(&format!("pass: inference, dtype={dtype}"), &|f| med(&f.reduced_split[d]));
+            row(&format!("pass: inference, {dtype}"), &|f| med(&f.reduced_split[d]));
         } else {
             row(&format!("pass: inference, sampled, {dtype}"), &|f| med(&f.reduced_split[d]));
             row(&format!("pass: inference, 1 root, {dtype}"), &|f| med(&f.reduced_single_split[d]));
@@ -406,7 +420,7 @@ fn main() {
         let inference =
             median(if graph_level { &unit.reduced_split[d] } else { &unit.reduced_single_split[d] }.iter().map(|s| s.inference).collect());
         println!(
-            "median unit, dtype={dtype}: {} inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
+            "median unit, {dtype}: {} inference is {:.1}% of its -O2 compile ({inference:.1} of {o2:.1} ms)",
             if graph_level { "graph-level" } else { "one root's" },
             100.0 * inference / o2
         );
@@ -435,13 +449,13 @@ fn main() {
     for (d, dtype) in reduced.iter().enumerate() {
         let (q1, q2, q3) = quartiles(&ratios(&|f| times(if graph_level { &f.reduced_split[d] } else { &f.reduced_single_split[d] })));
         println!(
-            "over all {} units, dtype={dtype}: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
+            "over all {} units, {dtype}: {what} / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
             measured.len()
         );
     }
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
     println!(
-        "over all {} units: runtime + libtorch load {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",
+        "over all {} units: runtime load (CUDA only) {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",
         measured.len(),
         all(|s| s.runtime),
         all(|s| s.bundle),
@@ -450,7 +464,6 @@ fn main() {
         median(measured.iter().map(|(_, f)| m(&f.plugin) - m(&f.plain)).collect()),
     );
 
-    load_cost(&runtime, 5);
     opt_load_cost(&plugin, opt_runs);
     thin_lto(&plugin, &infer, &units);
 }
@@ -494,44 +507,6 @@ fn opt_load_cost(plugin: &Path, runs: usize) {
         "opt -passes=verify, {runs} interleaved runs (medians): plain {p:.2} ms wall / {pc:.2} ms CPU; plugin loaded {l:.2} / {lc:.2} ms ({:+.2} ms wall, {:+.2} ms CPU)",
         l - p,
         lc - pc
-    );
-}
-
-/// In a child process (`--dlopen PATH`): dlopen PATH as the pass does and
-/// print the milliseconds it took, and where libtorch_cpu was mapped from.
-fn dlopen_child(path: &str) {
-    let c = std::ffi::CString::new(path).unwrap();
-    let start = Instant::now();
-    // SAFETY: dlopen of a library; never closed.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    let ms = start.elapsed().as_secs_f64() * 1e3;
-    assert!(!handle.is_null(), "dlopen {path} failed");
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let torch = maps.split_whitespace().find(|w| w.ends_with("/libtorch_cpu.so")).unwrap_or("-");
-    println!("{ms} {torch}");
-}
-
-/// The runtime's load against libtorch_cpu's alone, each in a fresh
-/// process, interleaved.
-fn load_cost(runtime: &Path, runs: usize) {
-    let me = std::env::current_exe().unwrap();
-    let child = |path: &str| -> (f64, String) {
-        let out = Command::new(&me).args(["--dlopen", path]).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut words = text.split_whitespace();
-        (words.next().and_then(|w| w.parse().ok()).unwrap_or(f64::NAN), words.next().unwrap_or("-").to_string())
-    };
-    let (_, torch) = child(&runtime.to_string_lossy());
-    let (mut rt, mut alone) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        rt.push(child(&runtime.to_string_lossy()).0);
-        alone.push(child(&torch).0);
-    }
-    println!();
-    println!(
-        "dlopen in a fresh process, {runs} runs (medians): libprograml_runtime.so {:.1} ms; libtorch_cpu.so alone {:.1} ms ({torch})",
-        median(rt),
-        median(alone)
     );
 }
 
@@ -601,7 +576,7 @@ fn thin_lto(plugin: &Path, infer: &str, units: &[Unit]) {
         with - plain
     );
     println!(
-        "  runtime + bundle load once: {load:.1} ms; then per module: {:.1} ms in the pass (inference {:.1} ms); amortised with the load: {:.1} ms per module",
+        "  runtime + bundle open once: {load:.1} ms; then per module: {:.1} ms in the pass (inference {:.1} ms); amortised with the load: {:.1} ms per module",
         in_pass / n,
         inference / n,
         (load + in_pass) / n

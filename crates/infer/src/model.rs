@@ -286,11 +286,22 @@ impl Model {
     /// Per-node logits \[N × C\] after `steps` steps, and the precision
     /// and path used.
     pub fn node_logits(&self, batch: &Batch, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
+        self.node_logits_with(batch, None, opts)
+    }
+
+    /// [`Model::node_logits`] with the root selector `selector` (one 0/1
+    /// per node) in place of the batch's: several roots per graph, as the
+    /// upstream GGNN's benchmark workload has them (`programl-train bench`).
+    pub fn node_logits_with(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
         let isa = opts.isa.unwrap_or(Isa::Vnni);
         cpu::with_cap(isa, || {
             let steps = opts.steps.unwrap_or(self.config.hyper.steps).max(0);
             let precision = Model::precision_for(opts.dtype);
-            let input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
+            let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
+            if let Some(s) = selector {
+                assert_eq!(s.len(), input.nodes, "one selector entry per node");
+                input.selector = s.iter().map(|&x| (x != 0) as usize).collect();
+            }
             let mut own = Scratch::default();
             let mut kept = self.scratch.try_lock();
             let scratch = match kept.as_deref_mut() {

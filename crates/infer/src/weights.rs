@@ -21,33 +21,49 @@ impl Weights {
     pub fn read(path: &Path, hyper: &Hyper) -> Result<Weights, BundleError> {
         let bytes = std::fs::read(path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })?;
         let file = SafeTensors::deserialize(&bytes).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
+        let mut found = BTreeMap::new();
         let mut problems = Vec::new();
+        for (name, view) in file.tensors() {
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            if view.dtype() != Dtype::F32 {
+                problems.push(format!("tensor '{name}' is {:?}, expected Float (f32)", view.dtype()));
+                continue;
+            }
+            let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            found.insert(name, (shape, values));
+        }
+        Weights::checked(path, hyper, found, problems)
+    }
+
+    /// Weights from tensors in memory (name → shape and row-major
+    /// values), checked as [`Weights::read`] checks a file; `origin` names
+    /// them in errors.
+    pub fn from_tensors(origin: &Path, hyper: &Hyper, tensors: BTreeMap<String, (Vec<i64>, Vec<f32>)>) -> Result<Weights, BundleError> {
+        Weights::checked(origin, hyper, tensors, Vec::new())
+    }
+
+    fn checked(
+        path: &Path,
+        hyper: &Hyper,
+        mut found: BTreeMap<String, (Vec<i64>, Vec<f32>)>,
+        mut problems: Vec<String>,
+    ) -> Result<Weights, BundleError> {
         let mut tensors = BTreeMap::new();
         let expected = hyper.tensor_shapes();
         for (name, shape) in &expected {
-            let view = match file.tensor(name) {
-                Ok(v) => v,
-                Err(_) => {
-                    problems.push(format!("missing tensor '{name}' (shape {shape:?})"));
-                    continue;
+            match found.remove(*name) {
+                None if problems.iter().any(|p| p.starts_with(&format!("tensor '{name}' is "))) => {}
+                None => problems.push(format!("missing tensor '{name}' (shape {shape:?})")),
+                Some((got, _)) if &got != shape => problems.push(format!("tensor '{name}' has shape {got:?}, expected {shape:?}")),
+                Some((_, values)) => {
+                    if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+                        problems.push(format!("tensor '{name}' holds NaN or infinite values (entry {i})"));
+                    }
+                    tensors.insert(name.to_string(), values);
                 }
-            };
-            let got: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-            if view.dtype() != Dtype::F32 {
-                problems.push(format!("tensor '{name}' is {:?}, expected Float (f32)", view.dtype()));
-            } else if &got != shape {
-                problems.push(format!("tensor '{name}' has shape {got:?}, expected {shape:?}"));
-            } else {
-                let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-                if let Some(i) = values.iter().position(|x| !x.is_finite()) {
-                    problems.push(format!("tensor '{name}' holds NaN or infinite values (entry {i})"));
-                }
-                tensors.insert(name.to_string(), values);
             }
         }
-        let mut unexpected: Vec<&str> = file.names().into_iter().filter(|name| !expected.iter().any(|(n, _)| n == name)).collect();
-        unexpected.sort();
-        problems.extend(unexpected.into_iter().map(|name| format!("unexpected tensor '{name}'")));
+        problems.extend(found.keys().map(|name| format!("unexpected tensor '{name}'")));
         if !problems.is_empty() {
             return Err(invalid(path, problems.join("; ")));
         }

@@ -1,25 +1,32 @@
-//! `libprograml_runtime.so`: the model runtime the learned pass opens.
+//! The model runtime's C ABI over `programl-model` (libtorch), built into
+//! `libprograml_runtime_cuda.so` by `crates/runtime-cuda`: what the learned
+//! pass opens for `device=cuda`.
 //!
 //! The pass plugin (`passes/`) never links libtorch: loading it into opt or
-//! clang must stay cheap. When `programl-infer` first runs in a process it
-//! `dlopen`s this library (`RTLD_LOCAL`, never unloaded), which links
-//! libtorch through `programl-model`, and talks to it through a small C ABI
-//! ([`abi`], `include/programl_runtime.h`):
+//! clang must stay cheap, and on the CPU it runs the torch-free
+//! `programl-infer` in-process. When a CUDA prediction first runs in a
+//! process it `dlopen`s the runtime (`RTLD_LOCAL`, never unloaded), which
+//! links libtorch through `programl-model`, and talks to it through a small
+//! C ABI ([`abi`], `include/programl_runtime.h`):
 //!
 //! ```text
 //! uint32_t        programl_runtime_abi_version(void);
 //! programl_model *programl_runtime_open(const char *bundle_dir, const char *device);
 //! const char     *programl_runtime_info(const programl_model *);
-//! int32_t         programl_runtime_set_threads(int32_t n);
-//! int32_t         programl_runtime_set_dtype(int32_t dtype);
 //! int32_t         programl_runtime_predict(programl_model *, const programl_input *,
-//!                                          int64_t steps, float *out, size_t out_len);
+//!                                          const programl_options *, float *out, size_t out_len,
+//!                                          programl_dtype *in_effect);
 //! int32_t         programl_runtime_predict_graph(programl_model *, const programl_input *,
 //!                                                const float *aux, size_t aux_len,
-//!                                                int64_t steps, float *out, size_t out_len);
+//!                                                const programl_options *, float *out, size_t out_len,
+//!                                                programl_dtype *in_effect);
 //! const char     *programl_runtime_last_error(void);
 //! void            programl_runtime_close(programl_model *);
 //! ```
+//!
+//! Threads and precision come with each call (`programl_options`): libtorch
+//! keeps both process-wide, so the runtime sets them under one lock for the
+//! whole call, and two calls never see each other's settings.
 //!
 //! A `programl_input` is the arrays of one core [`Batch`], built by the
 //! caller with `programl::batch` (the code training uses); the runtime
@@ -37,8 +44,9 @@
 //! threshold to `ERROR` unless `TORCH_CPP_LOG_LEVEL` says otherwise: the
 //! runtime lives inside compilers, whose output must carry nothing of it.
 //!
-//! `crates/runtime-cuda` builds the same code into
-//! `libprograml_runtime_cuda.so`, linked with libtorch_cuda.
+//! This crate is an rlib: `crates/runtime-cuda` builds it into
+//! `libprograml_runtime_cuda.so`, linked with libtorch_cuda. Its tests run
+//! the same ABI on the CPU.
 //!
 //! **Architecture invariant:** the runtime depends on the model crate (and
 //! through it the core) only: never the dataset store or the trainer.
@@ -57,7 +65,7 @@ use programl_model::bundle::{Bundle, Head};
 use programl_model::tch::{self, Device};
 use programl_model::{cuda_available, device_name, select_device, DeviceChoice};
 
-use abi::{RtEdges, RtInput, RtModel, ABI_VERSION};
+use abi::{RtDtype, RtEdges, RtInput, RtModel, RtOptions, ABI_VERSION};
 
 /// An open bundle behind an `RtModel` pointer.
 struct Model {
@@ -129,11 +137,11 @@ fn setup() {
                 }
             });
         }));
-        // One intra-op thread until `programl_runtime_set_threads` says
-        // otherwise, from the first operation on: libtorch's default (all
-        // cores) would run the bundle's warm-up on an OpenMP team whose
-        // worker then spins, taking a core from the compiler (and from
-        // the other jobs of a parallel build).
+        // One intra-op thread until a call asks for more, from the first
+        // operation on: libtorch's default (all cores) would run the
+        // bundle's warm-up on an OpenMP team whose worker then spins,
+        // taking a core from the compiler (and from the other jobs of a
+        // parallel build).
         tch::set_num_threads(1);
         if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
             // SAFETY: a plain int of libc10, written once before any tensor
@@ -183,9 +191,7 @@ fn open(dir: &str, device: &str) -> Result<Model, String> {
             }
         }
         DeviceChoice::Cuda if !programl_model::cuda_linked() => {
-            return Err("device=cuda: this runtime does not load libtorch_cuda (it is the CPU runtime); \
-                        use libprograml_runtime_cuda.so"
-                .into())
+            return Err("device=cuda: this build of the runtime does not load libtorch_cuda; use libprograml_runtime_cuda.so".into())
         }
         other => select_device(other).map_err(|e| e.replace("--device cuda", "device=cuda"))?,
     };
@@ -257,6 +263,58 @@ fn input_batch(input: &RtInput) -> Result<Batch, String> {
     Batch::from_arrays(tokens, selector, offsets, edges).map_err(|e| e.to_string())
 }
 
+/// One call's settings applied to libtorch (process-wide there, so held
+/// under [`CALL`] for the call): the threads, and the precision asked for;
+/// returns the precision in effect.
+fn apply(options: &RtOptions) -> Result<RtDtype, String> {
+    if options.threads < 1 {
+        return Err(format!("threads={}: at least 1", options.threads));
+    }
+    if tch::get_num_threads() != options.threads {
+        tch::set_num_threads(options.threads);
+    }
+    // The last request and its answer: setting the precision measures it
+    // with a product, which a pass calling per module need not repeat.
+    static LAST: std::sync::Mutex<Option<(RtDtype, RtDtype)>> = std::sync::Mutex::new(None);
+    let code = |p: programl_model::Precision| match p {
+        programl_model::Precision::F32 => RtDtype::F32,
+        programl_model::Precision::Bf16 => RtDtype::BF16,
+        programl_model::Precision::Int8 => RtDtype::INT8,
+    };
+    let wanted = match options.dtype {
+        RtDtype::F32 => programl_model::Precision::F32,
+        RtDtype::BF16 => programl_model::Precision::Bf16,
+        RtDtype::INT8 => programl_model::Precision::Int8,
+        RtDtype::AUTO if programl_model::cpu_has_int8() => programl_model::Precision::Int8,
+        RtDtype::AUTO => programl_model::Precision::F32,
+        RtDtype(other) => return Err(format!("dtype {other}: 0 (f32), 1 (bf16), 2 (int8) or 3 (auto)")),
+    };
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((asked, got)) = *last {
+        if asked == options.dtype {
+            return Ok(got);
+        }
+    }
+    let got = code(programl_model::set_matmul_precision(wanted)?);
+    *last = Some((options.dtype, got));
+    Ok(got)
+}
+
+/// One prediction at a time: the settings libtorch keeps process-wide
+/// (threads, precision) belong to the call that set them.
+static CALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `options` read, and applied for the duration of the returned guard.
+///
+/// # Safety
+/// `options` is NULL or points to an `RtOptions`.
+unsafe fn with_options(options: *const RtOptions) -> Result<(std::sync::MutexGuard<'static, ()>, RtOptions, RtDtype), String> {
+    let options = *options.as_ref().ok_or("the options are NULL")?;
+    let guard = CALL.lock().unwrap_or_else(|p| p.into_inner());
+    let in_effect = apply(&options)?;
+    Ok((guard, options, in_effect))
+}
+
 fn predict(model: &Model, input: &RtInput, steps: i64, out: *mut f32, out_len: usize) -> Result<(), String> {
     if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
         panic!("{ENV_PANIC_FOR_TESTING} is set");
@@ -325,6 +383,15 @@ fn predict_graph(
     Ok(())
 }
 
+// The exports have the types the ABI states (checked at compile time).
+const _: abi::FnAbiVersion = programl_runtime_abi_version;
+const _: abi::FnOpen = programl_runtime_open;
+const _: abi::FnInfo = programl_runtime_info;
+const _: abi::FnPredict = programl_runtime_predict;
+const _: abi::FnPredictGraph = programl_runtime_predict_graph;
+const _: abi::FnLastError = programl_runtime_last_error;
+const _: abi::FnClose = programl_runtime_close;
+
 /// See [`abi::FnAbiVersion`].
 #[no_mangle]
 pub extern "C" fn programl_runtime_abi_version() -> u32 {
@@ -356,52 +423,6 @@ pub unsafe extern "C" fn programl_runtime_info(model: *const RtModel) -> *const 
     })
 }
 
-/// See [`abi::FnSetThreads`].
-#[no_mangle]
-pub extern "C" fn programl_runtime_set_threads(n: i32) -> i32 {
-    guarded(-1, || {
-        if n < 1 {
-            return Err(format!("threads={n}: at least 1"));
-        }
-        if tch::get_num_threads() != n {
-            tch::set_num_threads(n);
-        }
-        Ok(0)
-    })
-}
-
-/// See [`abi::FnSetDtype`].
-#[no_mangle]
-pub extern "C" fn programl_runtime_set_dtype(dtype: i32) -> i32 {
-    // The last request and its answer: setting the precision measures it
-    // with a product, which a pass calling this per module need not repeat.
-    static LAST: std::sync::Mutex<Option<(i32, i32)>> = std::sync::Mutex::new(None);
-    guarded(-1, || {
-        let code = |p: programl_model::Precision| match p {
-            programl_model::Precision::F32 => 0,
-            programl_model::Precision::Bf16 => 1,
-            programl_model::Precision::Int8 => 2,
-        };
-        let wanted = match dtype {
-            0 => programl_model::Precision::F32,
-            1 => programl_model::Precision::Bf16,
-            2 => programl_model::Precision::Int8,
-            3 if programl_model::cpu_has_int8() => programl_model::Precision::Int8,
-            3 => programl_model::Precision::F32,
-            other => return Err(format!("dtype {other}: 0 (f32), 1 (bf16), 2 (int8) or 3 (auto)")),
-        };
-        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((asked, got)) = *last {
-            if asked == dtype {
-                return Ok(got);
-            }
-        }
-        let got = code(programl_model::set_matmul_precision(wanted)?);
-        *last = Some((dtype, got));
-        Ok(got)
-    })
-}
-
 /// See [`abi::FnPredict`].
 ///
 /// # Safety
@@ -411,14 +432,20 @@ pub extern "C" fn programl_runtime_set_dtype(dtype: i32) -> i32 {
 pub unsafe extern "C" fn programl_runtime_predict(
     model: *mut RtModel,
     input: *const RtInput,
-    steps: i64,
+    options: *const RtOptions,
     out: *mut f32,
     out_len: usize,
+    in_effect: *mut RtDtype,
 ) -> i32 {
     guarded(-1, || {
         let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
         let input = input.as_ref().ok_or("the input is NULL")?;
-        predict(model, input, steps, out, out_len).map(|()| 0)
+        let (_call, options, dtype) = with_options(options)?;
+        predict(model, input, options.steps, out, out_len)?;
+        if let Some(slot) = in_effect.as_mut() {
+            *slot = dtype;
+        }
+        Ok(0)
     })
 }
 
@@ -434,14 +461,20 @@ pub unsafe extern "C" fn programl_runtime_predict_graph(
     input: *const RtInput,
     aux: *const f32,
     aux_len: usize,
-    steps: i64,
+    options: *const RtOptions,
     out: *mut f32,
     out_len: usize,
+    in_effect: *mut RtDtype,
 ) -> i32 {
     guarded(-1, || {
         let model = model.cast::<Model>().as_ref().ok_or("the model is NULL")?;
         let input = input.as_ref().ok_or("the input is NULL")?;
-        predict_graph(model, input, aux, aux_len, steps, out, out_len).map(|()| 0)
+        let (_call, options, dtype) = with_options(options)?;
+        predict_graph(model, input, aux, aux_len, options.steps, out, out_len)?;
+        if let Some(slot) = in_effect.as_mut() {
+            *slot = dtype;
+        }
+        Ok(0)
     })
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use programl::batch::{Batch, EdgeType, GraphInput, Sample};
-use programl_runtime::abi::{RtEdges, RtInput, RtModel, ABI_VERSION};
+use programl_runtime::abi::{RtDtype, RtEdges, RtInput, RtModel, RtOptions, ABI_VERSION};
 use programl_runtime::*;
 
 /// The tests share libtorch's process-wide state and an environment
@@ -27,6 +27,19 @@ fn last_error() -> String {
 fn open(dir: &str, device: &str) -> *mut RtModel {
     let (d, v) = (CString::new(dir).unwrap(), CString::new(device).unwrap());
     unsafe { programl_runtime_open(d.as_ptr(), v.as_ptr()) }
+}
+
+/// One call's options: the bundle's steps, one thread, `dtype`.
+fn options(dtype: RtDtype) -> RtOptions {
+    RtOptions { steps: 0, threads: 1, dtype }
+}
+
+/// `programl_runtime_predict` under `opts`: its status, and the precision
+/// it ran at.
+fn predict_with(model: *mut RtModel, batch: &RtInput, opts: &RtOptions, out: &mut [f32]) -> (i32, RtDtype) {
+    let mut in_effect = RtDtype(-1);
+    let status = unsafe { programl_runtime_predict(model, batch, opts, out.as_mut_ptr(), out.len(), &mut in_effect) };
+    (status, in_effect)
 }
 
 fn edges(b: &Batch, t: EdgeType) -> RtEdges {
@@ -72,17 +85,16 @@ fn open_describe_predict_close() {
         (Some(u64::from(ABI_VERSION)), Some("reachability"), Some("cpu"))
     );
     assert_eq!(info["classes"].as_array().unwrap().len(), 2);
-    // One intra-op thread from the first call on, before any set_threads
-    // (libtorch's default, every core, left a spinning OpenMP worker
-    // behind the bundle's warm-up). No test here asks for more.
+    // One intra-op thread from the first call on, before any prediction
+    // asks (libtorch's default, every core, left a spinning OpenMP worker
+    // behind the bundle's warm-up).
     assert_eq!(programl_model::tch::get_num_threads(), 1, "the runtime's default is one thread");
-    assert_eq!(programl_runtime_set_threads(1), 0);
 
     let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
     let batch = real_batch(&reference.vocabulary);
     let mut out = vec![0f32; batch.node_count() * 2];
-    let status = unsafe { programl_runtime_predict(model, &input(&batch), 0, out.as_mut_ptr(), out.len()) };
-    assert_eq!(status, 0, "{}", last_error());
+    let (status, in_effect) = predict_with(model, &input(&batch), &options(RtDtype::F32), &mut out);
+    assert_eq!((status, in_effect), (0, RtDtype::F32), "{}", last_error());
     assert_eq!(last_error(), "");
     for pair in out.chunks(2) {
         assert!((pair[0] + pair[1] - 1.0).abs() < 1e-5, "{pair:?} is not a distribution");
@@ -93,19 +105,19 @@ fn open_describe_predict_close() {
     // The two copies of the graph differ only by their root.
     let n = batch.node_count() / 2;
     assert_ne!(out[..2 * n], out[2 * n..], "the root makes no difference");
-    // The batch again, at the bundle's steps, under the precision in effect.
-    let predict = || {
+    // The batch again, at the bundle's steps, at a precision.
+    let predict = |dtype: RtDtype| {
         let mut p = vec![0f32; out.len()];
-        assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, p.as_mut_ptr(), p.len()) }, 0, "{}", last_error());
-        p
+        let (status, in_effect) = predict_with(model, &input(&batch), &options(dtype), &mut p);
+        assert_eq!(status, 0, "{}", last_error());
+        (p, in_effect.0)
     };
 
     // BF16 products where the CPU has them: probabilities within BF16's
     // rounding of FP32's, and the model crate's under the same precision
     // (what `programl-train predict --dtype bf16` prints); FP32 again after.
-    let bf16 = programl_runtime_set_dtype(1);
+    let (reduced, bf16) = predict(RtDtype::BF16);
     assert_eq!(bf16, programl_model::cpu_has_bf16() as i32, "{}", last_error());
-    let reduced = predict();
     let drift = reduced.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     if bf16 == 1 {
         assert!(drift > 0.0 && drift < 0.02, "BF16 against FP32: {drift}");
@@ -117,9 +129,8 @@ fn open_describe_predict_close() {
     }
     // INT8 products where the CPU has AVX-512 VNNI: within INT8's error of
     // FP32, and the model crate's under the same precision.
-    let int8 = programl_runtime_set_dtype(2);
+    let (bytes, int8) = predict(RtDtype::INT8);
     assert_eq!(int8, if programl_model::cpu_has_int8() { 2 } else { 0 }, "{}", last_error());
-    let bytes = predict();
     let drift = bytes.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     if int8 == 2 {
         assert!(drift > 0.0 && drift < 0.05, "INT8 against FP32: {drift}");
@@ -128,16 +139,22 @@ fn open_describe_predict_close() {
     } else {
         assert_eq!(drift, 0.0, "no VNNI on this CPU: FP32's probabilities");
     }
-    assert_eq!(programl_runtime_set_dtype(0), 0);
-    assert_eq!(predict(), out, "FP32 again");
-    assert_eq!(programl_runtime_set_dtype(3), int8, "auto is INT8 where the CPU has VNNI, else FP32");
-    assert_eq!(programl_runtime_set_dtype(0), 0);
-    assert_eq!(programl_runtime_set_dtype(4), -1);
+    assert_eq!(predict(RtDtype::F32), (out.clone(), 0), "FP32 again");
+    assert_eq!(predict(RtDtype::AUTO).1, int8, "auto is INT8 where the CPU has VNNI, else FP32");
+    let mut scratch = vec![0f32; out.len()];
+    assert_eq!(predict_with(model, &input(&batch), &options(RtDtype(4)), &mut scratch).0, -1);
     assert!(last_error().contains("dtype 4"), "{}", last_error());
+    // Per call: two threads for one call, and the next call's one thread.
+    let two = RtOptions { threads: 2, ..options(RtDtype::F32) };
+    assert_eq!(predict_with(model, &input(&batch), &two, &mut scratch).0, 0, "{}", last_error());
+    assert!(scratch.iter().zip(&out).all(|(a, b)| (a - b).abs() < 1e-6), "two threads, other probabilities");
+    assert_eq!(predict(RtDtype::F32).0, out);
+    assert_eq!(programl_model::tch::get_num_threads(), 1, "a call's threads are its own");
 
     // steps > 0 overrides the bundle's.
     let mut few = vec![0f32; out.len()];
-    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 2, few.as_mut_ptr(), few.len()) }, 0);
+    let steps2 = RtOptions { steps: 2, ..options(RtDtype::F32) };
+    assert_eq!(predict_with(model, &input(&batch), &steps2, &mut few).0, 0);
     assert_ne!(few, out);
     unsafe { programl_runtime_close(model) };
     unsafe { programl_runtime_close(std::ptr::null_mut()) };
@@ -155,15 +172,18 @@ fn bad_input_is_an_error_naming_it() {
     assert_eq!(last_error(), "the bundle directory is NULL");
     assert!(open(dir.to_str().unwrap(), "cuda").is_null());
     assert!(last_error().contains("device=cuda"), "{}", last_error());
-    assert_eq!(programl_runtime_set_threads(0), -1);
-    assert!(last_error().contains("threads=0"), "{}", last_error());
-
     let model = open(dir.to_str().unwrap(), "cpu");
     assert!(!model.is_null(), "{}", last_error());
     let reference = programl_model::bundle::Bundle::load(&dir, programl_model::tch::Device::Cpu).unwrap();
     let batch = real_batch(&reference.vocabulary);
     let mut out = vec![0f32; batch.node_count() * 2];
-    let predict = |i: &RtInput, out: &mut [f32]| unsafe { programl_runtime_predict(model, i, 0, out.as_mut_ptr(), out.len()) };
+    let predict = |i: &RtInput, out: &mut [f32]| predict_with(model, i, &options(RtDtype::F32), out).0;
+    let zero = RtOptions { threads: 0, ..options(RtDtype::F32) };
+    assert_eq!(predict_with(model, &input(&batch), &zero, &mut out).0, -1);
+    assert!(last_error().contains("threads=0"), "{}", last_error());
+    let status = unsafe { programl_runtime_predict(model, &input(&batch), std::ptr::null(), out.as_mut_ptr(), out.len(), std::ptr::null_mut()) };
+    assert_eq!(status, -1);
+    assert_eq!(last_error(), "the options are NULL");
 
     assert_eq!(predict(&input(&batch), &mut out[1..]), -1);
     assert!(last_error().contains("the output holds"), "{}", last_error());
@@ -182,7 +202,7 @@ fn bad_input_is_an_error_naming_it() {
     wrong.edges[1] = RtEdges { sources: far.as_ptr(), targets: far.as_ptr(), positions: far.as_ptr(), len: 1 };
     assert_eq!(predict(&wrong, &mut out), -1);
     assert!(last_error().contains("data edge 0"), "{}", last_error());
-    assert_eq!(unsafe { programl_runtime_predict(std::ptr::null_mut(), &input(&batch), 0, out.as_mut_ptr(), out.len()) }, -1);
+    assert_eq!(predict_with(std::ptr::null_mut(), &input(&batch), &options(RtDtype::F32), &mut out).0, -1);
     assert_eq!(last_error(), "the model is NULL");
 
     // A panic inside (forced for the test) is an error, not an abort.
@@ -225,8 +245,9 @@ fn graph_level_bundles_predict_per_graph() {
     // Two copies of the kernel, moving 1 KiB and 1 GiB.
     let aux = [1024f32, 64.0, 1073741824.0, 64.0];
     let mut out = [0f32; 4];
+    let opts = options(RtDtype::F32);
     let predict_graph = |aux: &[f32], out: &mut [f32]| unsafe {
-        programl_runtime_predict_graph(model, &input(&batch), aux.as_ptr(), aux.len(), 0, out.as_mut_ptr(), out.len())
+        programl_runtime_predict_graph(model, &input(&batch), aux.as_ptr(), aux.len(), &opts, out.as_mut_ptr(), out.len(), std::ptr::null_mut())
     };
     assert_eq!(predict_graph(&aux, &mut out), 0, "{}", last_error());
     for pair in out.chunks(2) {
@@ -244,27 +265,16 @@ fn graph_level_bundles_predict_per_graph() {
     assert_eq!(predict_graph(&aux, &mut out[..3]), -1);
     assert!(last_error().contains("2 graphs × 2 classes need 4"), "{}", last_error());
     let mut per_node = vec![0f32; batch.node_count() * 2];
-    assert_eq!(unsafe { programl_runtime_predict(model, &input(&batch), 0, per_node.as_mut_ptr(), per_node.len()) }, -1);
+    assert_eq!(predict_with(model, &input(&batch), &opts, &mut per_node).0, -1);
     assert!(last_error().contains("a graph-level bundle"), "{}", last_error());
     unsafe { programl_runtime_close(model) };
 
     let node_level = open(bundle().to_str().unwrap(), "cpu");
     assert!(!node_level.is_null(), "{}", last_error());
-    let status =
-        unsafe { programl_runtime_predict_graph(node_level, &input(&batch), aux.as_ptr(), aux.len(), 0, out.as_mut_ptr(), out.len()) };
+    let status = unsafe {
+        programl_runtime_predict_graph(node_level, &input(&batch), aux.as_ptr(), aux.len(), &opts, out.as_mut_ptr(), out.len(), std::ptr::null_mut())
+    };
     assert_eq!(status, -1);
     assert!(last_error().contains("a node-level bundle"), "{}", last_error());
     unsafe { programl_runtime_close(node_level) };
-}
-
-/// The C header states the ABI version this crate exports.
-#[test]
-fn the_c_header_states_this_abi_version() {
-    let header = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include/programl_runtime.h")).unwrap();
-    let stated = header
-        .lines()
-        .find_map(|l| l.strip_prefix("#define PROGRAML_RUNTIME_ABI_VERSION "))
-        .and_then(|v| v.trim().trim_end_matches('u').parse::<u32>().ok());
-    assert_eq!(stated, Some(ABI_VERSION), "include/programl_runtime.h's PROGRAML_RUNTIME_ABI_VERSION");
-    assert!(header.contains("int32_t programl_runtime_set_dtype(int32_t dtype);"));
 }

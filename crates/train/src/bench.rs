@@ -138,11 +138,62 @@ pub fn matmul_gflops(nodes: usize, device: Device, kind: Kind) -> f64 {
     2.0 * nodes as f64 * 34.0 * 204.0 / median(times) / 1e9
 }
 
+/// The bench model's weights as the torch-free inference's model: what
+/// eval, predict and the learned pass run on the CPU.
+fn torch_free(model: &Ggnn, hyper: &Hyper) -> Result<programl_infer::Model> {
+    use programl_infer::bundle::{Config, Head, Provenance, FORMAT, VERSION};
+    let tensors = model
+        .named_tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let values: Vec<f32> = Vec::try_from(t.to_device(Device::Cpu).contiguous().view([-1])).expect("f32 weights");
+            (name.to_string(), (t.size(), values))
+        })
+        .collect();
+    let weights = programl_infer::weights::Weights::from_tensors(std::path::Path::new("<bench model>"), hyper, tensors)?;
+    let provenance = Provenance {
+        graph_mode: "paper".into(),
+        llvm_major: 16,
+        opaque_pointers: true,
+        featurisation_version: programl::batch::LAYOUT_VERSION,
+        training_data_hash: String::new(),
+        examples_seen: 0,
+        wall_time_s: 0.0,
+        dtype: "f32".into(),
+        created_by: "programl-train bench".into(),
+    };
+    let config = Config {
+        format: FORMAT.into(),
+        version: VERSION,
+        task: "bench".into(),
+        head: Head::Node,
+        classes: vec!["negative".into(), "positive".into()],
+        hyper: hyper.clone(),
+        provenance,
+        source: None,
+    };
+    let vocabulary = programl::vocab::Vocabulary::from_counts(&Default::default(), 1, None);
+    Ok(programl_infer::Model::from_parts(config, vocabulary, weights, "<bench model>".into()))
+}
+
 /// Runs one mode: `train` (one training step per iteration) or `infer`.
 ///
 /// `autograd`: train through autograd's backward instead of the
 /// hand-written one (to compare the two; `train` uses the hand-written one).
-pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usize, device: Device, autograd: bool) -> Result<Figures> {
+/// `cpu`: inference runs the torch-free inference with these options
+/// (what eval, predict and the learned pass run on the CPU); `None`, the
+/// libtorch model's.
+#[allow(clippy::too_many_arguments)]
+pub fn run_mode(
+    shape: &Shape,
+    mode: &str,
+    steps: i64,
+    iters: usize,
+    warmup: usize,
+    device: Device,
+    autograd: bool,
+    cpu: Option<programl_infer::Options>,
+) -> Result<Figures> {
     let (batch, selector, edges) = synthetic_batch(shape);
     let hyper = Hyper { steps, ..Hyper::spec(VOCAB_ROWS) };
     tch::manual_seed(shape.seed as i64);
@@ -151,6 +202,9 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
     let mut prepared = Prepared::new(&batch, &hyper, device);
     prepared.selector = Tensor::from_slice(&selector).to_device(device);
     let mut opt = AdamW::new(&model.parameters(), 2.5e-4);
+    let cpu = cpu.filter(|_| mode == "infer" && device == Device::Cpu);
+    let torch_free_model = cpu.as_ref().map(|_| torch_free(&model, &hyper)).transpose()?;
+    let mut in_effect = None;
     let mut times = Vec::new();
     for i in 0..warmup + iters {
         let t = Instant::now();
@@ -161,9 +215,15 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
             "train" => {
                 let _ = train_step(&model, &mut opt, &prepared, steps, 1.0);
             }
-            "infer" => {
-                let _ = infer(&model, &prepared, steps);
-            }
+            "infer" => match (&torch_free_model, &cpu) {
+                (Some(m), Some(o)) => {
+                    let (_, precision, isa, _) = m.node_logits_with(&batch, Some(&selector), &programl_infer::Options { steps: Some(steps), ..o.clone() });
+                    in_effect = Some(format!("{precision} ({isa}, torch-free)"));
+                }
+                _ => {
+                    let _ = infer(&model, &prepared, steps);
+                }
+            },
             _ => anyhow::bail!("mode '{mode}': expected train or infer"),
         }
         if let Device::Cuda(_) = device {
@@ -179,8 +239,8 @@ pub fn run_mode(shape: &Shape, mode: &str, steps: i64, iters: usize, warmup: usi
     Ok(Figures {
         mode: mode.into(),
         steps,
-        threads: tch::get_num_threads(),
-        dtype: programl_model::matmul_precision().to_string(),
+        threads: cpu.as_ref().map_or(tch::get_num_threads(), |o| o.threads as i32),
+        dtype: in_effect.unwrap_or_else(|| programl_model::matmul_precision().to_string()),
         device: programl_model::device_name(device),
         batch_nodes: nodes,
         edges,

@@ -1,6 +1,12 @@
 //! The one training step and the one inference pass, shared by `train`,
 //! `eval`, `predict` and `bench` (so `bench` measures what users run).
+//!
+//! Inference runs through a [`Predictor`]: on the CPU, eval and predict use
+//! the torch-free inference the learned pass runs (`programl-infer`), so
+//! the figures they report are the pass's; training's validation and other
+//! devices use this crate's libtorch model.
 
+use programl::batch::Batch;
 use programl_model::{Ggnn, Prepared};
 use tch::{Kind, Tensor};
 
@@ -66,6 +72,46 @@ pub fn infer(model: &Ggnn, input: &Prepared, steps: i64) -> Tensor {
     tch::no_grad(|| model.forward_inference(input, steps).softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu))
 }
 
+/// What runs a bundle's inference.
+pub enum Predictor<'a> {
+    /// The torch-free inference (`programl-infer`) on the CPU: what the
+    /// learned pass computes.
+    Cpu(&'a programl_infer::Model, programl_infer::Options),
+    /// The libtorch model, on its device.
+    Torch(&'a Ggnn),
+}
+
+impl Predictor<'_> {
+    /// Per-node logits of `batch` after `steps` steps, row-major \[N × C\].
+    pub fn node_logits(&self, batch: &Batch, steps: i64) -> Vec<f32> {
+        match self {
+            Predictor::Cpu(model, options) => {
+                let options = programl_infer::Options { steps: Some(steps), ..options.clone() };
+                model.node_logits(batch, &options).0
+            }
+            Predictor::Torch(model) => {
+                let input = Prepared::new(batch, model.hyper(), model.device());
+                let logits = tch::no_grad(|| model.forward_inference(&input, steps).to_device(tch::Device::Cpu));
+                Vec::try_from(logits.contiguous().view([-1])).expect("f32 logits")
+            }
+        }
+    }
+
+    /// The probability of the positive class (class 1) per node, \[N\].
+    pub fn positive_probabilities(&self, batch: &Batch, steps: i64) -> Vec<f32> {
+        let logits = self.node_logits(batch, steps);
+        let c = logits.len() / batch.node_count().max(1);
+        logits.chunks_exact(c.max(1)).map(|row| softmax_of(row, 1)).collect()
+    }
+}
+
+/// `softmax(row)[k]`.
+fn softmax_of(row: &[f32], k: usize) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = row.iter().map(|x| (x - max).exp()).sum();
+    (row[k] - max).exp() / sum
+}
+
 /// Pooled results of an evaluation.
 #[derive(Clone, Debug, Default)]
 pub struct Evaluation {
@@ -78,8 +124,20 @@ pub struct Evaluation {
 }
 
 /// Evaluates examples `ids` (in order) at `steps`, in batches of at most
-/// `max_nodes` nodes (a larger graph alone).
-pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_nodes: usize, mut progress: impl FnMut(usize)) -> Evaluation {
+/// `max_nodes` nodes (a larger graph alone), on the libtorch model.
+pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_nodes: usize, progress: impl FnMut(usize)) -> Evaluation {
+    evaluate_with(&Predictor::Torch(model), data, ids, steps, max_nodes, progress)
+}
+
+/// [`evaluate`] on any [`Predictor`].
+pub fn evaluate_with(
+    predictor: &Predictor<'_>,
+    data: &Examples,
+    ids: &[usize],
+    steps: i64,
+    max_nodes: usize,
+    mut progress: impl FnMut(usize),
+) -> Evaluation {
     tune_allocator();
     let mut out = Evaluation::default();
     let mut loss_sum = 0.0;
@@ -87,16 +145,21 @@ pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_no
     for range in programl::batch::plan(ids.iter().map(|&i| data.size(i)), max_nodes) {
         let chunk = &ids[range];
         let batch = data.batch(chunk);
-        let input = Prepared::new(&batch, model.hyper(), model.device());
-        let (probs, loss) = tch::no_grad(|| {
-            let logits = model.forward_inference(&input, steps);
-            let loss = logits.cross_entropy_for_logits(input.labels.as_ref().unwrap()).double_value(&[]);
-            (logits.softmax(1, Kind::Float).select(1, 1).to_device(tch::Device::Cpu), loss)
-        });
+        let logits = predictor.node_logits(&batch, steps);
+        let labels = batch.labels().unwrap();
+        let c = logits.len() / batch.node_count().max(1);
+        // Cross-entropy over the batch's nodes, as libtorch's mean.
+        let mut loss = 0f64;
+        let mut probs = Vec::with_capacity(batch.node_count());
+        for (row, &label) in logits.chunks_exact(c.max(1)).zip(labels) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let log_sum = row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln() + max;
+            loss += log_sum - row[label as usize] as f64;
+            probs.push(softmax_of(row, 1));
+        }
+        let loss = if probs.is_empty() { 0.0 } else { loss / probs.len() as f64 };
         loss_sum += loss * batch.node_count() as f64;
         nodes += batch.node_count();
-        let probs: Vec<f32> = Vec::try_from(probs).expect("f32 probabilities");
-        let labels = batch.labels().unwrap();
         for (g, &i) in chunk.iter().enumerate() {
             let e = &data.examples[i];
             let offset = batch.offsets()[g] as usize;

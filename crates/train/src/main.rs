@@ -29,7 +29,7 @@ use programl::analysis::Analyzer;
 use programl::batch::{GraphInput, Sample};
 use programl_dataset::{Dataset, Split, Subset};
 use programl_model::bundle::Bundle;
-use programl_model::{select_device, DeviceChoice, Precision, Prepared};
+use programl_model::{select_device, DeviceChoice, Precision};
 use serde_json::json;
 
 use crate::data::Examples;
@@ -60,6 +60,11 @@ struct Runtime {
     /// models" gives their figures in f32 and int8.
     #[arg(long, default_value = "auto")]
     dtype: Dtype,
+    /// The highest CPU kernel path for eval and predict: vnni, avx512, avx2
+    /// or portable (default: the best this CPU runs; a path it lacks is an
+    /// error). For tests and benchmarks of one path.
+    #[arg(long)]
+    isa: Option<programl_infer::Isa>,
 }
 
 /// `--dtype`: a [`Precision`], or `auto`.
@@ -102,6 +107,29 @@ impl Runtime {
     /// (eval, predict): `auto` is INT8 where the CPU has AVX-512 VNNI.
     fn apply_inference(&self) -> Result<tch::Device> {
         self.apply_as(if programl_model::cpu_has_int8() { Precision::Int8 } else { Precision::F32 })
+    }
+
+    /// Whether inference runs on the CPU (`--device cpu`, or `auto`
+    /// without a GPU): then eval and predict use the torch-free inference,
+    /// the learned pass's.
+    fn on_cpu(&self, device: tch::Device) -> bool {
+        device == tch::Device::Cpu
+    }
+
+    /// The torch-free inference's options for one call (`--threads`,
+    /// `--dtype`, `--isa`), after checking that the CPU runs `--isa`.
+    fn infer_options(&self) -> Result<programl_infer::Options> {
+        if let Some(isa) = self.isa {
+            isa.check().map_err(anyhow::Error::msg)?;
+        }
+        let dtype = match self.dtype {
+            Dtype::Auto => programl_infer::Dtype::Auto,
+            Dtype::Is(Precision::F32) => programl_infer::Dtype::F32,
+            Dtype::Is(Precision::Bf16) => programl_infer::Dtype::Bf16,
+            Dtype::Is(Precision::Int8) => programl_infer::Dtype::Int8,
+        };
+        let threads = tch::get_num_threads().max(1) as usize;
+        Ok(programl_infer::Options { steps: None, threads, dtype, isa: self.isa })
     }
 
     /// The threads, the device and the precision (`auto`'s: `auto`).
@@ -396,7 +424,12 @@ fn run(cli: Cli) -> Result<()> {
                 indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec}, ETA {eta})")
                     .unwrap(),
             );
-            let e = engine::evaluate(&bundle.model, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
+            let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
+            let predictor = match &cpu_model {
+                Some(m) => engine::Predictor::Cpu(m, runtime.infer_options()?),
+                None => engine::Predictor::Torch(&bundle.model),
+            };
+            let e = engine::evaluate_with(&predictor, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
             bar.finish_and_clear();
             let t = e.total;
             if json {
@@ -513,7 +546,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Predict { model, file, roots, steps, seed, json, runtime } => {
             let device = runtime.apply_inference()?;
             let bundle = Bundle::load(&model, device)?;
-            predict(&bundle, &file, &roots, steps, seed, json)
+            let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
+            let predictor = match &cpu_model {
+                Some(m) => engine::Predictor::Cpu(m, runtime.infer_options()?),
+                None => engine::Predictor::Torch(&bundle.model),
+            };
+            predict(&bundle, &predictor, &file, &roots, steps, seed, json)
         }
         Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, seed, json, autograd, runtime } => {
             let int8 = runtime.dtype == Dtype::Is(Precision::Int8);
@@ -533,7 +571,14 @@ fn run(cli: Cli) -> Result<()> {
                 println!("cpu: {}", bench::cpu_summary());
             }
             if modes.len() == 1 {
-                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device, autograd)?;
+                // Inference on the CPU: the torch-free inference, what eval,
+                // predict and the learned pass run (`auto` is f32 here).
+                let cpu = runtime.infer_options()?;
+                let cpu = programl_infer::Options {
+                    dtype: if runtime.dtype == Dtype::Auto { programl_infer::Dtype::F32 } else { cpu.dtype },
+                    ..cpu
+                };
+                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device, autograd, Some(cpu))?;
                 print_figures(&f, json);
                 return Ok(());
             }
@@ -580,7 +625,7 @@ fn print_figures(f: &bench::Figures, json: bool) {
     }
 }
 
-fn predict(bundle: &Bundle, file: &Path, roots: &str, steps: Option<i64>, seed: u64, json: bool) -> Result<()> {
+fn predict(bundle: &Bundle, predictor: &engine::Predictor<'_>, file: &Path, roots: &str, steps: Option<i64>, seed: u64, json: bool) -> Result<()> {
     let task = train::parse_task(&bundle.config.task)?;
     let steps = steps.unwrap_or(bundle.model.hyper().steps);
     let context = inkwell::context::Context::create();
@@ -608,8 +653,7 @@ fn predict(bundle: &Bundle, file: &Path, roots: &str, steps: Option<i64>, seed: 
     let labelled = data::labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));
     for root in chosen {
         let batch = programl::batch::Batch::from_samples(&[Sample { graph: &input, root: Some(root), positives: None }])?;
-        let prepared = Prepared::new(&batch, bundle.model.hyper(), bundle.model.device());
-        let p: Vec<f32> = Vec::try_from(engine::infer(&bundle.model, &prepared, steps))?;
+        let p = predictor.positive_probabilities(&batch, steps);
         if json {
             let nodes: Vec<_> = labelled.iter().map(|&n| json!({"node": n, "p": p[n as usize]})).collect();
             println!(

@@ -14,14 +14,14 @@
 //!   has them, and where it has not, one warning from the pass and FP32's
 //!   figures; and at the default, `auto`, on datadep.
 //!
-//! Both sides featurise with `programl::batch`; the pass runs the model in
-//! the runtime library it opens inside opt, the trainer in its own process.
-//! So this checks the whole path: graph and roots in the pass, the C ABI,
-//! the batch rebuilt on the other side, and the anchors of the metadata.
+//! Both sides featurise with `programl::batch` and, on the CPU, run the
+//! torch-free inference (`programl-infer`): linked into the plugin inside
+//! opt, and into the trainer in its own process. So this checks the whole
+//! path: graph and roots in the pass, the options each side passes, and
+//! the anchors of the metadata.
 //!
-//! Needs the plugin, the CPU runtime and the `programl` CLI built in the
-//! same profile (`cargo build --release -p programl-passes -p
-//! programl-runtime -p programl-cli`).
+//! Needs the plugin and the `programl` CLI built in the same profile
+//! (`cargo build --release -p programl-passes -p programl-cli`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ fn workspace() -> PathBuf {
 
 fn built(name: &str) -> PathBuf {
     let p = profile_dir().join(name);
-    assert!(p.exists(), "{} is missing: cargo build --release -p programl-passes -p programl-runtime -p programl-cli first", p.display());
+    assert!(p.exists(), "{} is missing: cargo build --release -p programl-passes -p programl-cli first", p.display());
     p
 }
 
@@ -92,7 +92,6 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn pass_predict_and_eval_agree() {
     let plugin = built("libprograml_passes.so");
-    built("libprograml_runtime.so");
     let cli = built("programl");
     let tmp = tempfile::tempdir().unwrap();
     let ir_dir = tmp.path().join("ir");

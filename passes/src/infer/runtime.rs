@@ -35,7 +35,7 @@ pub mod abi {
     include!("../../../crates/runtime/src/abi.rs");
 }
 
-use abi::{RtEdges, RtInput, RtModel};
+use abi::{RtDtype, RtEdges, RtInput, RtModel, RtOptions};
 
 pub const CUDA_RUNTIME: &str = "libprograml_runtime_cuda.so";
 
@@ -44,8 +44,6 @@ pub struct Runtime {
     pub path: PathBuf,
     open: abi::FnOpen,
     info: abi::FnInfo,
-    set_threads: abi::FnSetThreads,
-    set_dtype: abi::FnSetDtype,
     predict: abi::FnPredict,
     predict_graph: abi::FnPredictGraph,
     last_error: abi::FnLastError,
@@ -174,8 +172,6 @@ fn open_library(path: &Path) -> Result<Runtime, String> {
             path: path.to_path_buf(),
             open: std::mem::transmute::<*mut c_void, abi::FnOpen>(symbol(abi::SYM_OPEN)?),
             info: std::mem::transmute::<*mut c_void, abi::FnInfo>(symbol(abi::SYM_INFO)?),
-            set_threads: std::mem::transmute::<*mut c_void, abi::FnSetThreads>(symbol(abi::SYM_SET_THREADS)?),
-            set_dtype: std::mem::transmute::<*mut c_void, abi::FnSetDtype>(symbol(abi::SYM_SET_DTYPE)?),
             predict: std::mem::transmute::<*mut c_void, abi::FnPredict>(symbol(abi::SYM_PREDICT)?),
             predict_graph: std::mem::transmute::<*mut c_void, abi::FnPredictGraph>(symbol(abi::SYM_PREDICT_GRAPH)?),
             last_error: std::mem::transmute::<*mut c_void, abi::FnLastError>(symbol(abi::SYM_LAST_ERROR)?),
@@ -310,26 +306,9 @@ impl Model {
         }
     }
 
-    /// The CUDA runtime's handle, locked for one call, with the runtime's
-    /// threads set to `threads` and its products' precision to `dtype`.
-    fn locked<'a>(
-        &self,
-        runtime: &'static Runtime,
-        handle: &'a Mutex<ModelHandle>,
-        threads: i32,
-        dtype: Dtype,
-    ) -> Result<std::sync::MutexGuard<'a, ModelHandle>, String> {
-        let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: plain calls.
-        if unsafe { (runtime.set_threads)(threads) } != 0 {
-            return Err(runtime.last_error());
-        }
-        let got = unsafe { (runtime.set_dtype)(dtype_code(dtype)) };
-        if got < 0 {
-            return Err(runtime.last_error());
-        }
-        self.note_precision(dtype, got);
-        Ok(handle)
+    /// The CUDA runtime's options for one call.
+    fn runtime_options(steps: i64, threads: i32, dtype: Dtype) -> RtOptions {
+        RtOptions { steps, threads: threads.max(1), dtype: dtype_code(dtype) }
     }
 
     /// The options of one in-process prediction.
@@ -348,16 +327,21 @@ impl Model {
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
-                let handle = self.locked(runtime, handle, threads, dtype)?;
+                let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
                 let input = input_of(batch);
+                let options = Model::runtime_options(steps, threads, dtype);
                 let mut out = vec![0f32; batch.graph_count() * self.classes];
                 let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
+                let mut in_effect = RtDtype::F32;
                 // SAFETY: the arrays live across the call and hold what `input`
                 // says; `aux` holds aux.len() floats, `out` graphs × classes.
-                let status = unsafe { (runtime.predict_graph)(handle.0, &input, aux_ptr, aux.len(), steps, out.as_mut_ptr(), out.len()) };
+                let status = unsafe {
+                    (runtime.predict_graph)(handle.0, &input, aux_ptr, aux.len(), &options, out.as_mut_ptr(), out.len(), &mut in_effect)
+                };
                 if status != 0 {
                     return Err(runtime.last_error());
                 }
+                self.note_precision(dtype, in_effect.0);
                 Ok(out)
             }
         }
@@ -372,28 +356,31 @@ impl Model {
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
-                let handle = self.locked(runtime, handle, threads, dtype)?;
+                let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
                 let input = input_of(batch);
+                let options = Model::runtime_options(steps, threads, dtype);
                 let mut out = vec![0f32; batch.node_count() * self.classes];
+                let mut in_effect = RtDtype::F32;
                 // SAFETY: the arrays live across the call and hold what `input`
                 // says; `out` holds nodes × classes floats.
-                let status = unsafe { (runtime.predict)(handle.0, &input, steps, out.as_mut_ptr(), out.len()) };
+                let status = unsafe { (runtime.predict)(handle.0, &input, &options, out.as_mut_ptr(), out.len(), &mut in_effect) };
                 if status != 0 {
                     return Err(runtime.last_error());
                 }
+                self.note_precision(dtype, in_effect.0);
                 Ok(out)
             }
         }
     }
 }
 
-/// The CUDA runtime ABI's code for a precision request (`set_dtype`).
-fn dtype_code(dtype: Dtype) -> i32 {
+/// The CUDA runtime ABI's code for a precision request.
+fn dtype_code(dtype: Dtype) -> RtDtype {
     match dtype {
-        Dtype::F32 => 0,
-        Dtype::Bf16 => 1,
-        Dtype::Int8 => 2,
-        Dtype::Auto => 3,
+        Dtype::F32 => RtDtype::F32,
+        Dtype::Bf16 => RtDtype::BF16,
+        Dtype::Int8 => RtDtype::INT8,
+        Dtype::Auto => RtDtype::AUTO,
     }
 }
 

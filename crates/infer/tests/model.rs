@@ -1,0 +1,214 @@
+//! The torch-free inference on its own (no libtorch in this test binary):
+//! a shipped bundle opens and predicts on real IR; every kernel path this
+//! CPU runs gives the same probabilities (within FP32 rounding) and the
+//! same decisions; threads change nothing; a bad bundle is one error
+//! naming its file and what is wrong; a graph head refuses auxiliary
+//! inputs that do not fit.
+
+use std::path::{Path, PathBuf};
+
+use programl::batch::{Batch, GraphInput, Sample};
+use programl_infer::{cpu, Dtype, Isa, Model, Options, Precision};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn graph_of(src: &str, flags: &[&str]) -> programl::ProgramGraph {
+    let dir = tempfile::tempdir().unwrap();
+    let ll = dir.path().join("out.ll");
+    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+    let ok = std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
+    assert!(ok.unwrap().success(), "clang {src}");
+    programl::builder::build_file(&ll, &Default::default()).unwrap()
+}
+
+fn opts(isa: Isa, threads: usize) -> Options {
+    Options { steps: None, threads, dtype: Dtype::F32, isa: Some(isa) }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Every FP32 path this CPU runs computes the same probabilities as the
+/// portable one (which every machine runs), at 1 and 2 threads, on a
+/// batch large enough to be split over threads (2,048 nodes a range).
+#[test]
+fn every_path_and_thread_count_gives_the_portable_probabilities() {
+    let model = Model::open(&root().join("models/reachability")).unwrap();
+    let graph = graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O0"]);
+    let input = GraphInput::new(&graph, &model.vocabulary).unwrap();
+    let n = input.node_count() as u32;
+    // Enough roots for several thousand nodes.
+    let copies = (5000 / n.max(1) + 1).max(2);
+    let samples: Vec<Sample<'_>> = (0..copies).map(|i| Sample { graph: &input, root: Some((i * 7) % n), positives: None }).collect();
+    let batch = Batch::from_samples(&samples).unwrap();
+    assert!(batch.node_count() > 4096, "{} nodes", batch.node_count());
+    let portable = model.node_probabilities(&batch, &opts(Isa::Portable, 1)).unwrap();
+    assert_eq!((portable.isa, portable.precision, portable.steps), (Isa::Portable, Precision::F32, 30));
+    for row in portable.probabilities.chunks_exact(2) {
+        assert!((row[0] + row[1] - 1.0).abs() < 1e-5 && row.iter().all(|p| (0.0..=1.0).contains(p)), "{row:?}");
+    }
+    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+        if !cpu::run_test_on(isa, &format!("every_path_and_thread_count_gives_the_portable_probabilities [{isa}]")) {
+            continue;
+        }
+        for threads in [1, 2] {
+            let got = model.node_probabilities(&batch, &opts(isa, threads)).unwrap();
+            assert_eq!(got.isa, isa);
+            let d = max_diff(&portable.probabilities, &got.probabilities);
+            assert!(d < 1e-5, "{isa} at {threads} threads: {d}");
+            let decide = |p: &[f32]| p.chunks_exact(2).map(|r| r[1] > 0.5).collect::<Vec<_>>();
+            assert_eq!(decide(&portable.probabilities), decide(&got.probabilities), "{isa} at {threads} threads: decisions");
+        }
+    }
+    // The same call twice: the same bits (buffers reused, packings cached).
+    let again = model.node_probabilities(&batch, &opts(Isa::Portable, 1)).unwrap();
+    assert!(portable.probabilities.iter().zip(&again.probabilities).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+/// A request for a precision this CPU lacks runs in FP32 and says so in
+/// its output; `auto` is INT8 exactly where the CPU has AVX-512 VNNI.
+#[test]
+fn precisions_fall_back_to_fp32_where_the_cpu_lacks_them() {
+    let model = Model::open(&root().join("models/datadep")).unwrap();
+    let graph = graph_of("examples/hello.c", &["-O1"]);
+    let input = GraphInput::new(&graph, &model.vocabulary).unwrap();
+    let batch = Batch::from_samples(&[Sample { graph: &input, root: Some(3), positives: None }]).unwrap();
+    let run = |dtype| model.node_probabilities(&batch, &Options { dtype, ..Options::default() }).unwrap().precision;
+    assert_eq!(run(Dtype::F32), Precision::F32);
+    let vnni = Isa::Vnni.supported();
+    assert_eq!(run(Dtype::Auto), if vnni { Precision::Int8 } else { Precision::F32 });
+    assert_eq!(run(Dtype::Int8), if vnni { Precision::Int8 } else { Precision::F32 });
+    let bf16 = Isa::Avx512.supported() && cpu::has_flag("avx512_bf16");
+    assert_eq!(run(Dtype::Bf16), if bf16 { Precision::Bf16 } else { Precision::F32 });
+    // Capped below VNNI, auto is FP32 even on a VNNI CPU.
+    let capped = model.node_probabilities(&batch, &Options { isa: Some(Isa::Portable), ..Options::default() }).unwrap();
+    assert_eq!((capped.precision, capped.isa), (Precision::F32, Isa::Portable));
+}
+
+#[test]
+fn graph_heads_check_their_auxiliary_inputs() {
+    let model = Model::open(&root().join("models/devmap-amd")).unwrap();
+    let kernel = graph_of(
+        "llvm-tests/Inputs/infer/kernel.cl",
+        &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1"],
+    );
+    let input = GraphInput::new(&kernel, &model.vocabulary).unwrap();
+    let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).unwrap();
+    let o = Options::default();
+    let out = model.graph_probabilities(&batch, Some(&[4096.0, 64.0]), &o).unwrap();
+    assert_eq!(out.probabilities.len(), 2);
+    assert!((out.probabilities.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    let e = model.graph_probabilities(&batch, None, &o).unwrap_err();
+    assert!(e.contains("needs 2 auxiliary inputs per graph (transfer, wgsize)"), "{e}");
+    let e = model.graph_probabilities(&batch, Some(&[1.0]), &o).unwrap_err();
+    assert!(e.contains("2 auxiliary inputs per graph for 1 graphs, got 1 values"), "{e}");
+    let e = model.node_probabilities(&batch, &o).unwrap_err();
+    assert!(e.contains("a graph-level bundle predicts per graph"), "{e}");
+    let node = Model::open(&root().join("models/reachability")).unwrap();
+    assert!(node.graph_probabilities(&batch, None, &o).unwrap_err().contains("has no graph head"));
+}
+
+/// A copy of a shipped bundle with `edit` applied to it.
+fn edited(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "weights.safetensors", "vocabulary.json"] {
+        std::fs::copy(root().join("models/reachability").join(f), dir.path().join(f)).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+fn open_error(dir: &Path) -> String {
+    match Model::open(dir) {
+        Ok(_) => panic!("{} opened", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The weights as (name, shape, values), to write back changed.
+fn tensors(path: &Path) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<_> = file
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.shape().to_vec(), v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+fn write_tensors(path: &Path, all: &[(String, Vec<usize>, Vec<f32>)]) {
+    let bytes: Vec<Vec<u8>> = all.iter().map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = all
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s, _), b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+#[test]
+fn a_bad_bundle_is_one_error_naming_its_file() {
+    let truncated = edited(|d| {
+        let p = d.join("weights.safetensors");
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+    });
+    let e = open_error(truncated.path());
+    assert!(e.contains("weights.safetensors: not a safetensors file"), "{e}");
+
+    let missing = edited(|d| std::fs::remove_file(d.join("weights.safetensors")).unwrap());
+    assert!(open_error(missing.path()).contains("weights.safetensors"), "missing weights");
+
+    let nan = edited(|d| {
+        let p = d.join("weights.safetensors");
+        let mut all = tensors(&p);
+        let gate = all.iter_mut().find(|t| t.0 == "gate.bias").unwrap();
+        gate.2[3] = f32::NAN;
+        write_tensors(&p, &all);
+    });
+    let e = open_error(nan.path());
+    assert!(e.contains("tensor 'gate.bias' holds NaN or infinite values"), "{e}");
+
+    let shape = edited(|d| {
+        let p = d.join("weights.safetensors");
+        let mut all = tensors(&p);
+        let w = all.iter_mut().find(|t| t.0 == "gate.weight").unwrap();
+        w.1 = vec![17, 68];
+        write_tensors(&p, &all);
+    });
+    let e = open_error(shape.path());
+    assert!(e.contains("tensor 'gate.weight' has shape [17, 68], expected [34, 34]"), "{e}");
+
+    let extra = edited(|d| {
+        let p = d.join("weights.safetensors");
+        let mut all = tensors(&p);
+        all.push(("stray".into(), vec![2], vec![1.0, 2.0]));
+        all.retain(|t| t.0 != "gru.bias_hh");
+        write_tensors(&p, &all);
+    });
+    let e = open_error(extra.path());
+    assert!(e.contains("missing tensor 'gru.bias_hh' (shape [102])") && e.contains("unexpected tensor 'stray'"), "{e}");
+
+    let vocab = edited(|d| {
+        let p = d.join("config.json");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["hyper"]["vocab_size"] = serde_json::json!(7);
+        std::fs::write(&p, v.to_string()).unwrap();
+    });
+    let e = open_error(vocab.path());
+    assert!(e.contains("vocabulary.json: the vocabulary has") && e.contains("embedding has 7 rows"), "{e}");
+
+    let version = edited(|d| {
+        let p = d.join("config.json");
+        let text = std::fs::read_to_string(&p).unwrap().replacen("\"version\": 1", "\"version\": 9", 1);
+        std::fs::write(&p, text).unwrap();
+    });
+    let e = open_error(version.path());
+    assert!(e.contains("config.json: not a programl model of a version this build reads"), "{e}");
+}
