@@ -38,7 +38,10 @@
 //!
 //! Environment: `PROGRAML_BENCH_MODEL` (default `models/reachability`),
 //! `PROGRAML_BENCH_REPS` (3), `PROGRAML_BENCH_PROJECTS` (`zlib,bzip2,lua`),
-//! `PROGRAML_BENCH_OPT_RUNS` (1000).
+//! `PROGRAML_BENCH_OPT_RUNS` (1000), `PROGRAML_BENCH_INPUT` (`c`, the
+//! default: the C sources; `ll`: each unit first compiled to -O0 IR,
+//! `clang -O0 -S -emit-llvm -Xclang -disable-O0-optnone`, and the measured
+//! compile is `clang -O2 -c x.ll`, as datasets of -O0 IR are compiled).
 //!
 //! GPU: on a machine with one, build `-p programl-runtime-cuda` too and run
 //! with `PROGRAML_BENCH_DEVICE=cuda` (the pass then opens
@@ -173,6 +176,31 @@ fn units(projects: &[String]) -> Vec<Unit> {
     out
 }
 
+/// Each unit compiled to -O0 IR in `dir` (without `optnone`, so that the
+/// measured `-O2 -c x.ll` optimises it), as a unit of its own; units that
+/// fail to compile are left out.
+fn to_ir(units: Vec<Unit>, dir: &Path) -> Vec<Unit> {
+    std::fs::create_dir_all(dir).unwrap();
+    let clang = Path::new(programl::LLVM_BINDIR).join("clang");
+    units
+        .into_iter()
+        .filter_map(|u| {
+            let ll = dir.join(format!("{}-{}", u.project, u.file.file_stem()?.to_string_lossy())).with_extension("ll");
+            let ok = Command::new(&clang)
+                .current_dir(&u.dir)
+                .args(["-O0", "-S", "-emit-llvm", "-w", "-Xclang", "-disable-O0-optnone"])
+                .args(&u.flags)
+                .arg(&u.file)
+                .arg("-o")
+                .arg(&ll)
+                .status()
+                .ok()?
+                .success();
+            ok.then(|| Unit { project: u.project, dir: u.dir, file: ll, flags: Vec::new() })
+        })
+        .collect()
+}
+
 /// Runs `cmd` and returns (wall ms, success, stderr).
 fn timed(cmd: &mut Command) -> (f64, bool, String) {
     let start = Instant::now();
@@ -284,8 +312,15 @@ fn main() {
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
-    let units = units(&projects);
+    let mut units = units(&projects);
     assert!(!units.is_empty(), "no translation unit found");
+    let ir_dir = std::env::temp_dir().join(format!("programl-bench-ll-{}", std::process::id()));
+    let input = std::env::var("PROGRAML_BENCH_INPUT").unwrap_or_else(|_| "c".into());
+    match input.as_str() {
+        "c" => {}
+        "ll" => units = to_ir(units, &ir_dir),
+        other => panic!("PROGRAML_BENCH_INPUT={other}: expected c or ll"),
+    }
     // A graph-level bundle (device mapping, POJ-104) makes one decision per
     // module (or kernel): it has no roots, so no single-root run.
     let config = model.join("config.json");
@@ -298,9 +333,10 @@ fn main() {
     let single = format!("{infer};roots=all;max_roots=1");
     let reduced = variants();
     println!(
-        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c, model {}, device {device}, dtype auto ({} on this CPU), {reps} reps, {} cores of {}",
+        "Learned pass overhead: {} C translation units ({}), clang-16 -O2 -c{}, model {}, device {device}, dtype auto ({} on this CPU), {reps} reps, {} cores of {}",
         units.len(),
         projects.join(", "),
+        if input == "ll" { " of each unit's -O0 IR (.ll)" } else { "" },
         model.display(),
         auto_dtype(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -39,37 +39,66 @@ impl Elem for Bf16 {
     }
 }
 
-/// `e^x`, branch-free: `2^n · p(r)` with `x = n ln 2 + r`, `|r| ≤ ln2/2`
-/// (Cephes' polynomial). Inputs are clamped to [-87, 88].
+/// `a · b + c`: one FMA instruction in a loop compiled for FMA (`FMA`:
+/// the AVX2 and AVX-512 variants), a multiply and an add elsewhere
+/// (`f32::mul_add` without the instruction is a library call that
+/// computes the exact fused result in software: the portable loop spent
+/// seconds a module in it).
 #[inline(always)]
-pub fn exp(x: f32) -> f32 {
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// `e^x`, branch-free: `2^n · p(r)` with `x = n ln 2 + r`, `|r| ≤ ln2/2`
+/// (Cephes' polynomial). Inputs are clamped to [-87, 88]. `FMA`: see
+/// [`madd`]; both forms are accurate to ~1e-7 (tested).
+#[inline(always)]
+pub fn exp_by<const FMA: bool>(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
     let x = x.max(-87.0).min(88.0);
     let shifted = x * std::f32::consts::LOG2_E + MAGIC;
     let n = shifted - MAGIC;
-    // (mul_add: one FMA instruction where the loop is compiled for FMA,
-    // as the AVX2 variants are.)
-    let r = (-n).mul_add(0.693_359_4, x);
-    let r = (-n).mul_add(-2.121_944_4e-4, r);
+    let r = madd::<FMA>(-n, 0.693_359_4, x);
+    let r = madd::<FMA>(-n, -2.121_944_4e-4, r);
     let mut p = 1.987_569_1e-4f32;
-    p = p.mul_add(r, 1.398_199_9e-3);
-    p = p.mul_add(r, 8.333_452e-3);
-    p = p.mul_add(r, 4.166_579_6e-2);
-    p = p.mul_add(r, 0.166_666_65);
-    p = p.mul_add(r, 0.5);
-    let y = (p * r).mul_add(r, r + 1.0);
+    p = madd::<FMA>(p, r, 1.398_199_9e-3);
+    p = madd::<FMA>(p, r, 8.333_452e-3);
+    p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    p = madd::<FMA>(p, r, 0.166_666_65);
+    p = madd::<FMA>(p, r, 0.5);
+    let y = madd::<FMA>(p * r, r, r + 1.0);
     let n = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
     y * f32::from_bits(((n + 127) << 23) as u32)
 }
 
 #[inline(always)]
+pub fn sigmoid_by<const FMA: bool>(x: f32) -> f32 {
+    1.0 / (1.0 + exp_by::<FMA>(-x))
+}
+
+#[inline(always)]
+pub fn tanh_by<const FMA: bool>(x: f32) -> f32 {
+    2.0 * sigmoid_by::<FMA>(2.0 * x) - 1.0
+}
+
+/// [`exp_by`] with FMAs (the vectorised loops' form).
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    exp_by::<true>(x)
+}
+
+#[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    sigmoid_by::<true>(x)
 }
 
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
-    2.0 * sigmoid(2.0 * x) - 1.0
+    tanh_by::<true>(x)
 }
 
 /// Runs `$body` with the type `$T` bound to [`Bf16`] when `$bf16`, else to

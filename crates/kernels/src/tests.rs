@@ -66,8 +66,16 @@ fn dropout_mask_vector_is_the_scalar_mask() {
     }
 }
 
+/// Both forms of the functions (with FMAs, the vectorised loops'; and
+/// with a multiply and an add, the portable loop's) are accurate.
 #[test]
 fn exp_sigmoid_and_tanh_are_accurate() {
+    exp_sigmoid_and_tanh_are_accurate_by::<true>();
+    exp_sigmoid_and_tanh_are_accurate_by::<false>();
+}
+
+fn exp_sigmoid_and_tanh_are_accurate_by<const FMA: bool>() {
+    let (exp, sigmoid, tanh) = (exp_by::<FMA>, sigmoid_by::<FMA>, tanh_by::<FMA>);
     let mut worst = 0f64;
     for i in -8000..=8000 {
         let x = i as f32 / 100.0;

@@ -64,32 +64,43 @@ mod avx2 {
     use super::super::{Packed, LANES};
     use super::TILE_ROWS;
 
+    /// Rows in blocks of [`BLOCK_ROWS`] (their left-hand sides stay in
+    /// L1 while every column group passes over them; the packed weights,
+    /// 43 KB at 306 columns, come from L2), each block in tiles of 6.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows(at: impl Fn(usize) -> (*const f32, *mut f32), rows: usize, b: &Packed, v_first: usize) {
+        const BLOCK_ROWS: usize = 8 * TILE_ROWS;
         let vectors = b.stride / LANES;
-        for v in v_first..vectors {
-            let live = b.cols.saturating_sub(v * LANES).min(LANES);
-            let bp = b.data.as_ptr().add(v * LANES) as *const f32;
-            let mut r = 0;
-            while r < rows {
-                let tile = (rows - r).min(TILE_ROWS);
-                let mut ap = [std::ptr::null::<f32>(); TILE_ROWS];
-                let mut op = [std::ptr::null_mut::<f32>(); TILE_ROWS];
-                for t in 0..tile {
-                    let (a, o) = at(r + t);
-                    ap[t] = a;
-                    op[t] = o.add(v * LANES);
-                }
-                match tile {
-                    6 => tile_rows::<6>(&ap, bp, b.stride, b.k, &op, live),
-                    5 => tile_rows::<5>(&ap, bp, b.stride, b.k, &op, live),
-                    4 => tile_rows::<4>(&ap, bp, b.stride, b.k, &op, live),
-                    3 => tile_rows::<3>(&ap, bp, b.stride, b.k, &op, live),
-                    2 => tile_rows::<2>(&ap, bp, b.stride, b.k, &op, live),
-                    _ => tile_rows::<1>(&ap, bp, b.stride, b.k, &op, live),
-                }
-                r += tile;
+        let mut block = 0;
+        while block < rows {
+            let end = (block + BLOCK_ROWS).min(rows);
+            let mut ap = [[std::ptr::null::<f32>(); TILE_ROWS]; BLOCK_ROWS / TILE_ROWS];
+            let mut op = [[std::ptr::null_mut::<f32>(); TILE_ROWS]; BLOCK_ROWS / TILE_ROWS];
+            for r in block..end {
+                let (a, o) = at(r);
+                ap[(r - block) / TILE_ROWS][(r - block) % TILE_ROWS] = a;
+                op[(r - block) / TILE_ROWS][(r - block) % TILE_ROWS] = o;
             }
+            for v in v_first..vectors {
+                let live = b.cols.saturating_sub(v * LANES).min(LANES);
+                let bp = b.data.as_ptr().add(v * LANES) as *const f32;
+                let mut r = block;
+                while r < end {
+                    let tile = (end - r).min(TILE_ROWS);
+                    let t = (r - block) / TILE_ROWS;
+                    let out: [*mut f32; TILE_ROWS] = std::array::from_fn(|i| if i < tile { op[t][i].add(v * LANES) } else { std::ptr::null_mut() });
+                    match tile {
+                        6 => tile_rows::<6>(&ap[t], bp, b.stride, b.k, &out, live),
+                        5 => tile_rows::<5>(&ap[t], bp, b.stride, b.k, &out, live),
+                        4 => tile_rows::<4>(&ap[t], bp, b.stride, b.k, &out, live),
+                        3 => tile_rows::<3>(&ap[t], bp, b.stride, b.k, &out, live),
+                        2 => tile_rows::<2>(&ap[t], bp, b.stride, b.k, &out, live),
+                        _ => tile_rows::<1>(&ap[t], bp, b.stride, b.k, &out, live),
+                    }
+                    r += tile;
+                }
+            }
+            block = end;
         }
     }
 
