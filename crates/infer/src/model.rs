@@ -59,6 +59,9 @@ pub struct Model {
     w_ih_bf16: Option<gemm::Packed>,
     /// INT8: `W_ih` and `W_hh` quantised (AVX-512 VNNI CPUs).
     int8_gru: Option<int8::Gru>,
+    /// The readout's gate \[C, 68\] and transform \[C, 34\], packed.
+    readout_gate: gemm::Packed,
+    readout_transform: gemm::Packed,
     /// The fused product's packings, per block order and precision.
     packs: Mutex<HashMap<(Order, Precision), Arc<Packing>>>,
     /// Buffers kept from one call to the next.
@@ -225,7 +228,10 @@ impl Model {
         let packed_ih = gemm::Packed::from_weight(w_ih, GATES, H, false);
         let packed_ih_bf16 = cpu::bf16().then(|| gemm::Packed::from_weight(w_ih, GATES, H, true));
         let int8_gru = int8::available().then(|| int8::Gru::new(w_ih, weights.get("gru.weight_hh")));
+        let c = config.hyper.classes as usize;
         Model {
+            readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * H, false),
+            readout_transform: gemm::Packed::from_weight(weights.get("readout.transform.weight"), c, H, false),
             msg_bias: weights.get("messages.bias").to_vec(),
             config,
             vocabulary,
@@ -407,26 +413,32 @@ impl Model {
             _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
             _ => h0.clone(),
         };
-        self.readout(&h_t, &h0)
+        self.readout(&h_t, &h0, threads)
     }
 
-    /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\].
-    fn readout(&self, h_t: &[f32], h0: &[f32]) -> Vec<f32> {
+    /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\]: two products (`[h_T; h_0]`
+    /// by the gate's packed weights, `h_T` by the transform's), on the
+    /// kernels' FP32 products (POJ-104's 104 classes make the readout as
+    /// large as a step), then the gate and its product.
+    fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
         let w = &self.weights;
-        let (gw, gb, tw, tb) = (w.get("readout.gate.weight"), w.get("readout.gate.bias"), w.get("readout.transform.weight"), w.get("readout.transform.bias"));
+        let (gb, tb) = (w.get("readout.gate.bias"), w.get("readout.transform.bias"));
         let c = self.classes();
         let n = h_t.len() / H;
-        let mut out = vec![0f32; n * c];
-        for v in 0..n {
-            let (ht, hz) = (&h_t[v * H..][..H], &h0[v * H..][..H]);
+        let mut both = vec![0f32; n * 2 * H];
+        for (v, row) in both.chunks_exact_mut(2 * H).enumerate() {
+            row[..H].copy_from_slice(&h_t[v * H..][..H]);
+            row[H..].copy_from_slice(&h0[v * H..][..H]);
+        }
+        let (mut gate, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
+        gemm::product::<f32>(&both, 2 * H, n, &self.readout_gate, &mut gate, c, threads);
+        gemm::product::<f32>(h_t, H, n, &self.readout_transform, &mut value, c, threads);
+        for (g, v) in gate.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
             for k in 0..c {
-                let (g1, g2) = (&gw[k * 2 * H..][..H], &gw[k * 2 * H + H..][..H]);
-                let gate = gb[k] + ht.iter().zip(g1).map(|(a, b)| a * b).sum::<f32>() + hz.iter().zip(g2).map(|(a, b)| a * b).sum::<f32>();
-                let value = tb[k] + ht.iter().zip(&tw[k * H..][..H]).map(|(a, b)| a * b).sum::<f32>();
-                out[v * c + k] = sigmoid(gate) * value;
+                g[k] = sigmoid(g[k] + gb[k]) * (v[k] + tb[k]);
             }
         }
-        out
+        gate
     }
 
     /// The steps with FP32 or BF16 products (`T`: the products' element).
