@@ -36,7 +36,9 @@
 //! loaded in lld and `PROGRAML_INFER` set: one process, every module
 //! through the pass, the bundle opened once.
 //!
-//! Environment: `PROGRAML_BENCH_MODEL` (default `models/reachability`),
+//! Environment: `PROGRAML_BENCH_VARIANTS` (which of the settings above to
+//! measure beside the default, e.g. `isa=portable`; `none`),
+//! `PROGRAML_BENCH_MODEL` (default `models/reachability`),
 //! `PROGRAML_BENCH_REPS` (3), `PROGRAML_BENCH_PROJECTS` (`zlib,bzip2,lua`),
 //! `PROGRAML_BENCH_OPT_RUNS` (1000), `PROGRAML_BENCH_INPUT` (`c`, the
 //! default: the C sources; `ll`: each unit first compiled to -O0 IR,
@@ -185,7 +187,9 @@ fn to_ir(units: Vec<Unit>, dir: &Path) -> Vec<Unit> {
     units
         .into_iter()
         .filter_map(|u| {
-            let ll = dir.join(format!("{}-{}", u.project, u.file.file_stem()?.to_string_lossy())).with_extension("ll");
+            let sub = dir.join(u.project);
+            std::fs::create_dir_all(&sub).ok()?;
+            let ll = sub.join(u.file.file_stem()?).with_extension("ll");
             let ok = Command::new(&clang)
                 .current_dir(&u.dir)
                 .args(["-O0", "-S", "-emit-llvm", "-w", "-Xclang", "-disable-O0-optnone"])
@@ -279,8 +283,17 @@ fn auto_dtype() -> &'static str {
 
 /// The settings measured beside the default: FP32 where the default is
 /// INT8, BF16 where the CPU has it natively, and every kernel path below
-/// the best the CPU runs.
+/// the best the CPU runs; `PROGRAML_BENCH_VARIANTS` (a comma-separated
+/// list of them, or `none`) keeps those it names.
 fn variants() -> Vec<&'static str> {
+    let all = all_variants();
+    match std::env::var("PROGRAML_BENCH_VARIANTS") {
+        Ok(keep) => all.into_iter().filter(|v| keep.split(',').any(|k| k.trim() == *v)).collect(),
+        Err(_) => all,
+    }
+}
+
+fn all_variants() -> Vec<&'static str> {
     let mut out = Vec::new();
     if auto_dtype() != "f32" {
         out.push("dtype=f32");
@@ -489,6 +502,16 @@ fn main() {
             measured.len()
         );
     }
+    // The whole process with the pass (default roots) against the same
+    // compile without the plugin: what a build pays, per unit.
+    let mut added: Vec<f64> = measured.iter().map(|(_, f)| 100.0 * (m(&f.infer) - m(&f.plain)) / m(&f.plain)).collect();
+    added.sort_by(|a, b| a.total_cmp(b));
+    let (q1, q2, q3) = quartiles(&added);
+    println!(
+        "over all {} units, dtype=auto ({}): added wall time of the whole clang process / the unit's -O2 compile: median {q2:.1}% (quartiles {q1:.1}% and {q3:.1}%)",
+        measured.len(),
+        auto_dtype()
+    );
     let all = |g: fn(&Split) -> f64| median(measured.iter().flat_map(|(_, f)| f.split.iter().map(g)).collect());
     println!(
         "over all {} units: runtime load (CUDA only) {:.1} ms, bundle open {:.1} ms, pass total {:.1} ms, added wall {:.1} ms, plugin idle {:+.1} ms (medians)",
@@ -549,7 +572,7 @@ fn opt_load_cost(plugin: &Path, runs: usize) {
 /// One ThinLTO link of Lua (its interpreter: every unit but luac.c), the
 /// plugin loaded in lld: every module goes through the pass in one process.
 fn thin_lto(plugin: &Path, infer: &str, units: &[Unit]) {
-    let lua: Vec<&Unit> = units.iter().filter(|u| u.project == "lua" && !u.file.ends_with("luac.c")).collect();
+    let lua: Vec<&Unit> = units.iter().filter(|u| u.project == "lua" && !u.file.file_stem().is_some_and(|s| s == "luac")).collect();
     if lua.is_empty() {
         return;
     }

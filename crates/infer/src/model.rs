@@ -130,7 +130,45 @@ struct Input {
     positions: Vec<i64>,
 }
 
+/// Nodes per chunk of a batch, per thread (a larger graph runs alone).
+const CHUNK_NODES: usize = 2048;
+
 impl Input {
+    /// Node ranges of whole graphs (`offsets`: the batch's), each of at
+    /// most `limit` nodes unless one graph alone is larger.
+    fn chunks(&self, offsets: &[i64], limit: usize) -> Vec<std::ops::Range<usize>> {
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        for w in offsets.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            if b - start > limit && a > start {
+                out.push(start..a);
+                start = a;
+            }
+        }
+        if start < self.nodes || out.is_empty() {
+            out.push(start..self.nodes);
+        }
+        out
+    }
+
+    /// The nodes `range` (whole graphs: no edge crosses its bounds) as an
+    /// input of their own.
+    fn part(&self, range: std::ops::Range<usize>) -> Input {
+        let (a, b) = (range.start, range.end);
+        let (e0, e1) = (self.crow[a] as usize, self.crow[b] as usize);
+        let shift = (a * EDGE_TYPES) as i64;
+        Input {
+            nodes: b - a,
+            tokens: self.tokens[a..b].to_vec(),
+            selector: self.selector[a..b].to_vec(),
+            crow: self.crow[a..=b].iter().map(|&c| c - e0 as i64).collect(),
+            sources: self.sources[e0..e1].iter().map(|&s| s - shift).collect(),
+            types: self.types[e0..e1].to_vec(),
+            positions: self.positions[e0..e1].to_vec(),
+        }
+    }
+
     fn new(batch: &Batch, vocab_size: usize, positions: i64) -> Input {
         let n = batch.node_count();
         let tokens = batch.tokens().iter().map(|&t| if (0..vocab_size as i64).contains(&t) { t as usize } else { 0 }).collect();
@@ -314,7 +352,21 @@ impl Model {
                 Ok(s) => s,
                 Err(_) => &mut own,
             };
-            let logits = self.logits(&input, steps as usize, precision, opts.threads.max(1), scratch);
+            let threads = opts.threads.max(1);
+            // Graphs never exchange messages, so a batch runs in chunks of
+            // whole graphs whose step buffers stay in cache (ten roots of a
+            // 1,000-node unit in one pass streamed a 13 MB product per
+            // step: 40% slower per root than one root alone).
+            let chunks = input.chunks(batch.offsets(), CHUNK_NODES * threads);
+            let logits = if chunks.len() == 1 {
+                self.logits(&input, steps as usize, precision, threads, scratch)
+            } else {
+                let mut all = Vec::with_capacity(input.nodes * self.classes());
+                for range in chunks {
+                    all.extend(self.logits(&input.part(range), steps as usize, precision, threads, scratch));
+                }
+                all
+            };
             (logits, precision, cpu::active(), steps)
         })
     }

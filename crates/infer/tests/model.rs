@@ -63,6 +63,17 @@ fn every_path_and_thread_count_gives_the_portable_probabilities() {
             assert_eq!(decide(&portable.probabilities), decide(&got.probabilities), "{isa} at {threads} threads: decisions");
         }
     }
+    // Each graph of the batch alone: the same bits (the batch runs in
+    // chunks of whole graphs; a graph's arithmetic is its own).
+    for (g, sample) in samples.iter().enumerate().step_by(3) {
+        let alone = Batch::from_samples(std::slice::from_ref(sample)).unwrap();
+        let got = model.node_probabilities(&alone, &opts(Isa::Portable, 1)).unwrap();
+        let at = batch.offsets()[g] as usize * 2;
+        assert!(
+            got.probabilities.iter().zip(&portable.probabilities[at..]).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "graph {g} alone differs from its rows in the batch"
+        );
+    }
     // The same call twice: the same bits (buffers reused, packings cached).
     let again = model.node_probabilities(&batch, &opts(Isa::Portable, 1)).unwrap();
     assert!(portable.probabilities.iter().zip(&again.probabilities).all(|(a, b)| a.to_bits() == b.to_bits()));
