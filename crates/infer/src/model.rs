@@ -49,8 +49,11 @@ pub struct Model {
     /// The directory it was opened from.
     pub dir: PathBuf,
     weights: Weights,
-    /// `p(k)` for every position, \[positions, 34\].
-    gate_table: Vec<f32>,
+    /// `p(k)` for the positions computed so far, \[rows, 34\]: grown on
+    /// demand to the largest position a batch uses (real graphs use a few
+    /// dozen of the 1,024; computing all of them cost a millisecond a
+    /// process, more than a graph-level decision's readout).
+    gate_table: Mutex<Arc<Vec<f32>>>,
     /// The six edge-type biases, \[6, 34\].
     msg_bias: Vec<f32>,
     gru_bias: GruBias,
@@ -134,6 +137,12 @@ struct Input {
 const CHUNK_NODES: usize = 2048;
 
 impl Input {
+    /// Rows of the gate table the edges read: one more than the largest
+    /// (clamped) position.
+    fn position_rows(&self) -> usize {
+        self.positions.iter().max().map_or(0, |&p| p as usize + 1)
+    }
+
     /// Node ranges of whole graphs (`offsets`: the batch's), each of at
     /// most `limit` nodes unless one graph alone is larger.
     fn chunks(&self, offsets: &[i64], limit: usize) -> Vec<std::ops::Range<usize>> {
@@ -241,19 +250,6 @@ impl Model {
 
     /// A model from checked parts (what [`Model::open`] read).
     pub fn from_parts(config: Config, vocabulary: Vocabulary, weights: Weights, dir: PathBuf) -> Model {
-        let (gw, gb) = (weights.get("gate.weight"), weights.get("gate.bias"));
-        let positions = config.hyper.positions;
-        let mut gate_table = vec![0f32; positions as usize * H];
-        for k in 0..positions {
-            let s = sinusoid(k);
-            for j in 0..H {
-                let mut x = gb[j] as f64;
-                for (i, si) in s.iter().enumerate() {
-                    x += gw[j * H + i] as f64 * si;
-                }
-                gate_table[k as usize * H + j] = 2.0 * (1.0 / (1.0 + (-x).exp())) as f32;
-            }
-        }
         let (b_ih, b_hh) = (weights.get("gru.bias_ih"), weights.get("gru.bias_hh"));
         let mut gru_bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
         for j in 0..H {
@@ -275,7 +271,7 @@ impl Model {
             vocabulary,
             dir,
             weights,
-            gate_table,
+            gate_table: Mutex::new(Arc::new(Vec::new())),
             gru_bias,
             w_ih: packed_ih,
             w_ih_bf16: packed_ih_bf16,
@@ -295,6 +291,29 @@ impl Model {
             Dtype::Int8 | Dtype::Auto if int8::available() => Precision::Int8,
             _ => Precision::F32,
         }
+    }
+
+    /// The gate table's rows `0..rows` (at least), computed on first need.
+    fn gate_rows(&self, rows: usize) -> Arc<Vec<f32>> {
+        let mut table = self.gate_table.lock().unwrap_or_else(|p| p.into_inner());
+        let have = table.len() / H;
+        if have < rows {
+            let (gw, gb) = (self.weights.get("gate.weight"), self.weights.get("gate.bias"));
+            let mut grown = Vec::with_capacity(rows * H);
+            grown.extend_from_slice(&table);
+            for k in have..rows {
+                let s = sinusoid(k as i64);
+                for j in 0..H {
+                    let mut x = gb[j] as f64;
+                    for (i, si) in s.iter().enumerate() {
+                        x += gw[j * H + i] as f64 * si;
+                    }
+                    grown.push(2.0 * (1.0 / (1.0 + (-x).exp())) as f32);
+                }
+            }
+            *table = Arc::new(grown);
+        }
+        table.clone()
     }
 
     /// The fused product's packing for one block order.
@@ -506,13 +525,14 @@ impl Model {
             input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * FUSED + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
         let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
         let whole = RowGroups::whole(n);
+        let gates = self.gate_rows(input.position_rows());
         let ([f, gi], [m, s0, s1]) = carve_products::<T>(scratch, n);
         s0.copy_from_slice(h0);
         let mut cur = 0;
         for _ in 0..steps {
             let (h, next) = if cur == 0 { (&*s0, &mut *s1) } else { (&*s1, &mut *s0) };
             gemm::product_rows::<T>(h, H, &groups, fused, f, FUSED, threads);
-            forward::aggregate::<T, f32>(f, &edges, &self.msg_bias, &self.gate_table, m, threads);
+            forward::aggregate::<T, f32>(f, &edges, &self.msg_bias, &gates, m, threads);
             gemm::product_rows::<T>(m, H, &whole, w_ih, gi, GATES, threads);
             forward::gru::<T>((gi, Layout::row_major(3)), (f, Layout::row_major(9)), h, &self.gru_bias, next, None, threads);
             cur ^= 1;
@@ -549,7 +569,8 @@ impl Model {
         for row in ms.chunks_exact_mut(stride).chain(mt.chunks_exact_mut(stride)) {
             row[nodes..].fill(0.0);
         }
-        let gates = &self.gate_table[..];
+        let table = self.gate_rows(input.position_rows());
+        let gates = &table[..];
         int8::check_edges(f, &edges, &self.msg_bias, gates, nodes);
         // SAFETY: the edges were checked against these buffers just above.
         unsafe { int8::gated_biases(&edges, &self.msg_bias, gates, nodes, biases, threads) };
