@@ -102,6 +102,9 @@ pub struct Figures {
     pub threads: i32,
     pub dtype: String,
     pub device: String,
+    /// What ran the model: `libtorch`, or `programl-infer (ISA)`, the
+    /// torch-free inference on the CPU.
+    pub engine: String,
     pub batch_nodes: usize,
     pub edges: usize,
     pub median_s: f64,
@@ -204,7 +207,7 @@ pub fn run_mode(
     let mut opt = AdamW::new(&model.parameters(), 2.5e-4);
     let cpu = cpu.filter(|_| mode == "infer" && device == Device::Cpu);
     let torch_free_model = cpu.as_ref().map(|_| torch_free(&model, &hyper)).transpose()?;
-    let mut in_effect = None;
+    let mut in_effect: Option<(String, String)> = None;
     let mut times = Vec::new();
     for i in 0..warmup + iters {
         let t = Instant::now();
@@ -218,7 +221,7 @@ pub fn run_mode(
             "infer" => match (&torch_free_model, &cpu) {
                 (Some(m), Some(o)) => {
                     let (_, precision, isa, _) = m.node_logits_with(&batch, Some(&selector), &programl_infer::Options { steps: Some(steps), ..o.clone() });
-                    in_effect = Some(format!("{precision} ({isa}, torch-free)"));
+                    in_effect = Some((precision.to_string(), format!("programl-infer ({isa})")));
                 }
                 _ => {
                     let _ = infer(&model, &prepared, steps);
@@ -240,7 +243,8 @@ pub fn run_mode(
         mode: mode.into(),
         steps,
         threads: cpu.as_ref().map_or(tch::get_num_threads(), |o| o.threads as i32),
-        dtype: in_effect.unwrap_or_else(|| programl_model::matmul_precision().to_string()),
+        dtype: in_effect.as_ref().map_or_else(|| programl_model::matmul_precision().to_string(), |(p, _)| p.clone()),
+        engine: in_effect.map_or_else(|| "libtorch".to_string(), |(_, e)| e),
         device: programl_model::device_name(device),
         batch_nodes: nodes,
         edges,

@@ -619,8 +619,8 @@ fn print_figures(f: &bench::Figures, json: bool) {
         println!("{}", serde_json::to_string(f).unwrap());
     } else {
         println!(
-            "{:5} T={:3} {} threads {} {}: {} nodes, {} edges: {:.4} s/iter, {:.0} nodes/s, {:.1} graphs/s, {:.1} GFLOP/s (matmul {:.1} GFLOP/s), peak RSS {:.0} MiB",
-            f.mode, f.steps, f.threads, f.dtype, f.device, f.batch_nodes, f.edges, f.median_s, f.nodes_per_s, f.graphs_per_s, f.gflops, f.matmul_gflops, f.peak_rss_mb
+            "{:5} T={:3} {} threads {} {} {}: {} nodes, {} edges: {:.4} s/iter, {:.0} nodes/s, {:.1} graphs/s, {:.1} GFLOP/s (matmul {:.1} GFLOP/s), peak RSS {:.0} MiB",
+            f.mode, f.steps, f.threads, f.dtype, f.device, f.engine, f.batch_nodes, f.edges, f.median_s, f.nodes_per_s, f.graphs_per_s, f.gflops, f.matmul_gflops, f.peak_rss_mb
         );
     }
 }
