@@ -142,3 +142,77 @@ fn graph_heads_match_the_libtorch_forward_on_real_ir() {
         }
     }
 }
+
+/// The bench's real units (`scripts/corpus.sh`'s sources of zlib, bzip2
+/// and Lua, compiled as `infer_overhead` compiles them): every shipped
+/// DeepDataFlow bundle at its sampled roots, and POJ-104's graph head, the
+/// torch-free probabilities within 1e-5 of libtorch's with the same
+/// decisions, on the best FP32 path this CPU runs.
+#[test]
+fn the_bench_units_match_the_libtorch_forward() {
+    let src = programl::fsutil::cache_dir().join("corpus-src");
+    let units: Vec<(PathBuf, PathBuf, &str)> = [("zlib", ".", "inffast.c", "-I."), ("bzip2", ".", "huffman.c", "-I."), ("lua5.4", "src", "lstring.c", "-Isrc")]
+        .iter()
+        .filter_map(|(package, sub, file, include)| {
+            let dir = std::fs::read_dir(src.join(package)).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())?;
+            Some((dir.join(sub).join(file), dir, *include))
+        })
+        .collect();
+    if units.len() < 3 {
+        programl_testkit::skip_unless_ci(
+            "infer_parity::the_bench_units_match_the_libtorch_forward",
+            &format!("the corpus sources are not under {} (run scripts/corpus.sh)", src.display()),
+        );
+        return;
+    }
+    set_matmul_precision(Precision::F32).unwrap();
+    let graphs: Vec<ProgramGraph> = units
+        .iter()
+        .map(|(file, dir, include)| {
+            let tmp = tempfile::tempdir().unwrap();
+            let ll = tmp.path().join("unit.ll");
+            let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+            let ok = std::process::Command::new(clang)
+                .current_dir(dir)
+                .args(["-O2", "-S", "-emit-llvm", "-w", include])
+                .arg(file)
+                .arg("-o")
+                .arg(&ll)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "clang {}", file.display());
+            programl::builder::build_file(&ll, &Default::default()).unwrap()
+        })
+        .collect();
+    let best = opts(Dtype::F32, cpu::detected().min(Isa::Avx512));
+    for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
+        let dir = root().join("models").join(task);
+        let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
+        let model = Model::open(&dir).unwrap();
+        let parsed = programl::analysis::Task::parse(task).unwrap();
+        for (graph, (file, _, _)) in graphs.iter().zip(&units) {
+            let input = GraphInput::new(graph, &reference.vocabulary).unwrap();
+            let roots = programl::analysis::Analyzer::new(graph).sampled_roots(parsed, 0);
+            assert!(!roots.is_empty(), "{task} on {}: no roots", file.display());
+            let samples: Vec<Sample<'_>> = roots.iter().map(|&r| Sample { graph: &input, root: Some(r), positives: None }).collect();
+            let batch = Batch::from_samples(&samples).unwrap();
+            let want = node_probabilities(&reference.model, &batch, reference.model.hyper().steps);
+            let got = model.node_probabilities(&batch, &best).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 1e-5, "{task} on {}: probabilities differ by {d}", file.display());
+            assert_eq!(argmax_rows(&want, 2), argmax_rows(&got.probabilities, 2), "{task} on {}: decisions", file.display());
+        }
+    }
+    let dir = root().join("models/poj104");
+    let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
+    let model = Model::open(&dir).unwrap();
+    for (graph, (file, _, _)) in graphs.iter().zip(&units) {
+        let input = GraphInput::new(graph, &reference.vocabulary).unwrap();
+        let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).unwrap();
+        let want = graph_probabilities(&reference.model, &batch, None, reference.model.hyper().steps);
+        let got = model.graph_probabilities(&batch, None, &best).unwrap();
+        let d = max_diff(&want, &got.probabilities);
+        assert!(d < 1e-5, "poj104 on {}: probabilities differ by {d}", file.display());
+        assert_eq!(argmax_rows(&want, 104), argmax_rows(&got.probabilities, 104), "poj104 on {}: the class", file.display());
+    }
+}
