@@ -392,7 +392,12 @@ fn run(cli: Cli) -> Result<()> {
                 if data.join(programl_dataset::MANIFEST).exists() || !data.is_dir() {
                     bail!("{}: a POJ-104 bundle evaluates a directory of sources, DIR/<class>/<n>.cpp", data.display());
                 }
-                return poj104::eval_dir(&bundle, &data, None, steps, batch_nodes, json);
+                let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
+                let cpu = match &cpu_model {
+                    Some(m) => Some((m, runtime.infer_options()?)),
+                    None => None,
+                };
+                return poj104::eval_dir(&bundle, cpu, &data, None, steps, batch_nodes, json);
             }
             let task = train::parse_task(&bundle.config.task)?;
             let subset = parse_subset(&subset)?;

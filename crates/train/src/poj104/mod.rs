@@ -348,6 +348,23 @@ pub fn predict(model: &Ggnn, hyper: &Hyper, inputs: &[GraphInput], steps: i64, b
     out
 }
 
+/// [`predict`] through the torch-free inference (what the learned pass runs
+/// on the CPU): each graph's class and its probability.
+pub fn predict_cpu(model: &programl_infer::Model, options: &programl_infer::Options, inputs: &[GraphInput], batch_nodes: usize) -> Result<Vec<(usize, f32)>> {
+    let c = model.classes();
+    let mut out = Vec::with_capacity(inputs.len());
+    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
+        let samples: Vec<Sample<'_>> = inputs[range].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).expect("valid inputs");
+        let probs = model.graph_probabilities(&batch, None, options).map_err(anyhow::Error::msg)?.probabilities;
+        out.extend(probs.chunks_exact(c).map(|row| {
+            let (best, p) = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bp), (i, &p)| if p > bp { (i, p) } else { (bi, bp) });
+            (best, p)
+        }));
+    }
+    Ok(out)
+}
+
 fn accuracy(predicted: &[(usize, f32)], labels: &[usize]) -> f64 {
     let right = predicted.iter().zip(labels).filter(|((p, _), l)| p == *l).count();
     right as f64 / labels.len().max(1) as f64
@@ -800,7 +817,17 @@ fn compile_report(corpus: &Corpus, levels: &[String]) -> Report {
 /// `programl-train eval --model BUNDLE --data DIR` for a POJ-104 bundle:
 /// DIR's subdirectories are class names holding sources; each is compiled
 /// as the bundle records and classified.
-pub fn eval_dir(bundle: &Bundle, dir: &Path, cache: Option<&Path>, steps: Option<i64>, batch_nodes: usize, json: bool) -> Result<()> {
+/// `cpu`: the torch-free model and its options (eval on the CPU: the
+/// learned pass's figures); `None`: the bundle's libtorch model.
+pub fn eval_dir(
+    bundle: &Bundle,
+    cpu: Option<(&programl_infer::Model, programl_infer::Options)>,
+    dir: &Path,
+    cache: Option<&Path>,
+    steps: Option<i64>,
+    batch_nodes: usize,
+    json: bool,
+) -> Result<()> {
     let source = bundle
         .config
         .source
@@ -827,7 +854,10 @@ pub fn eval_dir(bundle: &Bundle, dir: &Path, cache: Option<&Path>, steps: Option
     let labels: Vec<usize> = ok.iter().map(|&p| class_of[corpus.programs[p].class]).collect();
     let hyper = bundle.model.hyper();
     let steps = steps.unwrap_or(hyper.steps);
-    let predicted = predict(&bundle.model, hyper, &inputs, steps, batch_nodes);
+    let predicted = match cpu {
+        Some((model, options)) => predict_cpu(model, &programl_infer::Options { steps: Some(steps), ..options }, &inputs, batch_nodes)?,
+        None => predict(&bundle.model, hyper, &inputs, steps, batch_nodes),
+    };
     let acc = accuracy(&predicted, &labels);
     let right = predicted.iter().zip(&labels).filter(|((p, _), l)| p == *l).count();
     let n = corpus.programs.len();
