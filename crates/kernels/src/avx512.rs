@@ -108,7 +108,7 @@ unsafe fn sigmoid_n<const M: usize>(mut x: [__m512; M]) -> [__m512; M] {
 /// as `rcp14` (2^-14).
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn sigmoid_approx_n<const M: usize>(x: [__m512; M]) -> [__m512; M] {
+pub(crate) unsafe fn sigmoid_approx_n<const M: usize>(x: [__m512; M]) -> [__m512; M] {
     let mut out = [_mm512_setzero_ps(); M];
     let mut n = [_mm512_setzero_ps(); M];
     let mut r = [_mm512_setzero_ps(); M];
@@ -139,7 +139,7 @@ pub unsafe fn sigmoid_approx_n<const M: usize>(x: [__m512; M]) -> [__m512; M] {
 /// candidate's tanh(a) as 2σ(2a) − 1).
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn cells<const M: usize>(
+pub(crate) unsafe fn cells<const M: usize>(
     x: [[__m512; 3]; M],
     g: [[__m512; 3]; M],
     b: [[__m512; 4]; M],
@@ -153,7 +153,7 @@ pub unsafe fn cells<const M: usize>(
 /// INT8 inference's); the same operations around them either way.
 #[inline]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn cells_by<const M: usize, const APPROX: bool>(
+pub(crate) unsafe fn cells_by<const M: usize, const APPROX: bool>(
     x: [[__m512; 3]; M],
     g: [[__m512; 3]; M],
     b: [[__m512; 4]; M],
@@ -233,7 +233,7 @@ const FLAT: usize = BLOCK * H / 16;
 /// vectors and a masked one of 2: a third fewer vectors than row by row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gru<T: Elem>(
+pub(crate) unsafe fn gru<T: Elem>(
     (gi, gl): Product<'_, T>,
     (fused, fl): Product<'_, T>,
     h: &[f32],
@@ -339,7 +339,7 @@ pub unsafe fn gru<T: Elem>(
 
 /// [`crate::backward::gru_backward`]'s rows `range`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn gru_backward(
+pub(crate) unsafe fn gru_backward(
     GruBackward { dh_new, h, r, z, n, ghn }: GruBackward<'_>,
     GruGrads { dgi, d_fused, dh_direct }: GruGrads,
     range: std::ops::Range<usize>,
@@ -371,7 +371,7 @@ pub unsafe fn gru_backward(
 /// [`crate::backward::aggregate_backward`]'s rows `range`, with this thread's
 /// share of the gate table's gradient in `table`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn edges_backward<T: Elem>(
+pub(crate) unsafe fn edges_backward<T: Elem>(
     EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row }: EdgesBackward<'_, T>,
     out: Shared,
     table: &mut [f32],

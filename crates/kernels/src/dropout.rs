@@ -32,7 +32,7 @@ const PAIR_SPREAD: u64 = 0xD1B5_4A32_D192_ED03;
 
 /// [`dropout_mask`]'s entries for the pairs of `rows`, the first being
 /// pair `first_pair` of the mask.
-pub fn dropout_pairs(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
+pub(crate) fn dropout_pairs(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
     for (i, pair) in rows.chunks_exact_mut(2).enumerate() {
         let z = programl::hash::mix(seed ^ (first_pair + i as u64).wrapping_mul(PAIR_SPREAD));
         pair[0] = if ((z as u32) >> 8) < bound { scale } else { 0.0 };
@@ -44,9 +44,12 @@ pub fn dropout_pairs(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, s
 /// SplitMix64 in 64-bit lanes (`vpmullq`), each lane's low and high 32 bits
 /// being its pair's two entries, as they lie in memory. Bit for bit the
 /// scalar mask (tested).
+///
+/// # Safety
+/// The CPU has AVX-512 F and DQ.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq")]
-pub unsafe fn dropout_pairs_avx512(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
+pub(crate) unsafe fn dropout_pairs_avx512(rows: &mut [f32], first_pair: u64, seed: u64, bound: u32, scale: f32) {
     use std::arch::x86_64::*;
     let pairs = rows.len() / 2;
     let splat = |x: u64| _mm512_set1_epi64(x as i64);

@@ -145,6 +145,10 @@ impl RowGroups {
         *self.bounds.last().unwrap_or(&0)
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The share of every group that a range of `0..len()` (a thread's)
     /// takes: the same fraction of each group, as each group's first
     /// column and its positions `start..end` (rows by [`RowGroups::row`]).

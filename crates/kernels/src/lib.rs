@@ -38,7 +38,7 @@ pub const FUSED: usize = 9 * H;
 pub const GATES: usize = 3 * H;
 
 #[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub(crate) mod avx512;
 pub mod backward;
 pub mod cpu;
 pub mod dropout;
