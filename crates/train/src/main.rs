@@ -44,7 +44,9 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Runtime {
-    /// libtorch intra-op threads (default: the machine's cores).
+    /// Threads (default: the machine's cores): libtorch's intra-op threads
+    /// for training and CUDA, and the torch-free inference's own pool for
+    /// eval, predict and bench's infer mode on the CPU.
     #[arg(long)]
     threads: Option<i32>,
     /// cpu, cuda, or auto (CUDA if available, else CPU).
