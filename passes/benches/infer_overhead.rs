@@ -54,6 +54,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use programl_infer::cpu::{self, Isa};
+
 /// A project: directory under corpus-src, source globs (relative), flags.
 struct Project {
     name: &'static str,
@@ -247,29 +249,15 @@ struct UnitFigures {
     reduced_single_split: Vec<Vec<Split>>,
 }
 
-/// Whether this CPU has every one of `wanted` among its flags
-/// (`/proc/cpuinfo`).
-fn cpu_has(wanted: &[&str]) -> bool {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
-    wanted.iter().all(|f| flags.contains(f))
-}
-
-/// The CPU's model name (`/proc/cpuinfo`).
-fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())).unwrap_or_default()
-}
-
 /// Whether the CPU has BF16 products (`dtype=bf16` runs them natively).
 fn cpu_has_bf16() -> bool {
-    cpu_has(&["avx512_bf16"]) || cpu_has(&["amx_bf16"])
+    cpu::has_flag("avx512_bf16")
 }
 
 /// Whether the CPU has AVX-512 VNNI (`dtype=int8` runs INT8 products,
 /// and the default `dtype=auto` is `int8`).
 fn cpu_has_vnni() -> bool {
-    cpu_has(&["avx512f", "avx512bw", "avx512vl", "avx512_vnni"])
+    Isa::Vnni.supported()
 }
 
 /// What the default (`dtype=auto`) runs on this CPU.
@@ -304,10 +292,10 @@ fn all_variants() -> Vec<&'static str> {
     if cpu_has_vnni() {
         out.push("isa=avx512");
     }
-    if cpu_has(&["avx512f", "avx512bw", "avx512vl"]) {
+    if Isa::Avx512.supported() {
         out.push("isa=avx2");
     }
-    if cpu_has(&["avx2", "fma"]) {
+    if Isa::Avx2.supported() {
         out.push("isa=portable");
     }
     out
@@ -332,7 +320,10 @@ fn main() {
     match input.as_str() {
         "c" => {}
         "ll" => units = to_ir(units, &ir_dir),
-        other => panic!("PROGRAML_BENCH_INPUT={other}: expected c or ll"),
+        other => {
+            eprintln!("PROGRAML_BENCH_INPUT={other}: expected c or ll");
+            std::process::exit(2);
+        }
     }
     // A graph-level bundle (device mapping, POJ-104) makes one decision per
     // module (or kernel): it has no roots, so no single-root run.
@@ -353,7 +344,7 @@ fn main() {
         model.display(),
         auto_dtype(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        cpu_model()
+        cpu::model_name()
     );
 
     let mut figures: Vec<UnitFigures> = units

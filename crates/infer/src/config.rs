@@ -16,6 +16,21 @@ pub const HIDDEN: i64 = programl_kernels::HIDDEN as i64;
 /// Edge types: control, data, call, each forward and backward.
 pub const EDGE_TYPES: i64 = programl_kernels::EDGE_TYPES as i64;
 
+/// `s(k)`, position `k`'s sinusoidal embedding: 16 sines, 16 cosines of
+/// `k·ω_i` with `ω_i = 10000^(−2i/32)`, then 2 zeros (the selector's
+/// columns). The position gate is `p(k) = 2σ(W_p s(k) + b_p)`.
+pub fn sinusoid(k: i64) -> [f32; HIDDEN as usize] {
+    let half = (TEXT_DIM / 2) as usize;
+    let mut row = [0f32; HIDDEN as usize];
+    for i in 0..half {
+        let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
+        let a = k as f64 * omega;
+        row[i] = a.sin() as f32;
+        row[half + i] = a.cos() as f32;
+    }
+    row
+}
+
 /// Batch-norm epsilon of the auxiliary classifier (PyTorch's
 /// `BatchNorm1d` default).
 pub const NORM_EPS: f64 = 1e-5;

@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN, TEXT_DIM};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{Pool, NORM_EPS};
+use crate::config::{sinusoid, Pool, NORM_EPS};
 use crate::weights::Weights;
 use crate::{Dtype, Options, Precision};
 
@@ -209,20 +209,6 @@ impl Input {
     }
 }
 
-/// `s(k)` for one position: 16 sines, 16 cosines, 2 zeros.
-fn sinusoid(k: i64) -> [f64; H] {
-    let half = TEXT_DIM / 2;
-    let mut row = [0f64; H];
-    for i in 0..half {
-        let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
-        // f32 as the model's table holds it.
-        let a = (k as f64 * omega) as f32 as f64;
-        row[i] = (a.sin() as f32) as f64;
-        row[half + i] = (a.cos() as f32) as f64;
-    }
-    row
-}
-
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
@@ -305,8 +291,8 @@ impl Model {
                 let s = sinusoid(k as i64);
                 for j in 0..H {
                     let mut x = gb[j] as f64;
-                    for (i, si) in s.iter().enumerate() {
-                        x += gw[j * H + i] as f64 * si;
+                    for (i, &si) in s.iter().enumerate() {
+                        x += gw[j * H + i] as f64 * si as f64;
                     }
                     grown.push(2.0 * (1.0 / (1.0 + (-x).exp())) as f32);
                 }

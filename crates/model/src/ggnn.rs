@@ -950,18 +950,7 @@ pub(crate) fn block_products(out: &Tensor, x: &Tensor, w: &Tensor) {
 /// `s(k)` for `k < positions`: 16 sines, 16 cosines, 2 zeros (the
 /// selector's columns), \[positions, 34\].
 pub fn sinusoids(positions: i64) -> Tensor {
-    let half = TEXT_DIM / 2;
-    let mut rows = Vec::with_capacity((positions * HIDDEN) as usize);
-    for k in 0..positions {
-        let mut row = [0f32; HIDDEN as usize];
-        for i in 0..half {
-            let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
-            let a = k as f64 * omega;
-            row[i as usize] = a.sin() as f32;
-            row[(half + i) as usize] = a.cos() as f32;
-        }
-        rows.extend_from_slice(&row);
-    }
+    let rows: Vec<f32> = (0..positions).flat_map(programl_infer::config::sinusoid).collect();
     Tensor::from_slice(&rows).view([positions, HIDDEN])
 }
 

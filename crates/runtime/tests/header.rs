@@ -3,26 +3,17 @@
 //! offset and size as Rust lays them out, and every function's prototype
 //! (each redeclared here with the C type of its Rust signature; a
 //! mismatch is a conflicting declaration). The Rust side of each
-//! prototype is pinned by a type assertion below, so neither statement
-//! can drift from the other.
+//! prototype is pinned by the type assertions beside the exports
+//! (`src/lib.rs`: each export is one of `abi.rs`'s function types), so
+//! neither statement can drift from the other.
 
 use std::fmt::Write;
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 
-use programl_runtime::abi::{self, RtDtype, RtEdges, RtInput, RtOptions, ABI_VERSION};
-use programl_runtime::*;
+use programl_runtime::abi::{RtDtype, RtEdges, RtInput, RtOptions, ABI_VERSION};
 
-// The exports' Rust signatures, as the ABI's function types state them.
-const _: abi::FnAbiVersion = programl_runtime_abi_version;
-const _: abi::FnOpen = programl_runtime_open;
-const _: abi::FnInfo = programl_runtime_info;
-const _: abi::FnPredict = programl_runtime_predict;
-const _: abi::FnPredictGraph = programl_runtime_predict_graph;
-const _: abi::FnLastError = programl_runtime_last_error;
-const _: abi::FnClose = programl_runtime_close;
-
-/// The same signatures in C (the types above, written for a C compiler).
+/// The exports' signatures (`abi.rs`'s function types) in C.
 const PROTOTYPES: &str = "
 uint32_t programl_runtime_abi_version(void);
 programl_model *programl_runtime_open(const char *, const char *);

@@ -267,10 +267,7 @@ pub fn run_mode(
 /// dot products (AVX-512 VNNI).
 pub fn cpu_summary() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|s| s.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_else(|| "unknown CPU".into());
+    let model = programl_infer::cpu::model_name();
     let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
     let bf16: Vec<&str> = ["avx512_bf16", "amx_bf16"].into_iter().filter(|f| flags.contains(&f.trim_start_matches(':'))).collect();
     let vnni = if programl_model::cpu_has_int8() { "avx512_vnni" } else { "none" };

@@ -306,9 +306,32 @@ impl Model {
         }
     }
 
-    /// The CUDA runtime's options for one call.
-    fn runtime_options(steps: i64, threads: i32, dtype: Dtype) -> RtOptions {
-        RtOptions { steps, threads: threads.max(1), dtype: dtype_code(dtype) }
+    /// One prediction in the CUDA runtime, `rows × classes` probabilities:
+    /// `predict` gets the model's handle (locked for the call), the batch
+    /// as the ABI's input (its arrays live across the call), the call's
+    /// options, the output and the slot for the precision in effect.
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        runtime: &Runtime,
+        handle: &Mutex<ModelHandle>,
+        batch: &Batch,
+        rows: usize,
+        steps: i64,
+        threads: i32,
+        dtype: Dtype,
+        predict: impl FnOnce(*mut RtModel, &RtInput, &RtOptions, &mut [f32], &mut RtDtype) -> i32,
+    ) -> Result<Vec<f32>, String> {
+        let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
+        let options = RtOptions { steps, threads: threads.max(1), dtype: dtype_code(dtype) };
+        let mut out = vec![0f32; rows * self.classes];
+        let mut in_effect = RtDtype::F32;
+        let input = input_of(batch);
+        if predict(handle.0, &input, &options, &mut out, &mut in_effect) != 0 {
+            return Err(runtime.last_error());
+        }
+        self.note_precision(dtype, in_effect.0);
+        Ok(out)
     }
 
     /// The options of one in-process prediction.
@@ -327,22 +350,11 @@ impl Model {
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
-                let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
-                let input = input_of(batch);
-                let options = Model::runtime_options(steps, threads, dtype);
-                let mut out = vec![0f32; batch.graph_count() * self.classes];
                 let aux_ptr = if aux.is_empty() { std::ptr::null() } else { aux.as_ptr() };
-                let mut in_effect = RtDtype::F32;
-                // SAFETY: the arrays live across the call and hold what `input`
-                // says; `aux` holds aux.len() floats, `out` graphs × classes.
-                let status = unsafe {
-                    (runtime.predict_graph)(handle.0, &input, aux_ptr, aux.len(), &options, out.as_mut_ptr(), out.len(), &mut in_effect)
-                };
-                if status != 0 {
-                    return Err(runtime.last_error());
-                }
-                self.note_precision(dtype, in_effect.0);
-                Ok(out)
+                // SAFETY: `aux` holds aux.len() floats (the rest: `call`).
+                self.call(runtime, handle, batch, batch.graph_count(), steps, threads, dtype, |h, input, options, out, in_effect| unsafe {
+                    (runtime.predict_graph)(h, input, aux_ptr, aux.len(), options, out.as_mut_ptr(), out.len(), in_effect)
+                })
             }
         }
     }
@@ -356,19 +368,10 @@ impl Model {
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
-                let handle = handle.lock().unwrap_or_else(|p| p.into_inner());
-                let input = input_of(batch);
-                let options = Model::runtime_options(steps, threads, dtype);
-                let mut out = vec![0f32; batch.node_count() * self.classes];
-                let mut in_effect = RtDtype::F32;
-                // SAFETY: the arrays live across the call and hold what `input`
-                // says; `out` holds nodes × classes floats.
-                let status = unsafe { (runtime.predict)(handle.0, &input, &options, out.as_mut_ptr(), out.len(), &mut in_effect) };
-                if status != 0 {
-                    return Err(runtime.last_error());
-                }
-                self.note_precision(dtype, in_effect.0);
-                Ok(out)
+                // SAFETY: as `call` says.
+                self.call(runtime, handle, batch, batch.node_count(), steps, threads, dtype, |h, input, options, out, in_effect| unsafe {
+                    (runtime.predict)(h, input, options, out.as_mut_ptr(), out.len(), in_effect)
+                })
             }
         }
     }
