@@ -7,6 +7,18 @@ fn main() {
     // parallel loop for the kernels (src/parallel.cc), against the headers
     // of the libtorch torch-sys builds with.
     let lib = std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB");
+    // The version libtorch::check compares the loaded libtorch with.
+    let root = std::path::Path::new(&lib).parent().expect("libtorch's lib directory has a parent");
+    let version = std::fs::read_to_string(root.join("version.py"))
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.trim_start().starts_with("__version__"))?.to_string();
+            Some(line.split_once('=')?.1.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
+        })
+        .or_else(|| std::fs::read_to_string(root.join("build-version")).ok().map(|v| v.trim().to_string()))
+        .unwrap_or_default();
+    println!("cargo:rerun-if-changed={}", root.join("version.py").display());
+    println!("cargo:rustc-env=PROGRAML_LIBTORCH_VERSION={version}");
     let include = std::path::Path::new(&lib).parent().expect("libtorch's lib directory has a parent").join("include");
     println!("cargo:rerun-if-changed=src/precision.cc");
     println!("cargo:rerun-if-changed=src/parallel.cc");

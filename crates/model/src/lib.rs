@@ -27,6 +27,7 @@
 mod bptt;
 pub mod bundle;
 mod ggnn;
+pub mod libtorch;
 mod workspace;
 
 pub use bptt::{class_weights, Gradients};

@@ -180,6 +180,9 @@ unsafe fn slice<'a>(p: *const i64, len: usize, what: &str) -> Result<&'a [i64], 
 }
 
 fn open(dir: &str, device: &str) -> Result<Model, String> {
+    // Before any tensor: another libtorch than the build's fails later
+    // with a message that names neither.
+    programl_model::libtorch::check()?;
     let choice: DeviceChoice = device.parse()?;
     let device = match choice {
         // Never select_device(Auto): it reports its choice on stderr.

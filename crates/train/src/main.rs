@@ -369,6 +369,10 @@ fn main() {
     // SAFETY: setting a signal's disposition, before any thread starts.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = Cli::parse();
+    if let Err(e) = programl_model::libtorch::check() {
+        eprintln!("programl-train: {e}");
+        std::process::exit(1);
+    }
     if let Err(e) = run(cli) {
         eprintln!("programl-train: {e:#}");
         std::process::exit(1);
