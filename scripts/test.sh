@@ -9,8 +9,9 @@
 # 3. cargo test --workspace --release --no-fail-fast (unit, integration,
 #    conformance);
 # 4. llvm-tests/run.sh --release: the plugin's lit suite;
-# 5. scripts/demo.sh: the README's first command, checked (one test);
-# 6. scripts/errors.py on examples/hello.c, checked (one test);
+# 5. pytest over crates/python/tests (the programl_rs Python package);
+# 6. scripts/demo.sh: the README's first command, checked (one test);
+# 7. scripts/errors.py on examples/hello.c, checked (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -112,6 +113,27 @@ failed=$((failed + f))
 skipped=$((skipped + s))
 [ "$lit_rc" = 0 ] || status=1
 echo "[test] lit: $p passed, $f failed, $s skipped (exit $lit_rc)"
+
+step "pytest (crates/python/tests: the programl_rs package)"
+"$VIRTUAL_ENV/bin/python" -m pytest -q -p no:cacheprovider -p no:warnings "$root/crates/python/tests" </dev/null 2>&1 | tee "$logs/pytest.log"
+py_rc=${PIPESTATUS[0]}
+# pytest's last line: "N passed, N failed, N skipped in S s" (any order, some absent).
+p=$(grep -oE '[0-9]+ passed' "$logs/pytest.log" | tail -n1 | grep -oE '[0-9]+' || true)
+f=$(grep -oE '[0-9]+ (failed|error|errors)' "$logs/pytest.log" | awk '{ n += $1 } END { print n + 0 }')
+s=$(grep -oE '[0-9]+ skipped' "$logs/pytest.log" | tail -n1 | grep -oE '[0-9]+' || true)
+p=${p:-0} s=${s:-0}
+if [ "$ci" = 1 ] && [ "$s" -gt 0 ]; then
+    echo "[test]   CI=true: a skipped Python test is a failure"
+    f=$((f + s)) s=0 py_rc=1
+fi
+if [ "$py_rc" != 0 ] && [ "$f" = 0 ]; then
+    f=1
+fi
+passed=$((passed + p))
+failed=$((failed + f))
+skipped=$((skipped + s))
+[ "$py_rc" = 0 ] || status=1
+echo "[test] pytest: $p passed, $f failed, $s skipped (exit $py_rc)"
 
 step "demo (scripts/demo.sh: the README's first command)"
 # The graph pass and the learned pass on examples/hello.c: passes when the

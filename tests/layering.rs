@@ -124,6 +124,21 @@ fn plugin_depends_on_the_core_and_the_cpu_inference_alone() {
     }
 }
 
+/// The Python package predicts through the torch-free inference, as the
+/// pass does: it never reaches the model crate, tch or torch-sys.
+#[test]
+fn python_package_predicts_without_libtorch() {
+    let (ok, text) = cargo_tree(&["-p", "programl-python", "-e", "normal", "--prefix", "none", "--no-dedupe"]);
+    assert!(ok, "cargo tree -p programl-python failed:\n{text}");
+    let deps = packages(&text);
+    for want in ["programl", "programl-dataset", "programl-infer", "pyo3"] {
+        assert!(deps.iter().any(|p| p == want), "the Python package should depend on {want}:\n{text}");
+    }
+    for banned in ["programl-model", "tch", "torch-sys", "programl-runtime"] {
+        assert!(!deps.iter().any(|p| p == banned), "the Python package reaches {banned}:\n{text}");
+    }
+}
+
 /// `target/release` (or the profile directory this test was built into).
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

@@ -174,3 +174,10 @@ impl Hyper {
     }
 }
 
+
+/// The class a node-level bundle's probabilities are reported for: the one
+/// named `positive`, else the second of two (the learned pass's and the
+/// Python package's choice).
+pub fn positive_class(classes: &[String]) -> Option<usize> {
+    classes.iter().position(|c| c == "positive").or((classes.len() == 2).then_some(1))
+}

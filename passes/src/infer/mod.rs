@@ -134,9 +134,7 @@ pub unsafe fn opaque_pointers(module: LLVMModuleRef) -> bool {
 }
 
 /// The index of the positive class: `positive` by name, else 1 of 2.
-fn positive_class(classes: &[String]) -> Option<usize> {
-    classes.iter().position(|c| c == "positive").or((classes.len() == 2).then_some(1))
-}
+use programl_infer::config::positive_class;
 
 /// `verify`'s line: SPEC'd keys in this order (`kind` only in a sidecar).
 #[derive(Serialize)]

@@ -1,0 +1,389 @@
+//! `programl_rs._core`: the Rust half of the `programl_rs` Python package.
+//!
+//! Thin bindings over the torch-free crates: the core (graph building,
+//! formats, analyses, the model input the trainer and the pass share), the
+//! dataset store, and `programl-infer` (the pass's CPU inference). The
+//! Python half (`python/programl_rs/__init__.py`) adds what is plain Python:
+//! clang, networkx, PyTorch Geometric, the `Dataset` class.
+//!
+//! Every entry point returns a Python exception naming its input on bad
+//! input; the heavy ones (building, analysing, predicting, reading a store)
+//! release the GIL, so threads build graphs in parallel.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use programl::analysis::{labelled_nodes, Analyzer, Task};
+use programl::batch::{Batch, Batcher, EdgeType, GraphInput, Sample};
+use programl::builder::{build, BuildOptions, Mode};
+use programl::format::{read_graph, write_graph, Format};
+use programl::graph::{NodeKind, ProgramGraph};
+use programl::vocab::Vocabulary;
+use programl_dataset::read::Dataset;
+use programl_dataset::{Split, Subset};
+use programl_infer::bundle::Head;
+use programl_infer::config::positive_class;
+use programl_infer::{Dtype, Model, Options};
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn parse_mode(mode: &str) -> PyResult<Mode> {
+    Mode::parse(mode).ok_or_else(|| value_error(format!("mode '{mode}': expected 'paper' or 'programl-0.3'")))
+}
+
+fn parse_task(task: &str) -> PyResult<Task> {
+    Task::parse(task).ok_or_else(|| {
+        value_error(format!("task '{task}': expected one of {}", Task::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")))
+    })
+}
+
+fn parse_format(format: &str) -> PyResult<Format> {
+    Format::parse(format).ok_or_else(|| value_error(format!("format '{format}': expected pb, pbtxt, json or dot")))
+}
+
+/// A ProGraML program graph (immutable).
+#[pyclass(frozen, module = "programl_rs._core", name = "ProgramGraph")]
+pub struct Graph {
+    pub graph: ProgramGraph,
+}
+
+#[pymethods]
+impl Graph {
+    #[getter]
+    fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    #[getter]
+    fn edge_count(&self) -> usize {
+        self.graph.edge_count()
+    }
+
+    /// Per node: `(type, text, full_text, function, block)`; type is
+    /// `instruction`, `variable` or `constant`, function a name or `None`.
+    fn nodes(&self) -> Vec<(&'static str, String, Option<String>, Option<String>, u32)> {
+        let g = &self.graph;
+        g.graph
+            .node_weights()
+            .map(|n| {
+                let function = n.function.and_then(|f| g.functions.get(f as usize)).map(|f| f.name.clone());
+                (n.kind.name(), n.text.clone(), n.full_text.clone(), function, n.block)
+            })
+            .collect()
+    }
+
+    /// Per edge, in the graph's edge order: `(source, target, flow, position)`.
+    fn edges(&self) -> Vec<(u32, u32, &'static str, u32)> {
+        use petgraph::visit::EdgeRef;
+        self.graph.graph.edge_references().map(|e| (e.source().index() as u32, e.target().index() as u32, e.weight().flow.name(), e.weight().position)).collect()
+    }
+
+    /// The functions' names, in order.
+    fn functions(&self) -> Vec<String> {
+        self.graph.functions.iter().map(|f| f.name.clone()).collect()
+    }
+
+    /// The graph in `format`: `pb` (ProGraML protobuf, upstream's tools read
+    /// it), `pbtxt`, `json` (networkx node-link) or `dot`.
+    #[pyo3(signature = (format = "pb"))]
+    fn to_bytes<'py>(&self, py: Python<'py>, format: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let format = parse_format(format)?;
+        let mut out = Vec::new();
+        write_graph(&self.graph, format, &mut out).map_err(value_error)?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// A graph from `to_bytes`'s output (or upstream's files); DOT is
+    /// write-only.
+    #[staticmethod]
+    #[pyo3(signature = (data, format = "pb"))]
+    fn from_bytes(py: Python<'_>, data: Vec<u8>, format: &str) -> PyResult<Graph> {
+        let format = parse_format(format)?;
+        let graph = py.detach(|| read_graph(&data, format)).map_err(|e| value_error(format!("not a {format} graph: {e}")))?;
+        Ok(Graph { graph })
+    }
+
+    fn __repr__(&self) -> String {
+        let [i, v, c, _] = self.graph.node_counts();
+        let [ctl, data, call, _] = self.graph.edge_counts();
+        format!(
+            "ProgramGraph({} nodes: {i} instructions, {v} variables, {c} constants; {} edges: {ctl} control, {data} data, {call} call)",
+            self.graph.node_count(),
+            self.graph.edge_count()
+        )
+    }
+}
+
+/// Builds the graph of IR text or bitcode held in `data`; `name` names it in
+/// errors. Releases the GIL.
+#[pyfunction]
+#[pyo3(signature = (data, name, mode = "paper"))]
+fn build_ir(py: Python<'_>, data: Vec<u8>, name: String, mode: &str) -> PyResult<Graph> {
+    let mode = parse_mode(mode)?;
+    let graph = py.detach(move || -> Result<ProgramGraph, String> {
+        let context = inkwell::context::Context::create();
+        let module = programl::ir::parse_module(&context, &data, &name).map_err(|e| e.to_string())?;
+        Ok(build(&module, &BuildOptions { mode }))
+    });
+    graph.map(|graph| Graph { graph }).map_err(value_error)
+}
+
+/// `programl analyze`: for each root (default: the sampled roots that
+/// `programl dataset build` labels), `{"task", "root", "steps",
+/// "positives"}`.
+#[pyfunction]
+#[pyo3(signature = (graph, task, root = None, seed = 0))]
+fn analyze<'py>(py: Python<'py>, graph: &Graph, task: &str, root: Option<u32>, seed: u64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let task = parse_task(task)?;
+    let results = py.detach(|| -> Result<Vec<(u32, u32, Vec<u32>)>, String> {
+        let mut analyzer = Analyzer::new(&graph.graph);
+        let roots = match root {
+            Some(r) => vec![r],
+            None => analyzer.sampled_roots(task, seed),
+        };
+        roots
+            .into_iter()
+            .map(|r| analyzer.analyze(task, r).map(|l| (r, l.steps, l.positives)).map_err(|e| format!("root {r}: {e}")))
+            .collect()
+    });
+    let results = results.map_err(value_error)?;
+    results
+        .into_iter()
+        .map(|(r, steps, positives)| {
+            let d = PyDict::new(py);
+            d.set_item("task", task.name())?;
+            d.set_item("root", r)?;
+            d.set_item("steps", steps)?;
+            d.set_item("positives", positives)?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// A model bundle opened by the torch-free inference (what the learned
+/// pass runs on the CPU).
+#[pyclass(frozen, module = "programl_rs._core", name = "Bundle")]
+pub struct Bundle {
+    model: Model,
+}
+
+/// The pass's batch size in nodes (passes/src/infer: `BATCH_NODES`).
+const BATCH_NODES: usize = 10_000;
+
+#[pymethods]
+impl Bundle {
+    #[new]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Bundle> {
+        let model = py.detach(|| Model::open(&path)).map_err(|e| match e {
+            programl_infer::bundle::BundleError::Io { .. } => PyOSError::new_err(e.to_string()),
+            _ => value_error(e),
+        })?;
+        Ok(Bundle { model })
+    }
+
+    #[getter]
+    fn task(&self) -> String {
+        self.model.config.task.clone()
+    }
+
+    /// `node` (per-node probabilities for a root) or `graph` (one class per
+    /// graph).
+    #[getter]
+    fn head(&self) -> &'static str {
+        if self.model.config.head == Head::Graph {
+            "graph"
+        } else {
+            "node"
+        }
+    }
+
+    #[getter]
+    fn classes(&self) -> Vec<String> {
+        self.model.config.classes.clone()
+    }
+
+    #[getter]
+    fn steps(&self) -> i64 {
+        self.model.config.hyper.steps
+    }
+
+    /// The auxiliary inputs a graph head needs (device mapping: transfer and
+    /// work-group size), in order.
+    #[getter]
+    fn aux(&self) -> Vec<String> {
+        self.model.config.hyper.graph.as_ref().map_or_else(Vec::new, |g| g.aux.clone())
+    }
+
+    /// Node head: `{root: [p(node) for every node]}`, the positive class's
+    /// probability, for `roots` (default: the sampled roots, as the pass).
+    /// Graph head: the class probabilities, `[p(class) for class in
+    /// classes]`, with `aux` values where the head has auxiliary inputs.
+    #[pyo3(signature = (graph, roots = None, aux = None, dtype = "auto", threads = 1, steps = None))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        graph: &Graph,
+        roots: Option<Vec<u32>>,
+        aux: Option<Vec<f32>>,
+        dtype: &str,
+        threads: usize,
+        steps: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dtype: Dtype = dtype.parse().map_err(value_error)?;
+        let opts = Options { steps, threads: threads.max(1), dtype, isa: None };
+        let model = &self.model;
+        let input = GraphInput::new(&graph.graph, &model.vocabulary).map_err(|e| value_error(format!("not model input: {e}")))?;
+        if model.config.head == Head::Graph {
+            let probs = py.detach(|| -> Result<Vec<f32>, String> {
+                let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).map_err(|e| e.to_string())?;
+                Ok(model.graph_probabilities(&batch, aux.as_deref(), &opts)?.probabilities)
+            });
+            return Ok(probs.map_err(value_error)?.into_pyobject(py)?.into_any());
+        }
+        let classes = model.classes();
+        let positive = positive_class(&model.config.classes)
+            .ok_or_else(|| value_error(format!("{}: classes {:?} have no positive class", model.dir.display(), model.config.classes)))?;
+        let results = py.detach(|| -> Result<Vec<(u32, Vec<f32>)>, String> {
+            let task = Task::parse(&model.config.task).ok_or_else(|| format!("bundle task '{}' is not a DeepDataFlow task", model.config.task))?;
+            let roots = match roots {
+                Some(r) => r,
+                None => Analyzer::new(&graph.graph).sampled_roots(task, 0),
+            };
+            let mut out = Vec::with_capacity(roots.len());
+            let mut batcher = Batcher::new(BATCH_NODES);
+            let mut pending: Vec<u32> = Vec::new();
+            let flush = |batch: Batch, pending: &mut Vec<u32>, out: &mut Vec<(u32, Vec<f32>)>| -> Result<(), String> {
+                let probs = model.node_probabilities(&batch, &opts)?.probabilities;
+                for (g, &root) in pending.iter().enumerate() {
+                    let nodes = batch.graph_nodes(g);
+                    out.push((root, nodes.map(|v| probs[v * classes + positive]).collect()));
+                }
+                pending.clear();
+                Ok(())
+            };
+            for root in roots {
+                let closed = batcher.push(Sample { graph: &input, root: Some(root), positives: None }).map_err(|e| e.to_string())?;
+                if let Some(batch) = closed {
+                    flush(batch, &mut pending, &mut out)?;
+                }
+                pending.push(root);
+            }
+            if let Some(batch) = batcher.finish() {
+                flush(batch, &mut pending, &mut out)?;
+            }
+            Ok(out)
+        });
+        let d = PyDict::new(py);
+        for (root, p) in results.map_err(value_error)? {
+            d.set_item(root, p)?;
+        }
+        Ok(d.into_any())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Bundle({}: task {}, {} head, classes {:?})", self.model.dir.display(), self.task(), self.head(), self.model.config.classes)
+    }
+}
+
+/// One graph of a store as model input: the vocabulary ids, the forward
+/// edges per flow, and the nodes that carry labels for the task.
+type StoredInput = (Vec<i64>, [(Vec<i64>, Vec<i64>, Vec<i64>); 3], Vec<u32>);
+
+/// Reads a DeepDataFlow store: for `task`, `split` and `subset`, the graphs
+/// featurised by the core (vocabulary ids as training computes them) and
+/// the examples `(graph, root, steps, positives)`. Releases the GIL.
+#[pyfunction]
+#[pyo3(signature = (store, task, split, subset, vocabulary))]
+fn read_store(
+    py: Python<'_>,
+    store: PathBuf,
+    task: &str,
+    split: &str,
+    subset: &str,
+    vocabulary: PathBuf,
+) -> PyResult<(Vec<String>, Vec<StoredInput>, Vec<(usize, u32, u32, Vec<u32>)>)> {
+    let task = parse_task(task)?;
+    let split = Split::parse(split).ok_or_else(|| value_error(format!("split '{split}': expected train, val or test")))?;
+    let subset = Subset::parse(subset).ok_or_else(|| value_error(format!("subset '{subset}': expected ddf-30, ddf-60, ddf-200 or ddf")))?;
+    py.detach(move || -> Result<_, String> {
+        let vocab = Vocabulary::load(&vocabulary).map_err(|e| e.to_string())?;
+        let dataset = Dataset::open(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        let (mut paths, mut graphs, mut examples) = (Vec::new(), Vec::new(), Vec::new());
+        for record in dataset.records_in(split) {
+            let record = record.map_err(|e| e.to_string())?;
+            let chosen: Vec<_> = record.examples(task).iter().filter(|e| subset.contains(e.steps)).collect();
+            if chosen.is_empty() {
+                continue;
+            }
+            let g = &record.graph;
+            let input = GraphInput::from_parts(
+                g.texts.iter().map(String::as_str),
+                g.edges.iter().map(|e| (e.source, e.target, programl::graph::Edge { flow: e.flow, position: e.position })),
+                &vocab,
+            )
+            .map_err(|e| format!("{}: not model input: {e}", record.path))?;
+            let edges = [EdgeType::Control, EdgeType::Data, EdgeType::Call].map(|t| {
+                let a = input.edges(t);
+                (a.sources.to_vec(), a.targets.to_vec(), a.positions.to_vec())
+            });
+            let labelled = labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str));
+            let index = graphs.len();
+            examples.extend(chosen.into_iter().map(|e| (index, e.root, e.steps, e.positives.clone())));
+            graphs.push((input.tokens().to_vec(), edges, labelled));
+            paths.push(record.path.clone());
+        }
+        Ok((paths, graphs, examples))
+    })
+    .map_err(value_error)
+}
+
+/// Builds the vocabulary of a store's train split (as `programl-train
+/// train` does at its first start) into `out` (JSON).
+#[pyfunction]
+fn store_vocabulary(py: Python<'_>, store: PathBuf, out: PathBuf) -> PyResult<usize> {
+    py.detach(move || -> Result<usize, String> {
+        let dataset = Dataset::open(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        let (v, _) = programl_dataset::vocab::build(&dataset, 1, None).map_err(|e| e.to_string())?;
+        v.save(&out).map_err(|e| e.to_string())?;
+        Ok(v.len())
+    })
+    .map_err(value_error)
+}
+
+/// The kinds of a graph's nodes that carry labels for `task`.
+#[pyfunction]
+fn labelled(graph: &Graph, task: &str) -> PyResult<Vec<u32>> {
+    let task = parse_task(task)?;
+    let kinds: Vec<NodeKind> = graph.graph.graph.node_weights().map(|n| n.kind).collect();
+    Ok(labelled_nodes(task, &kinds, graph.graph.graph.node_weights().map(|n| n.text.as_str())))
+}
+
+/// Vocabulary ids of a graph's nodes under the vocabulary in `path` (a
+/// `vocabulary.json` or a bundle directory).
+#[pyfunction]
+fn token_ids(graph: &Graph, path: PathBuf) -> PyResult<Vec<i64>> {
+    let file = if path.is_dir() { path.join("vocabulary.json") } else { path };
+    let vocab = Vocabulary::load(&file).map_err(value_error)?;
+    let input = GraphInput::new(&graph.graph, &vocab).map_err(value_error)?;
+    Ok(input.tokens().to_vec())
+}
+
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Graph>()?;
+    m.add_class::<Bundle>()?;
+    m.add_function(wrap_pyfunction!(build_ir, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(read_store, m)?)?;
+    m.add_function(wrap_pyfunction!(store_vocabulary, m)?)?;
+    m.add_function(wrap_pyfunction!(labelled, m)?)?;
+    m.add_function(wrap_pyfunction!(token_ids, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,282 @@
+"""programl_rs against the CLI, the pass and upstream, on the bundled sources.
+
+Run by scripts/test.sh (pytest in the project venv, after the bootstrap has
+built and installed the package with maturin).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import programl_rs as pg
+
+ROOT = Path(__file__).resolve().parents[3]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release"
+CLI = TARGET / "programl"
+PLUGIN = TARGET / "libprograml_passes.so"
+ORACLE = Path(os.environ.get("PROGRAML_ORACLE_DIR", ""))
+SOURCES = [ROOT / "examples/hello.c", *sorted((ROOT / "tests/data/conformance").glob("*.c"))]
+
+
+def run(*cmd, **kw):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, **kw)
+    assert r.returncode == 0, f"{cmd}: {r.stderr.decode(errors='replace')}"
+    return r.stdout
+
+
+@pytest.fixture(scope="session")
+def irs(tmp_path_factory):
+    """Every bundled C source at -O0, -O1 and -O2, as .ll files."""
+    out = tmp_path_factory.mktemp("ir")
+    files = []
+    for src in SOURCES:
+        for level in ("O0", "O1", "O2"):
+            ll = out / f"{src.stem}.{level}.ll"
+            run("clang-16", f"-{level}", "-S", "-emit-llvm", "-w", src, "-o", ll)
+            files.append(ll)
+    return files
+
+
+def test_graphs_are_the_clis_byte_for_byte(irs, tmp_path):
+    for ll in irs:
+        for mode, flags in (("paper", []), ("programl-0.3", ["--compat", "programl-0.3"])):
+            want = run(CLI, "graph", *flags, ll)
+            assert pg.from_llvm_ir(ll, mode=mode).to_bytes() == want, f"{ll} ({mode})"
+            assert pg.from_llvm_ir(ll.read_text(), mode=mode, name=str(ll)).to_bytes() == want, f"{ll} as text ({mode})"
+        bc = tmp_path / (ll.stem + ".bc")
+        run("llvm-as-16", ll, "-o", bc)
+        assert pg.from_bitcode(bc).to_bytes() == run(CLI, "graph", bc), bc
+        # protobuf round trip, and the counts the CLI's summary reports
+        g = pg.from_llvm_ir(ll)
+        back = pg.from_bytes(g.to_bytes())
+        assert back.to_bytes() == g.to_bytes()
+        assert (back.node_count, back.edge_count) == (g.node_count, g.edge_count) == (len(g.nodes()), len(g.edges()))
+
+
+def test_from_clang_is_clang_then_the_graph(irs, tmp_path):
+    src = ROOT / "examples/hello.c"
+    bc = tmp_path / "hello.bc"
+    run("clang-16", "-O1", "-c", "-emit-llvm", src, "-o", bc)
+    assert pg.from_clang(src, ["-O1"]).to_bytes() == run(CLI, "graph", bc)
+    g = pg.from_clang("int f(int x) { return x * 3 + 1; }", ["-O1"])
+    assert any(n[1] == "mul" for n in g.nodes()) and g.functions() == ["f"]
+    assert pg.from_clang("template <class T> T twice(T x) { return 2 * x; } int g(int y) { return twice(y); }", language="c++").node_count > 1
+    k = pg.from_clang("kernel void k(global float* a) { a[get_global_id(0)] *= 2.0f; }", ["-target", "spir64", "-O1"], language="cl")
+    assert "k" in k.functions()
+
+
+def test_to_networkx_has_upstreams_attributes(irs, tmp_path):
+    """Upstream's to_networkx is networkx's node-link reading of graph2json's
+    output: the same graph through the 0.3.2 reference binary must give the
+    same nodes, edges and attributes."""
+    import networkx as nx
+    from networkx.readwrite import json_graph
+
+    graph2json = ORACLE / "graph2json"
+    assert graph2json.exists(), f"the reference graph2json is not at {graph2json} (scripts/bootstrap.sh installs it)"
+    for ll in irs[:6]:
+        g = pg.from_llvm_ir(ll, mode="programl-0.3")
+        ours = g.to_networkx()
+        theirs_json = json.loads(run(graph2json, "--stdin_fmt=pb", input=g.to_bytes()))
+        kw = {"edges": "links"} if "edges" in json_graph.node_link_graph.__code__.co_varnames else {}
+        theirs = json_graph.node_link_graph(theirs_json, directed=True, multigraph=True, **kw)
+        assert isinstance(ours, nx.MultiDiGraph)
+        assert ours.number_of_nodes() == g.node_count and ours.number_of_edges() == g.edge_count
+        assert dict(ours.nodes(data=True)) == dict(theirs.nodes(data=True)), ll
+        # The same edges and attributes; upstream writes key 0 on every link,
+        # so its MultiDiGraph merges parallel edges, ours keeps one per edge.
+        links = sorted((l["source"], l["target"], l["flow"], l["position"]) for l in theirs_json["links"])
+        assert sorted((u, v, d["flow"], d["position"]) for u, v, d in ours.edges(data=True)) == links, ll
+        assert all(set(d) == {"flow", "position"} for _, _, d in ours.edges(data=True))
+        assert {repr(e) for e in theirs.edges(data=True)} <= {repr(e) for e in ours.edges(data=True)}, ll
+        assert ours.graph == theirs.graph
+        assert set(ours.nodes[1]) >= {"type", "text", "function", "block"}
+        assert set(next(iter(ours.edges(data=True)))[2]) >= {"flow", "position"}
+
+
+def test_to_pyg_shapes(irs):
+    import torch
+
+    g = pg.from_llvm_ir(irs[1])
+    d = g.to_pyg(ROOT / "models/reachability")
+    n, e = g.node_count, g.edge_count
+    assert d.num_nodes == n and d.x.shape == (n,) and d.node_type.shape == (n,) and len(d.text) == n
+    assert d.edge_index.shape == (2, e) and d.edge_type.shape == (e,) and d.edge_position.shape == (e,)
+    per_flow = [getattr(d, f"{f}_edge_index").shape[1] for f in pg.FLOWS]
+    assert sum(per_flow) == e and all(getattr(d, f"{f}_position").shape == (k,) for f, k in zip(pg.FLOWS, per_flow))
+    assert int(d.edge_index.max()) < n and d.x.dtype == torch.long
+    # the ids are the vocabulary's (0 for a text it lacks)
+    vocab = json.loads((ROOT / "models/reachability/vocabulary.json").read_text())
+    ids = {t["text"]: t["id"] for t in vocab["tokens"]}
+    assert d.x.tolist() == [ids.get(t, 0) for t in d.text]
+
+
+def test_analyze_is_programl_analyze(irs):
+    for ll in irs[:6]:
+        g = pg.from_llvm_ir(ll)
+        for task in ("reachability", "dominance", "datadep", "liveness", "subexpressions"):
+            want = [json.loads(l) for l in run(CLI, "analyze", "--task", task, ll).splitlines()]
+            assert pg.analyze(g, task) == want, f"{ll} {task}"
+
+
+@pytest.fixture(scope="session")
+def store(irs, tmp_path_factory):
+    d = tmp_path_factory.mktemp("store")
+    ir = d / "ir"
+    ir.mkdir()
+    for f in irs:
+        (ir / f.name).write_bytes(f.read_bytes())
+    run(CLI, "dataset", "build", "--ir", ir, "--out", d / "ds", "-j", "1")
+    return d / "ds"
+
+
+def test_dataset_counts_are_dataset_stats(store):
+    stats = run(CLI, "dataset", "stats", "--no-plot", store).decode()
+    rows, task = {}, None
+    for line in stats.splitlines():
+        m = re.match(r"^  (\w+)?\s+(train|val|test)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", line)
+        if m:
+            task = m.group(1) or task
+            rows[(task, m.group(2))] = tuple(map(int, m.groups()[2:]))
+    assert len(rows) == 15, stats
+    checked = 0
+    for (task, split), counts in rows.items():
+        for subset, want in zip(("ddf-30", "ddf-60", "ddf-200", "ddf"), counts):
+            ds = pg.DeepDataFlow(store, task=task, split=split, subset=subset)
+            assert len(ds) == want, f"{task} {split} {subset}"
+            checked += want
+    assert checked > 0
+    ds = pg.DeepDataFlow(store, task="reachability", split="test", subset="ddf")
+    d = ds[0]
+    assert d.selector.sum() == 1 and d.selector[d.root] == 1 and d.y.sum() >= 1
+    assert int(d.y[~d.labelled].sum()) == 0, "positives carry labels"
+    # the same ids as the featurisation of the graph rebuilt from the IR with the store's vocabulary
+    g = pg.from_llvm_ir(store.parent / "ir" / Path(ds.graph_path(0)).name)
+    assert d.x.tolist() == g.to_pyg(ds.vocabulary).x.tolist()
+    assert sorted(d.y.nonzero().flatten().tolist()) == pg.analyze(g, "reachability", root=d.root)[0]["positives"]
+
+
+def test_a_dataloader_trains_the_reference_ggnn(store):
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from reference_ggnn import ReferenceGGNN
+
+    ds = pg.DeepDataFlow(store, task="reachability", split="test", subset="ddf")
+    torch.manual_seed(0)
+    model = ReferenceGGNN(vocab_size=len(json.loads(ds.vocabulary.read_text())["tokens"]) + 1)
+    opt = model.make_optimizer()
+    losses = []
+    for _ in range(3):
+        for batch in DataLoader(ds, batch_size=8, shuffle=False):
+            logits = model(pg.reference_batch(batch), steps=4)
+            loss = model.loss(logits[batch.labelled], batch.y[batch.labelled])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert all(map(lambda x: x == x, losses)) and losses[-1] < losses[0], losses
+
+
+def annotations(tmp_path, ll, params):
+    out = tmp_path / "out.ll"
+    run("opt-16", f"-load-pass-plugin={PLUGIN}", f"-passes=programl-infer<{params}>", ll, "-S", "-o", out)
+    return json.loads(run(CLI, "annotations", out))
+
+
+def test_predictions_are_the_passes(irs, tmp_path):
+    ll = irs[2]
+    g = pg.from_llvm_ir(ll)
+    for task in ("reachability", "liveness"):
+        bundle = pg.load_bundle(ROOT / "models" / task)
+        assert bundle.head == "node" and bundle.task == task
+        ann = annotations(tmp_path, ll, f"model={ROOT / 'models' / task};device=cpu;dtype=f32")
+        roots = sorted({r for f in ann["functions"] for r in f.get("roots", {}).get(task, [])})
+        assert roots, ann
+        ours = bundle.predict(g, dtype="f32")
+        assert sorted(ours) == roots, "the default roots are the pass's"
+        compared = 0
+        for ins in ann["instructions"]:
+            # liveness is predicted on the variable an instruction defines
+            node = ins["value"] if task == "liveness" else ins["node"]
+            for root, p in ins.get(task, []):
+                assert abs(ours[root][node] - p) <= 1e-5, (task, root, node)
+                compared += 1
+        assert compared > 0
+    bundle = pg.load_bundle(ROOT / "models/poj104")
+    ann = annotations(tmp_path, ll, f"model={ROOT / 'models/poj104'};device=cpu;dtype=f32")
+    probs = bundle.predict(g, dtype="f32")
+    best = max(range(len(probs)), key=probs.__getitem__)
+    assert bundle.classes[best] == ann["class"][0]["class"] and abs(probs[best] - ann["class"][0]["p"]) <= 1e-5
+    devmap = pg.load_bundle(ROOT / "models/devmap-amd")
+    assert devmap.aux and devmap.head == "graph"
+    k = pg.from_clang("kernel void k(global float* a) { a[get_global_id(0)] *= 2.0f; }", ["-target", "spir64", "-O1"], language="cl")
+    p = devmap.predict(k, aux=[4194304.0, 256.0], dtype="f32")
+    assert len(p) == len(devmap.classes) and abs(sum(p) - 1) < 1e-5
+    with pytest.raises(ValueError, match="auxiliary"):
+        devmap.predict(k)
+
+
+def test_bad_input_raises_and_names_it(tmp_path):
+    with pytest.raises(ValueError, match="<string>"):
+        pg.from_llvm_ir("define i32 @f( {\n")
+    with pytest.raises(OSError, match="nope.ll"):
+        pg.from_llvm_ir(tmp_path / "nope.ll")
+    junk = tmp_path / "junk.bc"
+    junk.write_bytes(b"BC\xc0\xde" + os.urandom(64))
+    with pytest.raises(ValueError, match="junk.bc"):
+        pg.from_bitcode(junk)
+    with pytest.raises(ValueError, match="mode"):
+        pg.from_llvm_ir(ROOT / "tests/data/calls.ll", mode="llvm2graph")
+    with pytest.raises(ValueError):
+        pg.from_bytes(os.urandom(100))
+    with pytest.raises(pg.ClangError, match="error"):
+        pg.from_clang("int f( {")
+    g = pg.from_llvm_ir(ROOT / "tests/data/calls.ll")
+    with pytest.raises(ValueError, match="task"):
+        pg.analyze(g, "aliasing")
+    with pytest.raises(ValueError, match="root"):
+        pg.analyze(g, "reachability", root=10**6)
+    with pytest.raises(OSError, match="no-such-bundle"):
+        pg.load_bundle(tmp_path / "no-such-bundle")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in ("config.json", "vocabulary.json"):
+        (broken / f).write_bytes((ROOT / "models/reachability" / f).read_bytes())
+    (broken / "weights.safetensors").write_bytes((ROOT / "models/reachability/weights.safetensors").read_bytes()[:1000])
+    with pytest.raises(ValueError, match="weights.safetensors"):
+        pg.load_bundle(broken)
+    with pytest.raises(ValueError, match="root"):
+        pg.load_bundle(ROOT / "models/reachability").predict(g, roots=[10**6])
+    with pytest.raises(ValueError, match="dtype"):
+        pg.load_bundle(ROOT / "models/reachability").predict(g, dtype="f64")
+    # the interpreter is still here
+    assert pg.from_llvm_ir(ROOT / "tests/data/calls.ll").node_count == g.node_count
+
+
+def test_threads_build_graphs_in_parallel(irs):
+    serial = [pg.from_llvm_ir(f).to_bytes() for f in irs]
+    inside = []
+    most = [0]
+    lock = threading.Lock()
+
+    def build(f):
+        with lock:
+            inside.append(f)
+            most[0] = max(most[0], len(inside))
+        try:
+            return pg.from_llvm_ir(f).to_bytes()
+        finally:
+            with lock:
+                inside.remove(f)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(build, irs * 4)) == serial * 4
