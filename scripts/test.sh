@@ -11,7 +11,8 @@
 # 4. llvm-tests/run.sh --release: the plugin's lit suite;
 # 5. pytest over crates/python/tests (the programl_rs Python package);
 # 6. scripts/demo.sh: the README's first command, checked (one test);
-# 7. scripts/errors.py on examples/hello.c, checked (one test);
+# 7. scripts/quickstart.sh: README.md's quick start, every command (one test);
+# 8. scripts/errors.py on examples/hello.c, checked (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -161,6 +162,16 @@ if [ "$demo_rc" = 0 ] && grep -q '^\[demo\] graph: ' "$logs/demo.log" && learned
     ok=1
 fi
 outcome demo "$ok" "$demo_rc" "$logs/demo.log"
+
+step "README quick start (scripts/quickstart.sh: every command of that section)"
+bash "$root/scripts/quickstart.sh" </dev/null >"$logs/quickstart.log" 2>&1
+qs_rc=$?
+grep -E '^\[quickstart\]|F1|"task"' "$logs/quickstart.log" | sed 's/^/[test]   /'
+ok=0
+if [ "$qs_rc" = 0 ] && grep -q '^\[quickstart\] passed' "$logs/quickstart.log"; then
+    ok=1
+fi
+outcome "quick start" "$ok" "$qs_rc" "$logs/quickstart.log"
 
 step "scripts/errors.py (the models' error report) on examples/hello.c"
 errors_dir="$(mktemp -d)"

@@ -1,0 +1,13 @@
+struct node { int value; struct node *next; };
+int table[64];
+int f0(struct node *p) { int s = 5; while (p) { if (p->value > s) s = p->value & s; p = p->next; } return s; }
+int chain(int x) {
+  return x;
+}
+int main(int argc, char **argv) {
+  int r = chain(argc);
+  struct node n = { argc, 0 };
+  r += f0(&n);
+  int a = argc * r + 7, b = argc * r + 7;
+  return a ^ b ^ r;
+}

@@ -1,0 +1,13 @@
+struct node { int value; struct node *next; };
+int table[64];
+int f0(int n) { return n < 2 ? n : f0(n - 1) | f0(n - 2); }
+int chain(int x) {
+  return x;
+}
+int main(int argc, char **argv) {
+  int r = chain(argc);
+  struct node n = { argc, 0 };
+  r += f0(argc + 0);
+  int a = argc * r + 7, b = argc * r + 7;
+  return a ^ b ^ r;
+}

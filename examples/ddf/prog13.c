@@ -1,0 +1,19 @@
+struct node { int value; struct node *next; };
+int table[64];
+int f0(int n) { int s = 0; for (int a = 0; a < n; a++) for (int b = 0; b < a; b++) s += (a - b) * (a - b) + 6; return s; }
+int f1(int x) { if (x > 7) return x * 1; else if (x < -7) return x * 2; else if (x == 0) return 7; return x - 7; }
+int f2(int x) { switch (x % 5) { case 0: return x ^ 8; case 1: return x + 1; case 2: x *= 3; /* fall through */ case 3: return x - 8; default: return 0; } }
+int f3(int n) { return n < 2 ? n : f3(n - 1) | f3(n - 2); }
+int chain(int x) {
+  return x;
+}
+int main(int argc, char **argv) {
+  int r = chain(argc);
+  struct node n = { argc, 0 };
+  r += f0(argc + 0);
+  r += f1(argc + 1);
+  r += f2(argc + 2);
+  r += f3(argc + 3);
+  int a = argc * r + 7, b = argc * r + 7;
+  return a ^ b ^ r;
+}
