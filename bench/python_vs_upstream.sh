@@ -23,10 +23,11 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # Every 12th corpus file, rewritten for LLVM 10's parser as the conformance
 # test does (programl_testkit::rewrite_for_llvm10): both sides read these.
-find "$cache/corpus" -name '*.ll' | sort | awk -v n="$n" 'NR % 12 == 1 && c < n { print; c++ }' |
-    (cd "$root" && cargo run --release --quiet -p programl-testkit --example llvm10 -- "$work/ir")
+# programl_rs reads the files as they are (LLVM 16), upstream the rewrites.
+find "$cache/corpus" -name '*.ll' | sort | awk -v n="$n" 'NR % 12 == 1 && c < n { print; c++ }' > "$work/originals"
+(cd "$root" && cargo run --release --quiet -p programl-testkit --features programl/llvm16 --example llvm10 -- "$work/ir" < "$work/originals")
 list="$work/files"
 ls -d "$work"/ir/*.ll > "$list"
 echo "files: $(wc -l < "$list") from $cache/corpus; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); one thread each"
 PYTHONPATH="$stub" "$venv/bin/python" "$root/bench/python_vs_upstream.py" upstream "$list"
-"$root/.venv/bin/python" "$root/bench/python_vs_upstream.py" ours "$list"
+"$root/.venv/bin/python" "$root/bench/python_vs_upstream.py" ours "$work/originals"
