@@ -1,4 +1,5 @@
 include!("torch-link.rs");
+include!("torch-version.rs");
 
 fn main() {
     // For this crate's own test binaries.
@@ -9,17 +10,11 @@ fn main() {
     let lib = std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB");
     // The version libtorch::check compares the loaded libtorch with.
     let root = std::path::Path::new(&lib).parent().expect("libtorch's lib directory has a parent");
-    let version = std::fs::read_to_string(root.join("version.py"))
-        .ok()
-        .and_then(|t| {
-            let line = t.lines().find(|l| l.trim_start().starts_with("__version__"))?.to_string();
-            Some(line.split_once('=')?.1.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
-        })
-        .or_else(|| std::fs::read_to_string(root.join("build-version")).ok().map(|v| v.trim().to_string()))
-        .unwrap_or_default();
+    let version = libtorch_version_at(root).unwrap_or_default();
     println!("cargo:rerun-if-changed={}", root.join("version.py").display());
+    println!("cargo:rerun-if-changed=torch-version.rs");
     println!("cargo:rustc-env=PROGRAML_LIBTORCH_VERSION={version}");
-    let include = std::path::Path::new(&lib).parent().expect("libtorch's lib directory has a parent").join("include");
+    let include = root.join("include");
     println!("cargo:rerun-if-changed=src/precision.cc");
     println!("cargo:rerun-if-changed=src/parallel.cc");
     // `at::parallel_for` is a header template whose OpenMP backend is a

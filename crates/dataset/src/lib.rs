@@ -372,6 +372,22 @@ pub struct StoredGraph {
 }
 
 impl StoredGraph {
+    /// The model input of this graph under `vocab`: the core's
+    /// featurisation, as for a graph built from IR (training and the Python
+    /// package read stores through this).
+    pub fn model_input(&self, vocab: &programl::vocab::Vocabulary) -> Result<programl::batch::GraphInput, programl::batch::InputError> {
+        programl::batch::GraphInput::from_parts(
+            self.texts.iter().map(String::as_str),
+            self.edges.iter().map(|e| (e.source, e.target, programl::graph::Edge { flow: e.flow, position: e.position })),
+            vocab,
+        )
+    }
+
+    /// The nodes that carry a label for `task` ([`programl::analysis::labelled_nodes`]).
+    pub fn labelled(&self, task: Task) -> Vec<u32> {
+        programl::analysis::labelled_nodes(task, &self.kinds, self.texts.iter().map(String::as_str))
+    }
+
     /// The compact form of `graph`.
     pub fn from_graph(graph: &ProgramGraph) -> StoredGraph {
         let g = &graph.graph;

@@ -16,17 +16,12 @@ use std::path::{Path, PathBuf};
 /// build.rs from that libtorch's `version.py` or `build-version`.
 pub const BUILT: &str = env!("PROGRAML_LIBTORCH_VERSION");
 
-/// The version a libtorch `lib/` directory belongs to: a pip wheel's
-/// `torch/version.py` (`__version__ = '2.13.0+cu130'`) or the standalone
-/// libtorch archive's `build-version`; `None` where neither says.
+include!("../torch-version.rs");
+
+/// The version a libtorch `lib/` directory belongs to (its parent's
+/// `version.py` or `build-version`); `None` where neither says.
 pub fn version_of(lib: &Path) -> Option<String> {
-    let root = lib.parent()?;
-    if let Ok(text) = std::fs::read_to_string(root.join("version.py")) {
-        let line = text.lines().find(|l| l.trim_start().starts_with("__version__"))?;
-        let value = line.split_once('=')?.1.trim().trim_matches(|c| c == '\'' || c == '"');
-        return Some(value.to_string());
-    }
-    std::fs::read_to_string(root.join("build-version")).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+    libtorch_version_at(lib.parent()?)
 }
 
 /// The release part of a version (`2.13.0` of `2.13.0+cu130`).

@@ -321,17 +321,12 @@ fn read_store(
                 continue;
             }
             let g = &record.graph;
-            let input = GraphInput::from_parts(
-                g.texts.iter().map(String::as_str),
-                g.edges.iter().map(|e| (e.source, e.target, programl::graph::Edge { flow: e.flow, position: e.position })),
-                &vocab,
-            )
-            .map_err(|e| format!("{}: not model input: {e}", record.path))?;
+            let input = g.model_input(&vocab).map_err(|e| format!("{}: not model input: {e}", record.path))?;
             let edges = [EdgeType::Control, EdgeType::Data, EdgeType::Call].map(|t| {
                 let a = input.edges(t);
                 (a.sources.to_vec(), a.targets.to_vec(), a.positions.to_vec())
             });
-            let labelled = labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str));
+            let labelled = g.labelled(task);
             let index = graphs.len();
             examples.extend(chosen.into_iter().map(|e| (index, e.root, e.steps, e.positives.clone())));
             graphs.push((input.tokens().to_vec(), edges, labelled));

@@ -258,6 +258,18 @@ def test_bad_input_raises_and_names_it(tmp_path):
         pg.load_bundle(ROOT / "models/reachability").predict(g, roots=[10**6])
     with pytest.raises(ValueError, match="dtype"):
         pg.load_bundle(ROOT / "models/reachability").predict(g, dtype="f64")
+    with pytest.raises(OSError, match="no-store"):
+        pg.DeepDataFlow(tmp_path / "no-store")
+    with pytest.raises(ValueError, match="not-a-store"):
+        (tmp_path / "not-a-store").mkdir()
+        pg.DeepDataFlow(tmp_path / "not-a-store")
+    assert list((tmp_path / "not-a-store").iterdir()) == [], "nothing left behind"
+    os.environ["PROGRAML_CLANG"] = str(tmp_path / "no-clang")
+    try:
+        with pytest.raises(pg.ClangError, match="PROGRAML_CLANG"):
+            pg.from_clang("int f(void) { return 0; }")
+    finally:
+        del os.environ["PROGRAML_CLANG"]
     # the interpreter is still here
     assert pg.from_llvm_ir(ROOT / "tests/data/calls.ll").node_count == g.node_count
 

@@ -66,13 +66,8 @@ impl Examples {
                 continue;
             }
             let g = &record.graph;
-            let input = GraphInput::from_parts(
-                g.texts.iter().map(String::as_str),
-                g.edges.iter().map(|e| (e.source, e.target, programl::graph::Edge { flow: e.flow, position: e.position })),
-                vocab,
-            )
-            .with_context(|| format!("{}: not model input", record.path))?;
-            let labelled = labelled_nodes(task, &g.kinds, g.texts.iter().map(String::as_str));
+            let input = g.model_input(vocab).with_context(|| format!("{}: not model input", record.path))?;
+            let labelled = g.labelled(task);
             loaded.push((record.path.clone(), Graph { labelled, input }, chosen));
         }
         loaded.sort_by(|a, b| a.0.cmp(&b.0));

@@ -53,22 +53,21 @@ class ClangError(RuntimeError):
     """clang could not compile a source given to :func:`from_clang`."""
 
 
+def _read(path: Path, what: str) -> tuple[bytes, str]:
+    try:
+        return path.read_bytes(), str(path)
+    except OSError as e:
+        raise OSError(f"{path}: cannot read {what}: {e.strerror}") from e
+
+
 def _read_if_path(value, what: str) -> tuple[bytes, str]:
     if isinstance(value, os.PathLike):
-        p = Path(value)
-        try:
-            return p.read_bytes(), str(p)
-        except OSError as e:
-            raise OSError(f"{p}: cannot read {what}: {e.strerror}") from e
+        return _read(Path(value), what)
     if isinstance(value, str):
-        # IR text always holds a newline or a 'define'/'declare'; a short
+        # IR text always holds a newline or starts like IR; a short
         # single-line string is taken as a path.
         if "\n" not in value and len(value) < 4096 and not value.lstrip().startswith(("define", "declare", "target", ";", "source_filename")):
-            p = Path(value)
-            try:
-                return p.read_bytes(), str(p)
-            except OSError as e:
-                raise OSError(f"{p}: cannot read {what}: {e.strerror}") from e
+            return _read(Path(value), what)
         return value.encode(), "<string>"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), "<bytes>"
@@ -95,8 +94,13 @@ def from_bitcode(bytes_or_path: Union[bytes, PathLike], *, mode: str = "paper", 
 
 
 def _clang() -> str:
-    for c in (os.environ.get("PROGRAML_CLANG"), "clang-16", "/usr/lib/llvm-16/bin/clang"):
-        if c and (shutil.which(c) or os.access(c, os.X_OK)):
+    chosen = os.environ.get("PROGRAML_CLANG")
+    if chosen:
+        if not shutil.which(chosen):
+            raise ClangError(f"PROGRAML_CLANG={chosen}: not an executable clang")
+        return chosen
+    for c in ("clang-16", "/usr/lib/llvm-16/bin/clang"):
+        if shutil.which(c):
             return c
     raise ClangError("clang 16 not found (install clang-16, or set PROGRAML_CLANG)")
 
@@ -226,13 +230,24 @@ class DeepDataFlow:
         vocabulary: Optional[PathLike] = None,
     ):
         store = Path(store_dir)
+        if not store.is_dir():
+            raise OSError(f"{store}: not a dataset store (no such directory; `programl dataset build` writes one)")
         if vocabulary is None:
             vocabulary = store / "vocabulary.json"
             if not vocabulary.exists():
-                with tempfile.NamedTemporaryFile(dir=store, suffix=".tmp", delete=False) as t:
+                # Cached in the store where it is writable, else built per use.
+                where = store if os.access(store, os.W_OK) else None
+                with tempfile.NamedTemporaryFile(dir=where, suffix=".json", delete=False) as t:
                     tmp = Path(t.name)
-                _core.store_vocabulary(store, tmp)
-                os.replace(tmp, vocabulary)
+                try:
+                    _core.store_vocabulary(store, tmp)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+                if where is None:
+                    vocabulary = tmp
+                else:
+                    os.replace(tmp, vocabulary)
         vocabulary = Path(vocabulary)
         if vocabulary.is_dir():
             vocabulary = vocabulary / "vocabulary.json"
