@@ -948,3 +948,75 @@ mod tests {
         assert!(sizes.iter().all(|&n| n > 0) && sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 10, "{sizes:?}");
     }
 }
+
+/// `programl-train eval` of a device-mapping bundle on a DevMap CSV (the
+/// dataset's columns: benchmark, dataset, transfer, wgsize, oracle, src):
+/// every row's kernel compiled as `devmap` compiles it (same cache and
+/// repairs), its graph run through the torch-free CPU inference with the
+/// row's transfer and work-group size, the decision against the oracle. A
+/// kernel that does not compile counts as the wrong device, as in the
+/// cross-validation. Keys: `error`, `accuracy`, `rows`, `rows_failed`,
+/// `precision`/`recall`/`f1` of the GPU class, and `static_error` (always
+/// the CSV's majority device).
+pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, csv: &Path, json: bool) -> Result<()> {
+    let rows = read_rows(csv)?;
+    let head = model.config.hyper.graph.as_ref().with_context(|| format!("{}: not a graph-level bundle", model.dir.display()))?;
+    if !head.aux.is_empty() && head.aux != ["transfer", "wgsize"] {
+        bail!("{}: auxiliary inputs {:?}; a DevMap CSV gives transfer and wgsize", model.dir.display(), head.aux);
+    }
+    let cache = programl::fsutil::cache_dir().join("devmap");
+    let kernels = Kernels::build(&rows, &cache, json)?;
+    let mut confusion = Confusion::default();
+    let (mut errors, mut failed) = (0usize, 0usize);
+    let majority_gpu = 2 * rows.iter().filter(|r| r.gpu).count() > rows.len();
+    let static_errors = rows.iter().filter(|r| r.gpu != majority_gpu).count();
+    let gpu_class = model.config.classes.iter().position(|c| c == "gpu").with_context(|| format!("{}: no 'gpu' class", model.dir.display()))?;
+    let mut inputs: HashMap<usize, GraphInput> = HashMap::new();
+    for (r, row) in rows.iter().enumerate() {
+        let k = kernels.row_kernel[r];
+        let predicted = match &kernels.graphs[k] {
+            None => {
+                failed += 1;
+                !row.gpu
+            }
+            Some(graph) => {
+                if !inputs.contains_key(&k) {
+                    inputs.insert(k, GraphInput::new(graph, &model.vocabulary).map_err(|e| anyhow::anyhow!("{}: row {}: {e}", csv.display(), r + 2))?);
+                }
+                let batch = Batch::from_samples(&[Sample { graph: &inputs[&k], root: None, positives: None }]).expect("a valid input");
+                let aux = [row.transfer as f32, row.wgsize as f32];
+                let out = model
+                    .graph_probabilities(&batch, (!head.aux.is_empty()).then_some(&aux[..]), opts)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", model.dir.display()))?;
+                out.probabilities[gpu_class] >= 0.5
+            }
+        };
+        confusion.record(predicted, row.gpu);
+        errors += (predicted != row.gpu) as usize;
+    }
+    let n = rows.len() as f64;
+    let figures = serde_json::json!({
+        "task": model.config.task, "data": csv.display().to_string(), "rows": rows.len(), "rows_failed": failed,
+        "error": errors as f64 / n, "accuracy": 1.0 - errors as f64 / n, "static_error": static_errors as f64 / n,
+        "precision": confusion.precision(), "recall": confusion.recall(), "f1": confusion.f1(),
+        "kernels": kernels.graphs.len(), "kernel_failures": kernels.failures,
+    });
+    if json {
+        println!("{figures}");
+    } else {
+        println!(
+            "{}: {} on {} rows ({} kernels, {} rows failed to compile): error {:.1}% (static mapping {:.1}%), GPU precision {:.3} recall {:.3} F1 {:.3}",
+            model.dir.display(),
+            model.config.task,
+            rows.len(),
+            kernels.graphs.len(),
+            failed,
+            100.0 * errors as f64 / n,
+            100.0 * static_errors as f64 / n,
+            confusion.precision(),
+            confusion.recall(),
+            confusion.f1()
+        );
+    }
+    Ok(())
+}

@@ -110,6 +110,25 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     // Every compiled row, once per epoch.
     assert_eq!(loaded.config.provenance.examples_seen, 2 * (rows as u64 - 1));
 
+    // eval on the CSV: every row through the torch-free inference, the
+    // failed row counted as the wrong device, the static mapping the CSV's
+    // majority.
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .args(["eval", "--model", b, "--data"])
+        .arg(data.join("amd.csv"))
+        .args(["--device", "cpu", "--dtype", "f32", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!((e["rows"].as_u64(), e["rows_failed"].as_u64(), e["task"].as_str()), (Some(rows as u64), Some(1), Some("devmap-amd")), "{e}");
+    assert!((e["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{e}");
+    let error = e["error"].as_f64().unwrap();
+    assert!(error >= 1.0 / rows as f64 && (e["accuracy"].as_f64().unwrap() + error - 1.0).abs() < 1e-9, "{e}");
+    let not_csv = Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", d]).output().unwrap();
+    assert!(!not_csv.status.success() && String::from_utf8_lossy(&not_csv.stderr).contains("evaluates a DevMap CSV"));
+
     // Without the auxiliary inputs, one protocol; the kernels come from the cache.
     let n = devmap(&["--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped"]);
     assert_eq!(n["aux"].as_bool(), Some(false));
