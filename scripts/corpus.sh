@@ -12,6 +12,15 @@
 #             contain (cJSON, LMDB, http-parser, xxHash, libtommath;
 #             no POJ-104), to test models on code they never saw; OUT
 #             defaults to $PROGRAML_CACHE/unseen-<pointers>-<levels>
+#   --cxx:    C++ projects for the DeepDataFlow corpus (leveldb,
+#             double-conversion, tinyxml, jsoncpp, muparser, libsass,
+#             zxing-cpp: classes, templates, exceptions, the STL), none of
+#             them in the unseen C++ set; OUT defaults to
+#             $PROGRAML_CACHE/cxx-<pointers>-<levels>
+#   --unseen-cxx: five C++ projects the corpus does not contain (tinyxml2,
+#             yaml-cpp, fmtlib, re2, pugixml: classes, virtual calls,
+#             templates, exceptions, the STL), compiled as C++17; OUT
+#             defaults to $PROGRAML_CACHE/unseen-cxx-<pointers>-<levels>
 #
 # Sources: Debian bookworm source packages (`apt-get source`, after adding a
 # deb-src entry for the mirror already configured) of small-to-medium C
@@ -46,6 +55,8 @@ while (($#)); do
         --opaque) pointers=opaque ;;
         --typed) pointers=typed ;;
         --unseen) set=unseen ;;
+        --unseen-cxx) set=unseen-cxx ;;
+        --cxx) set=cxx ;;
         --levels) CORPUS_LEVELS="$2"; shift ;;
         -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         -*) echo "corpus.sh: unknown option $1" >&2; exit 2 ;;
@@ -64,7 +75,7 @@ else
     export CORPUS_POINTER_FLAGS=""
     default_out="$PROGRAML_CACHE/corpus-opaque-${CORPUS_LEVELS// /-}"
 fi
-[ "$set" = corpus ] || default_out="$PROGRAML_CACHE/unseen-$pointers-${CORPUS_LEVELS// /-}"
+[ "$set" = corpus ] || default_out="$PROGRAML_CACHE/$set-$pointers-${CORPUS_LEVELS// /-}"
 OUT="$(mkdir -p "${out_arg:-$default_out}" && cd "${out_arg:-$default_out}" && pwd)"
 SRC="$PROGRAML_CACHE/corpus-src"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -196,17 +207,36 @@ done_already() { [ -f "$OUT/$1/.done" ] && say "$1: cached ($(cat "$OUT/$1/.done
 tu_project() {
     local name="$1" pkg="$2" setup="$3" globs="$4" exclude="$5"
     shift 5
+    local sources="${TU_SOURCES:-\.c$}"
     done_already "$name" && return 0
     local dir
     dir="$(fetch "$pkg")" || return 0
     (cd "$dir" && eval "$setup")
     local files=()
     mapfile -t files < <(cd "$dir" && shopt -s globstar nullglob && for g in $globs; do printf '%s\n' $g; done |
-        grep -E '\.c$' | grep -v -E "${exclude:-^$}" | sort -u)
+        grep -E "$sources" | grep -v -E "${exclude:-^$}" | sort -u)
     run_units "$name" "$dir" "$@" -- "${files[@]}"
 }
 
-if [ "$set" = unseen ]; then
+if [ "$set" = cxx ]; then
+    export TU_SOURCES='\.(cc|cpp|cxx)$'
+    tu_project leveldb leveldb : 'db/*.cc table/*.cc util/*.cc helpers/memenv/*.cc' '_test|_bench|testutil|env_windows|windows_logger|db_bench' \
+        -std=c++17 -I. -Iinclude -DLEVELDB_PLATFORM_POSIX=1 -DLEVELDB_IS_BIG_ENDIAN=0
+    tu_project double-conversion double-conversion : 'double-conversion/*.cc' '' -std=c++17 -I.
+    tu_project tinyxml tinyxml : '*.cpp' '' -std=c++17 -I. -DTIXML_USE_STL
+    tu_project jsoncpp libjsoncpp : 'src/lib_json/*.cpp src/test_lib_json/*.cpp src/jsontestrunner/*.cpp' '' -std=c++17 -Iinclude -Isrc/lib_json
+    tu_project muparser muparser : 'src/*.cpp samples/example1/*.cpp' '' -std=c++17 -Iinclude
+    tu_project libsass libsass : 'src/*.cpp' '' -std=c++17 -Iinclude -Isrc '-DLIBSASS_VERSION="3.6.5"'
+    tu_project zxing-cpp zxing-cpp : 'core/src/*.cpp core/src/*/*.cpp' '' -std=c++17 -Icore/src
+elif [ "$set" = unseen-cxx ]; then
+    # C++ as projects write it; none of it is in the corpus.
+    export TU_SOURCES='\.(cc|cpp|cxx)$'
+    tu_project tinyxml2 tinyxml2 : 'tinyxml2.cpp xmltest.cpp' '' -std=c++17 -I.
+    tu_project yaml-cpp yaml-cpp : 'src/*.cpp util/*.cpp' '' -std=c++17 -Iinclude -Isrc
+    tu_project fmtlib fmtlib : 'src/format.cc src/os.cc' '' -std=c++17 -Iinclude
+    tu_project re2 re2 : 're2/*.cc util/*.cc' 'fuzz|benchmark|_test|tester' -std=c++17 -I.
+    tu_project pugixml pugixml : 'src/*.cpp' '' -std=c++17 -Isrc
+elif [ "$set" = unseen ]; then
     # Projects absent from the corpus (and from one another's code).
     tu_project cjson cjson : 'cJSON.c cJSON_Utils.c' '' -I.
     tu_project lmdb lmdb : 'libraries/liblmdb/*.c' '' -Ilibraries/liblmdb -D_GNU_SOURCE
