@@ -13,8 +13,8 @@
 #             no POJ-104), to test models on code they never saw; OUT
 #             defaults to $PROGRAML_CACHE/unseen-<pointers>-<levels>
 #   --cxx:    C++ projects for the DeepDataFlow corpus (leveldb,
-#             double-conversion, tinyxml, jsoncpp, muparser, libsass,
-#             zxing-cpp: classes, templates, exceptions, the STL), none of
+#             double-conversion, jsoncpp, muparser, snappy,
+#             tinyobjloader: classes, templates, exceptions, the STL), none of
 #             them in the unseen C++ set; OUT defaults to
 #             $PROGRAML_CACHE/cxx-<pointers>-<levels>
 #   --unseen-cxx: five C++ projects the corpus does not contain (tinyxml2,
@@ -223,11 +223,12 @@ if [ "$set" = cxx ]; then
     tu_project leveldb leveldb : 'db/*.cc table/*.cc util/*.cc helpers/memenv/*.cc' '_test|_bench|testutil|env_windows|windows_logger|db_bench' \
         -std=c++17 -I. -Iinclude -DLEVELDB_PLATFORM_POSIX=1 -DLEVELDB_IS_BIG_ENDIAN=0
     tu_project double-conversion double-conversion : 'double-conversion/*.cc' '' -std=c++17 -I.
-    tu_project tinyxml tinyxml : '*.cpp' '' -std=c++17 -I. -DTIXML_USE_STL
     tu_project jsoncpp libjsoncpp : 'src/lib_json/*.cpp src/test_lib_json/*.cpp src/jsontestrunner/*.cpp' '' -std=c++17 -Iinclude -Isrc/lib_json
     tu_project muparser muparser : 'src/*.cpp samples/example1/*.cpp' '' -std=c++17 -Iinclude
-    tu_project libsass libsass : 'src/*.cpp' '' -std=c++17 -Iinclude -Isrc '-DLIBSASS_VERSION="3.6.5"'
-    tu_project zxing-cpp zxing-cpp : 'core/src/*.cpp core/src/*/*.cpp' '' -std=c++17 -Icore/src
+    tu_project snappy snappy \
+        '[ -f snappy-stubs-public.h ] || sed -e "s/\${HAVE_SYS_UIO_H_01}/1/; s/\${PROJECT_VERSION_MAJOR}/1/; s/\${PROJECT_VERSION_MINOR}/1/; s/\${PROJECT_VERSION_PATCH}/9/" snappy-stubs-public.h.in >snappy-stubs-public.h' \
+        'snappy.cc snappy-c.cc snappy-sinksource.cc snappy-stubs-internal.cc' '' -std=c++17 -I. -DHAVE_SYS_UIO_H=1 -DHAVE_BUILTIN_EXPECT=1 -DHAVE_BUILTIN_CTZ=1
+    tu_project tinyobjloader tinyobjloader : 'tiny_obj_loader.cc loader_example.cc' '' -std=c++17 -I.
 elif [ "$set" = unseen-cxx ]; then
     # C++ as projects write it; none of it is in the corpus.
     export TU_SOURCES='\.(cc|cpp|cxx)$'
