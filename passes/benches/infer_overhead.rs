@@ -27,7 +27,8 @@
 //! - at the default `dtype=auto` (INT8 where the CPU has AVX-512 VNNI,
 //!   else FP32) on the best kernel path the CPU runs; then both again with
 //!   each other setting that the CPU runs ([`variants`]): `dtype=f32`
-//!   where the default is INT8, `dtype=bf16` where the CPU has BF16
+//!   where the default is INT8 (`dtype=int8` where it is FP32: the AVX2
+//!   or portable INT8 step), `dtype=bf16` where the CPU has BF16
 //!   instructions, and every lower kernel path (`isa=avx512`, `isa=avx2`,
 //!   `isa=portable`).
 //!
@@ -254,8 +255,8 @@ fn cpu_has_bf16() -> bool {
     cpu::has_flag("avx512_bf16")
 }
 
-/// Whether the CPU has AVX-512 VNNI (`dtype=int8` runs INT8 products,
-/// and the default `dtype=auto` is `int8`).
+/// Whether the CPU has AVX-512 VNNI (the default `dtype=auto` is `int8`;
+/// elsewhere INT8 runs on the AVX2 or portable path, `dtype=int8`).
 fn cpu_has_vnni() -> bool {
     Isa::Vnni.supported()
 }
@@ -270,7 +271,7 @@ fn auto_dtype() -> &'static str {
 }
 
 /// The settings measured beside the default: FP32 where the default is
-/// INT8, BF16 where the CPU has it natively, and every kernel path below
+/// INT8 (INT8 where it is FP32), BF16 where the CPU has it natively, and every kernel path below
 /// the best the CPU runs; `PROGRAML_BENCH_VARIANTS` (a comma-separated
 /// list of them, or `none`) keeps those it names.
 fn variants() -> Vec<&'static str> {
@@ -285,6 +286,8 @@ fn all_variants() -> Vec<&'static str> {
     let mut out = Vec::new();
     if auto_dtype() != "f32" {
         out.push("dtype=f32");
+    } else {
+        out.push("dtype=int8");
     }
     if cpu_has_bf16() {
         out.push("dtype=bf16");

@@ -36,6 +36,7 @@ use std::str::FromStr;
 
 pub use model::{Model, Output};
 pub use programl_kernels::cpu::{self, Isa};
+pub use programl_kernels::int8::{path as int8_path, preferred as int8_preferred};
 
 /// The products' precision a caller asks for: `dtype=` in the learned
 /// pass, `--dtype` in `programl-train`.

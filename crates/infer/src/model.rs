@@ -60,8 +60,8 @@ pub struct Model {
     /// `W_ih` packed: FP32, and BF16 where the CPU has BF16 products.
     w_ih: gemm::Packed,
     w_ih_bf16: Option<gemm::Packed>,
-    /// INT8: `W_ih` and `W_hh` quantised (AVX-512 VNNI CPUs).
-    int8_gru: Option<int8::Gru>,
+    /// INT8: `W_ih` and `W_hh` quantised (every path: VNNI, AVX2, portable).
+    int8_gru: int8::Gru,
     /// The readout's gate \[C, 68\] and transform \[C, 34\], packed.
     readout_gate: gemm::Packed,
     readout_transform: gemm::Packed,
@@ -247,7 +247,7 @@ impl Model {
         let w_ih = weights.get("gru.weight_ih");
         let packed_ih = gemm::Packed::from_weight(w_ih, GATES, H, false);
         let packed_ih_bf16 = cpu::bf16().then(|| gemm::Packed::from_weight(w_ih, GATES, H, true));
-        let int8_gru = int8::available().then(|| int8::Gru::new(w_ih, weights.get("gru.weight_hh")));
+        let int8_gru = int8::Gru::new(w_ih, weights.get("gru.weight_hh"));
         let c = config.hyper.classes as usize;
         Model {
             readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * H, false),
@@ -268,13 +268,15 @@ impl Model {
     }
 
     /// The precision a request gives on this thread's path: BF16 where the
-    /// CPU has BF16 products, INT8 where it has VNNI, `auto` INT8 where it
-    /// has VNNI; FP32 otherwise.
+    /// CPU has BF16 products (else FP32), INT8 on every path (VNNI, AVX2,
+    /// portable), `auto` INT8 where it is the fastest ([`int8::preferred`]:
+    /// VNNI) and FP32 elsewhere.
     pub fn precision_for(dtype: Dtype) -> Precision {
         match dtype {
             Dtype::F32 => Precision::F32,
             Dtype::Bf16 if cpu::bf16() => Precision::Bf16,
-            Dtype::Int8 | Dtype::Auto if int8::available() => Precision::Int8,
+            Dtype::Int8 => Precision::Int8,
+            Dtype::Auto if int8::preferred() => Precision::Int8,
             _ => Precision::F32,
         }
     }
@@ -465,7 +467,7 @@ impl Model {
             row[TEXT_DIM + 1] = if input.selector[i] == 0 { 0.0 } else { v };
         }
         let h_t = match precision {
-            Precision::Int8 if self.int8_gru.is_some() && steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
+            Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
             Precision::Bf16 if self.w_ih_bf16.is_some() && steps > 0 => self.steps_products::<Bf16>(input, &h0, steps, threads, scratch),
             _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
             _ => h0.clone(),
@@ -534,7 +536,7 @@ impl Model {
     fn steps_int8(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
         use int8::{Nodes, MESSAGES, QK};
         const QUADS: usize = QK / 4;
-        let gru_w = self.int8_gru.as_ref().expect("INT8 weights where the CPU has VNNI");
+        let gru_w = &self.int8_gru;
         let nodes = input.nodes;
         let stride = int8::padded(nodes);
         let (slot, groups) = forward::needed_blocks(&input.sources, nodes);

@@ -45,7 +45,7 @@ impl Elem for Bf16 {
 /// computes the exact fused result in software: the portable loop spent
 /// seconds a module in it).
 #[inline(always)]
-fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA {
         a.mul_add(b, c)
     } else {

@@ -1,5 +1,9 @@
-//! The CPU inference step with INT8 products (AVX-512 VNNI, `vpdpbusd`):
-//! [`crate::Precision::Int8`].
+//! The CPU inference step with INT8 products, on three paths ([`path`]):
+//! AVX-512 VNNI (`vpdpbusd`, this file), AVX2 (the loops of [`portable`]
+//! compiled for AVX2 and FMA, their sums in `vpmaddwd`: [`avx2`]) and
+//! portable (plain Rust, any target). The same layouts, bytes and integer
+//! sums on all three; their FP32 parts differ only in FMA (portable: none)
+//! and in the cell's reciprocal (VNNI: `rcp14`).
 //!
 //! What is quantised: the first 32 of the 34 entries of every state and
 //! of every node's aggregated message, as bytes with one scale per node
@@ -42,7 +46,12 @@ use std::arch::x86_64::*;
 use crate::forward::{Edges, GruBias};
 use crate::gemm::RowGroups;
 use crate::threads::{par_ranges, Rows};
+use crate::cpu::{self, Isa};
 use crate::HIDDEN;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+pub(crate) mod portable;
 
 const H: usize = HIDDEN as usize;
 const LANES: usize = 16;
@@ -59,10 +68,25 @@ pub const MESSAGES: usize = 6 * H;
 /// The GRU's columns per side: three gates.
 const GATES: usize = 3 * H;
 
-/// Whether INT8 inference runs on this thread: AVX-512 (F, BW, VL) with
-/// VNNI, and no lower path forced.
-pub fn available() -> bool {
-    crate::cpu::allows(crate::cpu::Isa::Vnni)
+/// The INT8 path this thread takes: VNNI where the CPU has it (and no
+/// lower path is forced), else AVX2 (also on AVX-512 without VNNI), else
+/// portable.
+pub fn path() -> Isa {
+    match cpu::active() {
+        Isa::Vnni => Isa::Vnni,
+        Isa::Avx512 | Isa::Avx2 => Isa::Avx2,
+        Isa::Portable => Isa::Portable,
+    }
+}
+
+/// Whether INT8 is the fastest precision on this thread's path, so what
+/// `dtype=auto` picks: on VNNI (`vpdpbusd`: 64 products an instruction
+/// against FP32's 16). On AVX2, `vpmaddwd` does 16 products in the
+/// instruction that an FP32 FMA does 8 in, but needs an add beside it;
+/// measured on an AMD EPYC (Zen 1), the INT8 step ran no faster than the
+/// FP32 one (docs/perf/learned-pass.md), so `auto` keeps FP32 there.
+pub fn preferred() -> bool {
+    path() == Isa::Vnni
 }
 
 /// Signed bytes in [-127, 127] from `x · inv`, rounded to nearest even (the
@@ -106,13 +130,32 @@ pub struct Columns {
     offset: Vec<i32>,
     /// `[cols][2]`.
     tail: Vec<f32>,
+    /// `[cols][32]`: the bytes as signed values (the portable sums').
+    bytes: Vec<i8>,
+    /// `[cols][16]`: the bytes as AVX2's pairs of 16-bit values, `(k, k +
+    /// 2)` for `k = 4q` and `4q + 1` ([`avx2`]).
+    pairs: Vec<u32>,
+}
+
+/// Signed bytes `[n][32]` as AVX2's 16-bit pairs `[n][16]`: per quad, bytes
+/// 0 and 2, then 1 and 3 (each the low half, then the high).
+fn pairs_of(bytes: &[i8]) -> Vec<u32> {
+    let pair = |a: i8, b: i8| (a as i16 as u16 as u32) | ((b as i16 as u16 as u32) << 16);
+    bytes.chunks_exact(4).flat_map(|q| [pair(q[0], q[2]), pair(q[1], q[3])]).collect()
 }
 
 impl Columns {
     pub fn new(w: &[f32], cols: usize) -> Columns {
         assert_eq!(w.len(), cols * H, "a [{cols}, {H}] weight");
-        let mut c =
-            Columns { cols, quads: vec![0; cols * QUADS], scale: vec![0.0; cols], offset: vec![0; cols], tail: vec![0.0; cols * TAIL] };
+        let mut c = Columns {
+            cols,
+            quads: vec![0; cols * QUADS],
+            scale: vec![0.0; cols],
+            offset: vec![0; cols],
+            tail: vec![0.0; cols * TAIL],
+            bytes: Vec::new(),
+            pairs: Vec::new(),
+        };
         for col in 0..cols {
             let row = &w[col * H..(col + 1) * H];
             let (inv, s) = quantiser(row[..QK].iter().fold(0f32, |m, x| m.max(x.abs())));
@@ -124,6 +167,8 @@ impl Columns {
             }
             c.tail[col * TAIL..(col + 1) * TAIL].copy_from_slice(&row[QK..]);
         }
+        c.bytes = portable::column_bytes(&c);
+        c.pairs = pairs_of(&c.bytes);
         c
     }
 
@@ -145,6 +190,10 @@ pub struct Packed {
     offset: Vec<i32>,
     /// `[2][stride]`.
     tail: Vec<f32>,
+    /// `[cols][32]`, as [`Columns`]' (the portable sums').
+    bytes: Vec<i8>,
+    /// `[16][stride]`: column `c`'s AVX2 pairs ([`Columns`]'), pair-major.
+    pairs: Vec<u32>,
 }
 
 impl Packed {
@@ -157,8 +206,13 @@ impl Packed {
             scale: vec![0.0; stride],
             offset: vec![0; stride],
             tail: vec![0.0; TAIL * stride],
+            bytes: c.bytes.clone(),
+            pairs: vec![0; 2 * QUADS * stride],
         };
         for col in 0..c.cols {
+            for i in 0..2 * QUADS {
+                p.pairs[i * stride + col] = c.pairs[col * 2 * QUADS + i];
+            }
             for q in 0..QUADS {
                 p.quads[q * stride + col] = c.quads[col * QUADS + q];
             }
@@ -233,7 +287,8 @@ pub fn to_nodes(
 /// (from `N` to `stride`) set to zero.
 pub fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut [f32], full: &mut [f32], threads: usize) {
     let nodes = x.len() / H;
-    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride && full.len() >= H * stride);
+    assert!(nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride && full.len() >= H * stride);
+    let path = path();
     for row in full.chunks_exact_mut(stride).take(H) {
         row[nodes..].fill(0.0);
     }
@@ -244,15 +299,22 @@ pub fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut
     let (qs, ss, fs) = (Rows::new(quads), Rows::new(scales), Rows::new(full));
     par_ranges(nodes, threads, |range| {
         let f = fs.ptr();
-        // SAFETY: AVX-512 with VNNI (checked above); each range writes its
-        // own nodes' entries, all within the buffers.
-        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the path's instructions are the CPU's (`path`); each range
+        // writes its own nodes' entries, all within the buffers.
         unsafe {
-            rows_to_nodes(x, range.clone(), stride, qs.ptr(), ss.ptr(), [f.add(QK * stride), f.add((QK + 1) * stride)]);
-            for v in range {
-                for j in 0..QK {
-                    *f.add(j * stride + v) = x[v * H + j];
+            match path {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Vnni => {
+                    rows_to_nodes(x, range.clone(), stride, qs.ptr(), ss.ptr(), [f.add(QK * stride), f.add((QK + 1) * stride)]);
+                    for v in range {
+                        for j in 0..QK {
+                            *f.add(j * stride + v) = x[v * H + j];
+                        }
+                    }
                 }
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => portable::to_nodes_avx2(x, range, stride, qs.ptr(), ss.ptr(), f),
+                _ => portable::to_nodes_portable(x, range, stride, qs.ptr(), ss.ptr(), f),
             }
         }
     });
@@ -298,15 +360,19 @@ unsafe fn rows_to_nodes(
 /// # Safety
 /// [`check_edges`]`(f, edges, bias, gates, nodes)` holds for some `f`.
 pub unsafe fn gated_biases(edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize, out: &mut [f32], threads: usize) {
-    assert!(available() && edges.crow.len() > nodes && out.len() >= nodes * H);
+    assert!(edges.crow.len() > nodes && out.len() >= nodes * H);
     let rows = Rows::new(out);
+    let path = path();
     par_ranges(nodes, threads, |range| {
-        // SAFETY: AVX-512 (checked above); every edge's rows are within
-        // `bias` and `gates` (the caller's contract); each range writes its
-        // own rows.
-        #[cfg(target_arch = "x86_64")]
-        {
-            gated_bias_rows(edges, bias, gates, range, rows.ptr())
+        // SAFETY: the path's instructions are the CPU's; every edge's rows
+        // are within `bias` and `gates` (the caller's contract); each range
+        // writes its own rows.
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => gated_bias_rows(edges, bias, gates, range, rows.ptr()),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => portable::gated_biases_avx2(edges, bias, gates, range, rows.ptr()),
+            _ => portable::gated_biases_portable(edges, bias, gates, range, rows.ptr()),
         }
     });
 }
@@ -361,17 +427,22 @@ pub unsafe fn aggregate_to_nodes(
     tails: [&mut [f32]; TAIL],
     threads: usize,
 ) {
-    assert!(available() && nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
+    assert!(nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
     assert!(tails.iter().all(|t| t.len() >= stride) && edges.crow.len() > nodes && biases.len() >= nodes * H);
     let (qs, ss) = (Rows::new(quads), Rows::new(scales));
     let [t0, t1] = tails.map(Rows::new);
+    let path = path();
     par_ranges(nodes, threads, |range| {
-        // SAFETY: AVX-512 with VNNI (checked above); every edge's rows are
-        // within `f`, `bias` and `gates` (the caller's contract); each range
-        // writes its own nodes' entries, within the buffers.
-        #[cfg(target_arch = "x86_64")]
-        {
-            aggregate_nodes(f, edges, biases, gates, range, stride, qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()])
+        // SAFETY: the path's instructions are the CPU's; every edge's rows
+        // are within `f`, `bias` and `gates` (the caller's contract); each
+        // range writes its own nodes' entries, within the buffers.
+        let (q, s, t) = (qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()]);
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => aggregate_nodes(f, edges, biases, gates, range, stride, q, s, t),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => portable::aggregate_avx2(f, edges, biases, gates, range, stride, q, s, t),
+            _ => portable::aggregate_portable(f, edges, biases, gates, range, stride, q, s, t),
         }
     });
 }
@@ -450,8 +521,8 @@ unsafe fn aggregate_nodes(
 /// stride `ldo`: per output `(Σ q_x q_B) · (scale_B · scale_x)`, then the
 /// two FP32 entries' products, in that order.
 pub fn messages(x: Nodes<'_>, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
-    assert!(available(), "INT8 products need AVX-512 VNNI");
     let extent = groups.len();
+    let path = path();
     x.check(extent);
     assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     let shared = Rows::new(out);
@@ -467,10 +538,15 @@ pub fn messages(x: Nodes<'_>, groups: &RowGroups, b: &Packed, out: &mut [f32], l
                 (r, unsafe { out.add(r * ldo) })
             };
             // SAFETY: each range writes its own rows (disjoint shares); the
-            // CPU has AVX-512 VNNI (checked above).
-            #[cfg(target_arch = "x86_64")]
+            // path's instructions are the CPU's.
             unsafe {
-                message_rows(&x, at, share.len(), b, first / LANES)
+                match path {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => message_rows(&x, at, share.len(), b, first / LANES),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => portable::messages_avx2(&x, &at, share.len(), b, first / LANES * LANES),
+                    _ => portable::messages_portable(&x, &at, share.len(), b, first / LANES * LANES),
+                }
             }
         }
     });
@@ -590,8 +666,8 @@ pub struct NextStates<'a> {
 /// with each node's own [`quantiser`]).
 #[allow(clippy::too_many_arguments)]
 pub fn gru(m: Nodes<'_>, h: Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, nodes: usize, next: NextStates<'_>, threads: usize) {
-    assert!(available(), "INT8 products need AVX-512 VNNI");
     let stride = m.stride;
+    let path = path();
     assert!(h.stride == stride && h_full.len() >= H * stride && next.full.len() >= H * stride);
     assert!(next.quads.len() >= QUADS * stride && next.scales.len() >= stride);
     m.check(nodes);
@@ -603,12 +679,24 @@ pub fn gru(m: Nodes<'_>, h: Nodes<'_>, h_full: &[f32], w: &Gru, bias: &GruBias, 
         // stay disjoint and cover every vector).
         let (start, end) = (range.start.next_multiple_of(LANES), range.end.next_multiple_of(LANES));
         for n0 in (start..end).step_by(LANES) {
-            // SAFETY: AVX-512 VNNI (checked above); each range writes its
-            // own nodes' columns of the outputs, every index within
-            // `stride` (checked above).
-            #[cfg(target_arch = "x86_64")]
+            let o = (out.0.ptr(), out.1.ptr(), out.2.ptr());
+            // SAFETY: the path's instructions are the CPU's; each range
+            // writes its own nodes' columns of the outputs, every index
+            // within `stride` (checked above).
             unsafe {
-                gru_tile(&m, &h, h_full, w, bias, n0, (out.0.ptr(), out.1.ptr(), out.2.ptr()))
+                match path {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => gru_tile(&m, &h, h_full, w, bias, n0, o),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => {
+                        portable::gru_avx2(&m, &h, h_full, w, bias, n0, o);
+                        portable::gru_avx2(&m, &h, h_full, w, bias, n0 + portable::P, o);
+                    }
+                    _ => {
+                        portable::gru_portable(&m, &h, h_full, w, bias, n0, o);
+                        portable::gru_portable(&m, &h, h_full, w, bias, n0 + portable::P, o);
+                    }
+                }
             }
         }
     });
@@ -706,15 +794,36 @@ unsafe fn gru_units<const U: usize>(
     largest
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::elem::madd;
 
     fn random(seed: &mut u64) -> f32 {
         *seed ^= *seed << 13;
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
         (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    /// `a · b + c` as the path computes it: fused on AVX2 and VNNI, a
+    /// multiply and an add on the portable path.
+    fn fma_of(path: Isa, a: f32, b: f32, c: f32) -> f32 {
+        if path == Isa::Portable {
+            madd::<false>(a, b, c)
+        } else {
+            madd::<true>(a, b, c)
+        }
+    }
+
+    /// The INT8 paths this CPU runs, each test's case named `test [path]`:
+    /// portable on every machine, AVX2 and VNNI where the CPU has them
+    /// (else a `SKIP:` line for that case).
+    fn paths(test: &str) -> Vec<Isa> {
+        [Isa::Portable, Isa::Avx2, Isa::Vnni]
+            .into_iter()
+            .filter(|&p| p == Isa::Portable || cpu::run_test_on(p, &format!("{test} [{p}]")))
+            .collect()
     }
 
     /// Random row-major vectors of 34 (row `r % 3 == 0` with a selector's
@@ -762,153 +871,208 @@ mod tests {
             ((self.quads[k / 4 * self.stride + v] >> (8 * (k % 4))) & 0xff) as i32 - 128
         }
 
-        /// The arithmetic every INT8 output follows, in scalar code.
-        fn product(&self, v: usize, w: &Columns, c: usize) -> f32 {
+        /// The arithmetic every INT8 output follows, in scalar code (the
+        /// two FP32 entries' products fused or not, as `path` computes).
+        fn product(&self, v: usize, w: &Columns, c: usize, path: Isa) -> f32 {
             let dot: i32 = (0..QK).map(|k| self.byte(v, k) * w.byte(c, k)).sum();
             let mut y = dot as f32 * (w.scale[c] * self.scales[v]);
             for t in 0..TAIL {
-                y = self.tails[t][v].mul_add(w.tail[c * TAIL + t], y);
+                y = fma_of(path, self.tails[t][v], w.tail[c * TAIL + t], y);
             }
             y
         }
     }
 
-    /// Step 0's states, vectorised, are `to_nodes`' scalar arithmetic, bit
-    /// for bit, at 1 and 3 threads (padding nodes zero).
+    /// The weights' AVX2 pairs and signed bytes are their quads', every
+    /// byte in its place (the pairs: bytes 0 and 2, then 1 and 3).
+    #[test]
+    fn the_weights_layouts_hold_the_same_bytes() {
+        let mut seed = 0x77u64;
+        let w: Vec<f32> = (0..37 * H).map(|_| random(&mut seed)).collect();
+        let c = Columns::new(&w, 37);
+        let p = Packed::new(&c);
+        for col in 0..37 {
+            for k in 0..QK {
+                let b = c.byte(col, k);
+                assert_eq!(c.bytes[col * QK + k] as i32, b);
+                assert_eq!(p.bytes[col * QK + k] as i32, b);
+                let (q, j) = (k / 4, k % 4);
+                let pair = c.pairs[col * 2 * QUADS + 2 * q + j % 2];
+                assert_eq!(p.pairs[(2 * q + j % 2) * p.stride + col], pair);
+                let half = if j < 2 { pair as u16 } else { (pair >> 16) as u16 };
+                assert_eq!(half as i16 as i32, b, "column {col}, byte {k}");
+            }
+        }
+    }
+
+    /// Step 0's states on every path are `to_nodes`' scalar arithmetic,
+    /// bit for bit, at 1 and 3 threads (padding nodes zero).
     #[test]
     fn states_to_nodes_is_to_nodes() {
-        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::states_to_nodes_is_to_nodes") {
-            return;
-        }
-        let mut seed = 0x1234_5678_9abcu64;
-        for (n, threads) in [(1, 1), (37, 1), (5000, 3)] {
-            let x = rows(n, &mut seed);
-            let want = Quantised::new(&x);
-            let stride = want.stride;
-            let (mut quads, mut scales, mut full) = (vec![7; QUADS * stride], vec![7.0; stride], vec![7.0; H * stride]);
-            states_to_nodes(&x, stride, &mut quads, &mut scales, &mut full, threads);
-            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-            assert_eq!(quads, want.quads, "{n} nodes' states");
-            assert_eq!(bits(&scales), bits(&want.scales));
-            assert_eq!(bits(&full), bits(&want.full));
+        for path in paths("int8::states_to_nodes_is_to_nodes") {
+            let mut seed = 0x1234_5678_9abcu64;
+            for (n, threads) in [(1, 1), (37, 1), (5000, 3)] {
+                let x = rows(n, &mut seed);
+                let want = Quantised::new(&x);
+                let stride = want.stride;
+                let (mut quads, mut scales, mut full) = (vec![7; QUADS * stride], vec![7.0; stride], vec![7.0; H * stride]);
+                cpu::with_cap(path, || states_to_nodes(&x, stride, &mut quads, &mut scales, &mut full, threads));
+                let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                assert_eq!(quads, want.quads, "{path}: {n} nodes' states");
+                assert_eq!(bits(&scales), bits(&want.scales), "{path}");
+                assert_eq!(bits(&full), bits(&want.full), "{path}");
+            }
         }
     }
 
     /// The gated mean straight to bytes is its scalar arithmetic (per edge
     /// `m · g` added with one rounding, then `sum · (1 / indegree) +
-    /// biases[v]`, the biases' gated mean summed the same way) then
-    /// [`to_nodes`], bit for bit, on random edges (nodes without any, many
-    /// with several), at 1 and 3 threads; and within 1e-5 of the FP32
-    /// step's gated mean ([`crate::forward::aggregate`]).
+    /// biases[v]`, the biases' gated mean summed the same way; on the
+    /// portable path, each a multiply and an add) then [`to_nodes`], bit
+    /// for bit, on random edges (nodes without any, many with several), at
+    /// 1 and 3 threads, on every path; and within 1e-5 of the FP32 step's
+    /// gated mean ([`crate::forward::aggregate`]).
     #[test]
     fn aggregate_to_nodes_is_the_gated_mean_then_its_bytes() {
-        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::aggregate_to_nodes_is_the_gated_mean_then_its_bytes") {
-            return;
-        }
-        let mut seed = 0xdead_beef_1234u64;
-        for (n, threads) in [(5, 1), (300, 1), (4500, 3)] {
-            let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
-            let bias: Vec<f32> = (0..6 * H).map(|_| random(&mut seed) * 0.1).collect();
-            let positions = 7;
-            let gates: Vec<f32> = (0..positions * H).map(|_| random(&mut seed) + 1.0).collect();
-            let mut crow = vec![0i64];
-            let (mut offsets, mut types, mut pos) = (vec![], vec![], vec![]);
-            for v in 0..n {
-                let degree = (v * 7 + 3) % 6;
-                for _ in 0..degree {
-                    let source = ((random(&mut seed) + 1.0) / 2.0 * n as f32) as usize % n;
-                    let t = ((random(&mut seed) + 1.0) * 3.0) as usize % 6;
-                    offsets.push(source * MESSAGES + t * H);
-                    types.push(t as i64);
-                    pos.push(((random(&mut seed) + 1.0) * 3.5) as i64 % positions as i64);
-                }
-                crow.push(offsets.len() as i64);
-            }
-            let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
-            let mut fp32 = vec![0f32; n * H];
-            crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
-            let mut mean = vec![0f32; n * H];
-            let mut biases_want = vec![0f32; n * H];
-            for v in 0..n {
-                let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
-                let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
-                for j in 0..H {
-                    let (mut sum, mut sum_b) = (0f32, 0f32);
-                    for e in start..end {
-                        let g = gates[pos[e] as usize * H + j];
-                        sum = f[offsets[e] + j].mul_add(g, sum);
-                        sum_b = bias[types[e] as usize * H + j].mul_add(g, sum_b);
+        for path in paths("int8::aggregate_to_nodes_is_the_gated_mean_then_its_bytes") {
+            let mut seed = 0xdead_beef_1234u64;
+            for (n, threads) in [(5, 1), (300, 1), (4500, 3)] {
+                let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
+                let bias: Vec<f32> = (0..6 * H).map(|_| random(&mut seed) * 0.1).collect();
+                let positions = 7;
+                let gates: Vec<f32> = (0..positions * H).map(|_| random(&mut seed) + 1.0).collect();
+                let mut crow = vec![0i64];
+                let (mut offsets, mut types, mut pos) = (vec![], vec![], vec![]);
+                for v in 0..n {
+                    let degree = (v * 7 + 3) % 6;
+                    for _ in 0..degree {
+                        let source = ((random(&mut seed) + 1.0) / 2.0 * n as f32) as usize % n;
+                        let t = ((random(&mut seed) + 1.0) * 3.0) as usize % 6;
+                        offsets.push(source * MESSAGES + t * H);
+                        types.push(t as i64);
+                        pos.push(((random(&mut seed) + 1.0) * 3.5) as i64 % positions as i64);
                     }
-                    biases_want[v * H + j] = sum_b * scale;
-                    mean[v * H + j] = sum.mul_add(scale, biases_want[v * H + j]);
-                    let d = (mean[v * H + j] - fp32[v * H + j]).abs();
-                    assert!(
-                        d < 1e-5 * (1.0 + fp32[v * H + j].abs()),
-                        "node {v} [{j}]: {} against FP32's {}",
-                        mean[v * H + j],
-                        fp32[v * H + j]
-                    );
+                    crow.push(offsets.len() as i64);
                 }
+                let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
+                let mut fp32 = vec![0f32; n * H];
+                crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
+                let mut mean = vec![0f32; n * H];
+                let mut biases_want = vec![0f32; n * H];
+                for v in 0..n {
+                    let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
+                    let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+                    for j in 0..H {
+                        let (mut sum, mut sum_b) = (0f32, 0f32);
+                        for e in start..end {
+                            let g = gates[pos[e] as usize * H + j];
+                            sum = fma_of(path, f[offsets[e] + j], g, sum);
+                            sum_b = fma_of(path, bias[types[e] as usize * H + j], g, sum_b);
+                        }
+                        biases_want[v * H + j] = sum_b * scale;
+                        mean[v * H + j] = fma_of(path, sum, scale, biases_want[v * H + j]);
+                        let d = (mean[v * H + j] - fp32[v * H + j]).abs();
+                        assert!(
+                            d < 1e-5 * (1.0 + fp32[v * H + j].abs()),
+                            "{path}: node {v} [{j}]: {} against FP32's {}",
+                            mean[v * H + j],
+                            fp32[v * H + j]
+                        );
+                    }
+                }
+                let want = Quantised::new(&mean);
+                let stride = want.stride;
+                let (mut quads, mut scales, mut t0, mut t1) =
+                    (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
+                check_edges(&f, &edges, &bias, &gates, n);
+                let mut biases = vec![f32::NAN; n * H];
+                // SAFETY: checked just above.
+                cpu::with_cap(path, || unsafe { gated_biases(&edges, &bias, &gates, n, &mut biases, threads) });
+                let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&biases), bits(&biases_want), "{path}: {n} nodes' gated biases");
+                cpu::with_cap(path, || {
+                    // SAFETY: as above.
+                    unsafe { aggregate_to_nodes(&f, &edges, &biases, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads) }
+                });
+                assert_eq!(quads, want.quads, "{path}: {n} nodes");
+                assert_eq!(bits(&scales), bits(&want.scales), "{path}: {n} nodes");
+                assert_eq!([bits(&t0), bits(&t1)], [bits(&want.tails[0]), bits(&want.tails[1])], "{path}: {n} nodes");
             }
-            let want = Quantised::new(&mean);
-            let stride = want.stride;
-            let (mut quads, mut scales, mut t0, mut t1) =
-                (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
-            check_edges(&f, &edges, &bias, &gates, n);
-            // SAFETY: checked just above.
-            let mut biases = vec![f32::NAN; n * H];
-            unsafe { gated_biases(&edges, &bias, &gates, n, &mut biases, threads) };
-            let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&biases), bits(&biases_want), "{n} nodes' gated biases");
-            // SAFETY: as above.
-            unsafe { aggregate_to_nodes(&f, &edges, &biases, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads) };
-            assert_eq!(quads, want.quads, "{n} nodes");
-            assert_eq!(bits(&scales), bits(&want.scales), "{n} nodes");
-            assert_eq!([bits(&t0), bits(&t1)], [bits(&want.tails[0]), bits(&want.tails[1])], "{n} nodes");
         }
     }
 
-    /// The message product against the scalar arithmetic, bit for bit, at
-    /// every tile remainder, over grouped rows (a group past the last
-    /// column writes nothing), with a padded output stride, at 1 and 3
-    /// threads; and within INT8's error of the FP32 product, the tail (a
-    /// selector's 50) exact.
+    /// The message product against the scalar arithmetic, bit for bit, on
+    /// every path, at every tile remainder, over grouped rows (a group
+    /// past the last column writes nothing), with a padded output stride,
+    /// at 1 and 3 threads; and within INT8's error of the FP32 product, the
+    /// tail (a selector's 50) exact.
     #[test]
     fn message_products_are_their_scalar_arithmetic() {
-        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::message_products_are_their_scalar_arithmetic") {
-            return;
-        }
-        let mut seed = 0x2545_f491u64;
-        for (n, cols, threads) in [(1, 204, 1), (7, 102, 1), (13, 34, 1), (4099, 204, 3), (600, 17, 2)] {
-            let x = rows(n, &mut seed);
-            let q = Quantised::new(&x);
-            let w: Vec<f32> = (0..cols * H).map(|_| random(&mut seed) * 0.3).collect();
-            let columns = Columns::new(&w, cols);
-            let packed = Packed::new(&columns);
-            let first: Vec<usize> = (0..n).map(|r| if r % 17 == 3 { cols } else { (r * 7919 % 3) * 34 % cols.max(1) }).collect();
-            let groups = RowGroups::by_first_column(&first);
-            let ldo = cols + 5;
-            let mut out = vec![f32::NAN; n * ldo];
-            messages(q.nodes(), &groups, &packed, &mut out, ldo, threads);
-            for r in 0..n {
-                for c in 0..ldo {
-                    let got = out[r * ldo + c];
-                    if c >= cols || c < first[r] / LANES * LANES || first[r] >= cols {
-                        assert!(got.is_nan(), "{n} rows: [{r}, {c}] written");
-                        continue;
+        for path in paths("int8::message_products_are_their_scalar_arithmetic") {
+            let mut seed = 0x2545_f491u64;
+            for (n, cols, threads) in [(1, 204, 1), (7, 102, 1), (13, 34, 1), (4099, 204, 3), (600, 17, 2)] {
+                let x = rows(n, &mut seed);
+                let q = Quantised::new(&x);
+                let w: Vec<f32> = (0..cols * H).map(|_| random(&mut seed) * 0.3).collect();
+                let columns = Columns::new(&w, cols);
+                let packed = Packed::new(&columns);
+                let first: Vec<usize> = (0..n).map(|r| if r % 17 == 3 { cols } else { (r * 7919 % 3) * 34 % cols.max(1) }).collect();
+                let groups = RowGroups::by_first_column(&first);
+                let ldo = cols + 5;
+                let mut out = vec![f32::NAN; n * ldo];
+                cpu::with_cap(path, || messages(q.nodes(), &groups, &packed, &mut out, ldo, threads));
+                for r in 0..n {
+                    for c in 0..ldo {
+                        let got = out[r * ldo + c];
+                        if c >= cols || c < first[r] / LANES * LANES || first[r] >= cols {
+                            assert!(got.is_nan(), "{path}, {n} rows: [{r}, {c}] written");
+                            continue;
+                        }
+                        let want = q.product(r, &columns, c, path);
+                        assert_eq!(got.to_bits(), want.to_bits(), "{path}, {n} rows, {cols} cols: [{r}, {c}] {got} vs {want}");
+                        let exact: f64 = (0..H).map(|j| x[r * H + j] as f64 * w[c * H + j] as f64).sum();
+                        assert!((got as f64 - exact).abs() < 0.05, "{path}: [{r}, {c}]: INT8 {got}, FP32 {exact}");
                     }
-                    let want = q.product(r, &columns, c);
-                    assert_eq!(got.to_bits(), want.to_bits(), "{n} rows, {cols} cols: [{r}, {c}] {got} vs {want}");
-                    let exact: f64 = (0..H).map(|j| x[r * H + j] as f64 * w[c * H + j] as f64).sum();
-                    assert!((got as f64 - exact).abs() < 0.05, "[{r}, {c}]: INT8 {got}, FP32 {exact}");
                 }
             }
         }
     }
 
-    /// The INT8 cell's sigmoid within 2e-4 (relative) of the exact one,
-    /// from saturation (±100) to 0, and its cell within 1e-3 of the FP32
-    /// step's.
+    /// The portable INT8 cell's sigmoid (both builds) within 2e-4
+    /// (relative) of the exact one, from saturation (±100) to 0, and the
+    /// cell within 1e-3 of the exact GRU cell.
+    #[test]
+    fn the_portable_cell_is_within_its_error() {
+        for i in -16000..=16000 {
+            let x = i as f32 / 160.0;
+            for (fma, got) in [(false, portable::sigmoid_approx::<false>(x)), (true, portable::sigmoid_approx::<true>(x))] {
+                let want = 1.0 / (1.0 + (-x as f64).exp());
+                let ok = if want < 1e-30 { (got as f64) < 1e-30 } else { ((got as f64 - want) / want).abs() < 2e-4 };
+                assert!(ok, "σ({x}) = {got}, not {want} (fma {fma})");
+            }
+        }
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let sig = |x: f32| 1.0 / (1.0 + (-x as f64).exp());
+        for scale in [0.01f32, 1.0, 8.0, 60.0] {
+            for _ in 0..2000 {
+                let mut v = |s: f32| random(&mut seed) * s;
+                let (x, g) = ([v(scale), v(scale), v(scale)], [v(scale), v(scale), v(scale)]);
+                let (b, h) = ([v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0));
+                let r = sig(x[0] + g[0] + b[0]);
+                let z = sig(x[1] + g[1] + b[1]);
+                let n = ((x[2] + b[2]) as f64 + r * (g[2] + b[3]) as f64).tanh();
+                let want = n + z * (h as f64 - n);
+                for got in [portable::cell::<false>(x, g, b, h), portable::cell::<true>(x, g, b, h)] {
+                    assert!((got as f64 - want).abs() < 1e-3, "scale {scale}: {got} against {want}");
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 INT8 cell's sigmoid within 2e-4 (relative) of the exact
+    /// one, from saturation (±100) to 0, and its cell within 1e-3 of the
+    /// FP32 step's.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_cell_is_within_its_error() {
         if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::the_cell_is_within_its_error") {
@@ -944,67 +1108,91 @@ mod tests {
         }
     }
 
-    /// The fused GRU against the scalar arithmetic of its sums and the
-    /// cell's own vector code on them, bit for bit (new states, their
+    /// The cell one lane of `path`'s GRU computes, on pre-activations.
+    fn path_cell(path: Isa, x: [f32; 3], g: [f32; 3], b: [f32; 4], h: f32) -> f32 {
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => {
+                // SAFETY: the CPU has AVX-512 (the caller's path).
+                unsafe {
+                    let s = _mm512_set1_ps;
+                    let [[out, ..]] = crate::avx512::cells_by::<1, true>(
+                        [[s(x[0]), s(x[1]), s(x[2])]],
+                        [[s(g[0]), s(g[1]), s(g[2])]],
+                        [[s(b[0]), s(b[1]), s(b[2]), s(b[3])]],
+                        [s(h)],
+                    );
+                    _mm512_cvtss_f32(out)
+                }
+            }
+            Isa::Portable => portable::cell::<false>(x, g, b, h),
+            _ => portable::cell::<true>(x, g, b, h),
+        }
+    }
+
+    /// The fused GRU on every path against the scalar arithmetic of its
+    /// sums and the path's cell on them, bit for bit (new states, their
     /// bytes and scales), at node counts that are not whole vectors and at
-    /// 1 and 3 threads.
+    /// 1 and 3 threads; and every path within 2e-3 of the portable one.
     #[test]
     fn gru_is_its_sums_and_the_cell() {
-        if !crate::cpu::run_test_on(crate::cpu::Isa::Vnni, "int8::gru_is_its_sums_and_the_cell") {
-            return;
-        }
-        let mut seed = 0x9e37_79b9_7f4au64;
-        for (n, threads) in [(1, 1), (21, 1), (4100, 3)] {
-            let (m, h) = (rows(n, &mut seed), rows(n, &mut seed));
-            let (mq, hq) = (Quantised::new(&m), Quantised::new(&h));
-            let w_ih: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
-            let w_hh: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
-            let gru_w = Gru::new(&w_ih, &w_hh);
-            let mut bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
-            for j in 0..H {
-                (bias.r[j], bias.z[j], bias.i_n[j], bias.h_n[j]) =
-                    (random(&mut seed), random(&mut seed), random(&mut seed), random(&mut seed));
-            }
-            let stride = mq.stride;
-            let (mut full, mut quads, mut scales) = (vec![0.0; H * stride], vec![0; QUADS * stride], vec![0.0; stride]);
-            gru(
-                mq.nodes(),
-                hq.nodes(),
-                &hq.full,
-                &gru_w,
-                &bias,
-                n,
-                NextStates { full: &mut full, quads: &mut quads, scales: &mut scales },
-                threads,
-            );
-            let mut new = vec![0f32; n * H];
-            for v in 0..n {
+        let mut outputs: Vec<(Isa, Vec<f32>)> = Vec::new();
+        for path in paths("int8::gru_is_its_sums_and_the_cell") {
+            let mut seed = 0x9e37_79b9_7f4au64;
+            let mut all = Vec::new();
+            for (n, threads) in [(1, 1), (21, 1), (4100, 3)] {
+                let (m, h) = (rows(n, &mut seed), rows(n, &mut seed));
+                let (mq, hq) = (Quantised::new(&m), Quantised::new(&h));
+                let w_ih: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
+                let w_hh: Vec<f32> = (0..GATES * H).map(|_| random(&mut seed) * 0.4).collect();
+                let gru_w = Gru::new(&w_ih, &w_hh);
+                let mut bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
                 for j in 0..H {
-                    let pre = |s: usize, g: usize| {
-                        let x = if s == 0 { &mq } else { &hq };
-                        x.product(v, &gru_w.sides[s], g * H + j)
-                    };
-                    // SAFETY: AVX-512 (checked above); a lane of the cell.
-                    let cell = unsafe {
-                        let s = _mm512_set1_ps;
-                        let [[out, ..]] = crate::avx512::cells_by::<1, true>(
-                            [[s(pre(0, 0)), s(pre(0, 1)), s(pre(0, 2))]],
-                            [[s(pre(1, 0)), s(pre(1, 1)), s(pre(1, 2))]],
-                            [[s(bias.r[j]), s(bias.z[j]), s(bias.i_n[j]), s(bias.h_n[j])]],
-                            [s(h[v * H + j])],
-                        );
-                        _mm512_cvtss_f32(out)
-                    };
-                    new[v * H + j] = cell;
-                    assert_eq!(full[j * stride + v].to_bits(), cell.to_bits(), "{n} nodes: node {v}, unit {j}");
+                    (bias.r[j], bias.z[j], bias.i_n[j], bias.h_n[j]) =
+                        (random(&mut seed), random(&mut seed), random(&mut seed), random(&mut seed));
                 }
+                let stride = mq.stride;
+                let (mut full, mut quads, mut scales) = (vec![0.0; H * stride], vec![0; QUADS * stride], vec![0.0; stride]);
+                cpu::with_cap(path, || {
+                    gru(
+                        mq.nodes(),
+                        hq.nodes(),
+                        &hq.full,
+                        &gru_w,
+                        &bias,
+                        n,
+                        NextStates { full: &mut full, quads: &mut quads, scales: &mut scales },
+                        threads,
+                    )
+                });
+                let mut new = vec![0f32; n * H];
+                for v in 0..n {
+                    for j in 0..H {
+                        let pre = |s: usize, g: usize| {
+                            let x = if s == 0 { &mq } else { &hq };
+                            x.product(v, &gru_w.sides[s], g * H + j, path)
+                        };
+                        let b = [bias.r[j], bias.z[j], bias.i_n[j], bias.h_n[j]];
+                        let cell = path_cell(path, [pre(0, 0), pre(0, 1), pre(0, 2)], [pre(1, 0), pre(1, 1), pre(1, 2)], b, h[v * H + j]);
+                        new[v * H + j] = cell;
+                        assert_eq!(full[j * stride + v].to_bits(), cell.to_bits(), "{path}, {n} nodes: node {v}, unit {j}");
+                    }
+                }
+                let want = Quantised::new(&new);
+                for v in 0..n {
+                    assert_eq!(scales[v].to_bits(), want.scales[v].to_bits(), "{path}: node {v}'s scale");
+                    for q in 0..QUADS {
+                        assert_eq!(quads[q * stride + v], want.quads[q * stride + v], "{path}: node {v}'s quad {q}");
+                    }
+                }
+                all.extend(new);
             }
-            let want = Quantised::new(&new);
-            for v in 0..n {
-                assert_eq!(scales[v].to_bits(), want.scales[v].to_bits(), "node {v}'s scale");
-                for q in 0..QUADS {
-                    assert_eq!(quads[q * stride + v], want.quads[q * stride + v], "node {v}'s quad {q}");
-                }
+            outputs.push((path, all));
+        }
+        let (_, portable) = &outputs[0];
+        for (path, out) in &outputs[1..] {
+            for (i, (a, b)) in out.iter().zip(portable).enumerate() {
+                assert!((a - b).abs() < 2e-3, "{path} against portable at {i}: {a} vs {b}");
             }
         }
     }

@@ -457,7 +457,7 @@ impl Ggnn {
         use kernels::{FUSED, GATES};
         // INT8 products are hand-written only: with libtorch's products
         // (the tests' second way) the step is FP32.
-        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) && int8::available() {
+        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) {
             return self.logits_int8(ws, input, steps);
         }
         let n = input.nodes;

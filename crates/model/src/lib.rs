@@ -55,8 +55,8 @@ pub enum Precision {
     /// and every other operation stay FP32, and the autograd forward
     /// (graph-level training, `bench --autograd`) stays FP32.
     Bf16,
-    /// Inference only: INT8 products where the CPU has AVX-512 with VNNI
-    /// (`vpdpbusd`), FP32 elsewhere (`int8.rs`). The CPU inference step's
+    /// Inference only: INT8 products on every kernel path (AVX-512 VNNI's
+    /// `vpdpbusd`, AVX2's `vpmaddwd`, or portable; `programl_kernels::int8`). The CPU inference step's
     /// products take each state's (and aggregated message's) first 32
     /// entries as bytes with a scale per node, and each weight column's
     /// with a scale per column, summing in 32-bit integers; the last two
@@ -65,7 +65,7 @@ pub enum Precision {
     /// gates' quantisation error is ~1e-2). On the five shipped DeepDataFlow
     /// bundles val and test F1 moved by at most 0.002 (README, Shipped
     /// models). The learned pass's default (`dtype=auto`) where the CPU
-    /// has VNNI. Training refuses it.
+    /// has VNNI ([`int8_preferred`]). Training refuses it.
     Int8,
 }
 
@@ -103,8 +103,8 @@ extern "C" {
 /// (4,096×34 by 34×204). On a CPU without BF16 instructions a request for
 /// BF16 leaves FP32 in effect (BF16 products would be emulated, slowly).
 ///
-/// INT8 is in effect where the CPU has AVX-512 VNNI ([`cpu_has_int8`]),
-/// else FP32; libtorch's own products stay FP32 either way.
+/// INT8 is in effect on every CPU (the kernels' INT8 step runs on every
+/// path); libtorch's own products stay FP32 either way.
 pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
     let bf16 = precision == Precision::Bf16;
     // Where the inference step computes its products in BF16 itself, the
@@ -124,7 +124,7 @@ pub fn set_matmul_precision(precision: Precision) -> Result<Precision, String> {
         return Err(format!("libtorch's matmul precision reads {read} after setting it to {precision}"));
     }
     if !bf16 {
-        let effective = if precision == Precision::Int8 && cpu_has_int8() { Precision::Int8 } else { Precision::F32 };
+        let effective = if precision == Precision::Int8 { Precision::Int8 } else { Precision::F32 };
         IN_EFFECT.store(effective as u8, std::sync::atomic::Ordering::Relaxed);
         return Ok(effective);
     }
@@ -181,9 +181,10 @@ pub fn cpu_has_bf16() -> bool {
     })
 }
 
-/// Whether the CPU runs INT8 inference products (AVX-512 with VNNI).
-pub fn cpu_has_int8() -> bool {
-    programl_kernels::int8::available()
+/// Whether INT8 is the fastest precision on this CPU (AVX-512 with VNNI),
+/// so what `auto` picks for inference.
+pub fn int8_preferred() -> bool {
+    programl_kernels::int8::preferred()
 }
 
 extern "C" {

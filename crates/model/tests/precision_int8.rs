@@ -1,22 +1,22 @@
 //! `--dtype int8` (and the learned pass's default, `auto`, on CPUs with
-//! AVX-512 VNNI): INT8 products are in effect exactly where the CPU has
-//! VNNI; a shipped bundle's probabilities on real IR stay within INT8's
-//! error of FP32's, with its decisions nearly all the same; and the INT8
-//! step gives the same bits at any thread count. (The precision is set
+//! AVX-512 VNNI): INT8 products are in effect on every CPU (the kernels'
+//! INT8 step on its best path); a shipped bundle's probabilities on real IR stay within INT8's
+//! error of FP32's, with its decisions nearly all the same; and within
+//! FP32 rounding of the same at any thread count. (The precision is set
 //! for the whole process, so this file is its own test binary.)
 
 use std::path::Path;
 
 use programl::batch::{Batch, GraphInput, Sample};
 use programl_model::bundle::Bundle;
-use programl_model::{cpu_has_int8, node_probabilities, set_matmul_precision, Precision};
+use programl_model::{int8_preferred, node_probabilities, set_matmul_precision, Precision};
 use tch::Device;
 
 mod common;
 use common::cpu_flags;
 
 #[test]
-fn int8_runs_where_the_cpu_has_vnni_and_stays_close_to_fp32() {
+fn int8_runs_on_every_cpu_and_stays_close_to_fp32() {
     assert_eq!("int8".parse::<Precision>(), Ok(Precision::Int8));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bundle = Bundle::load(&root.join("models/reachability"), Device::Cpu).expect("the shipped reachability bundle");
@@ -45,9 +45,9 @@ fn int8_runs_where_the_cpu_has_vnni_and_stays_close_to_fp32() {
     let flags = cpu_flags();
     if cfg!(target_arch = "x86_64") && !flags.is_empty() {
         let vnni = ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"].iter().all(|f| flags.iter().any(|x| x == f));
-        assert_eq!(cpu_has_int8(), vnni);
+        assert_eq!(int8_preferred(), vnni, "INT8 is what auto picks exactly where the CPU has VNNI");
     }
-    assert_eq!(in_effect == Precision::Int8, cpu_has_int8());
+    assert_eq!(in_effect, Precision::Int8);
     let reduced = node_probabilities(&bundle.model, &batch, steps);
     // (Two classes per node: the positive class's probability.)
     let positive = |p: &[f32]| p.iter().skip(1).step_by(2).copied().collect::<Vec<f32>>();
@@ -56,17 +56,20 @@ fn int8_runs_where_the_cpu_has_vnni_and_stays_close_to_fp32() {
     let mean = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f32>() / a.len() as f32;
     let flipped = a.iter().zip(&b).filter(|(x, y)| (**x > 0.5) != (**y > 0.5)).count();
     eprintln!("precision {in_effect}: {} probabilities, max difference {drift}, mean {mean}, {flipped} decisions changed", a.len());
-    if in_effect == Precision::Int8 {
-        assert!(drift > 0.0 && drift < 0.1 && mean < 0.005, "INT8 against FP32: max {drift}, mean {mean}");
-        assert!(flipped * 200 < a.len(), "INT8 changed {flipped} of {} decisions", a.len());
-        for threads in [2, 3] {
-            tch::set_num_threads(threads);
-            assert_eq!(node_probabilities(&bundle.model, &batch, steps), reduced, "INT8 at {threads} threads");
-        }
-        tch::set_num_threads(1);
-    } else {
-        assert_eq!(reduced, full, "no VNNI: FP32's probabilities");
+    assert!(drift > 0.0 && drift < 0.1 && mean < 0.005, "INT8 against FP32: max {drift}, mean {mean}");
+    assert!(flipped * 200 < a.len(), "INT8 changed {flipped} of {} decisions", a.len());
+    for threads in [2, 3] {
+        tch::set_num_threads(threads);
+        // Within FP32 rounding: libtorch's own products around the step
+        // (the readout) are not the same bits at every thread count on
+        // every CPU (on an AVX2 AMD EPYC, FP32 alone moves 60 of 2,354
+        // values at 2 threads); the INT8 step itself is (programl-infer's
+        // tests, bit for bit).
+        let other = node_probabilities(&bundle.model, &batch, steps);
+        let d = other.iter().zip(&reduced).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(d < 1e-6, "INT8 at {threads} threads: {d} from one thread");
     }
+    tch::set_num_threads(1);
     assert_eq!(set_matmul_precision(Precision::F32), Ok(Precision::F32));
     assert_eq!(node_probabilities(&bundle.model, &batch, steps), full, "back to FP32: the FP32 probabilities again");
 }

@@ -60,7 +60,7 @@ impl RtDtype {
     pub const F32: RtDtype = RtDtype(0);
     /// BF16 products (FP32 accumulation) where the device has them.
     pub const BF16: RtDtype = RtDtype(1);
-    /// INT8 products where the CPU has AVX-512 VNNI.
+    /// INT8 products (every CPU path).
     pub const INT8: RtDtype = RtDtype(2);
     /// The fastest within the documented bound (asked for only).
     pub const AUTO: RtDtype = RtDtype(3);

@@ -288,7 +288,7 @@ fn apply(options: &RtOptions) -> Result<RtDtype, String> {
         RtDtype::F32 => programl_model::Precision::F32,
         RtDtype::BF16 => programl_model::Precision::Bf16,
         RtDtype::INT8 => programl_model::Precision::Int8,
-        RtDtype::AUTO if programl_model::cpu_has_int8() => programl_model::Precision::Int8,
+        RtDtype::AUTO if programl_model::int8_preferred() => programl_model::Precision::Int8,
         RtDtype::AUTO => programl_model::Precision::F32,
         RtDtype(other) => return Err(format!("dtype {other}: 0 (f32), 1 (bf16), 2 (int8) or 3 (auto)")),
     };

@@ -263,13 +263,13 @@ pub fn run_mode(
     })
 }
 
-/// The CPU's model name and whether it has BF16 instructions and INT8
-/// dot products (AVX-512 VNNI).
+/// The CPU's model name, whether it has BF16 instructions, and its INT8
+/// path (`vnni`: AVX-512 VNNI, INT8 the default; `avx2`, `portable`).
 pub fn cpu_summary() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = programl_infer::cpu::model_name();
     let flags: Vec<&str> = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or("").split_whitespace().collect();
     let bf16: Vec<&str> = ["avx512_bf16", "amx_bf16"].into_iter().filter(|f| flags.contains(&f.trim_start_matches(':'))).collect();
-    let vnni = if programl_model::cpu_has_int8() { "avx512_vnni" } else { "none" };
+    let vnni = programl_infer::int8_path();
     format!("{model}; BF16: {}; INT8: {vnni}", if bf16.is_empty() { "none".to_string() } else { bf16.join(", ") })
 }

@@ -55,8 +55,8 @@ struct Runtime {
     /// Matmul precision: f32; bf16 (BF16 products where the CPU has BF16
     /// instructions, AVX512-BF16 or AMX; FP32 elsewhere, said on stderr);
     /// for inference only (eval, predict, bench's infer mode) int8 (INT8
-    /// products where the CPU has AVX-512 VNNI); or auto, the learned
-    /// pass's default: int8 where the CPU has VNNI, else f32, for eval and
+    /// products, on every CPU path); or auto, the learned pass's default:
+    /// int8 where the CPU has AVX-512 VNNI, else f32, for eval and
     /// predict (what the pass computes on this machine), f32 for training
     /// and bench. The shipped models were trained in f32; README "Shipped
     /// models" gives their figures in f32 and int8.
@@ -108,7 +108,7 @@ impl Runtime {
     /// For a command that runs inference the way the learned pass does
     /// (eval, predict): `auto` is INT8 where the CPU has AVX-512 VNNI.
     fn apply_inference(&self) -> Result<tch::Device> {
-        self.apply_as(if programl_model::cpu_has_int8() { Precision::Int8 } else { Precision::F32 })
+        self.apply_as(if programl_model::int8_preferred() { Precision::Int8 } else { Precision::F32 })
     }
 
     /// Whether inference runs on the CPU (`--device cpu`, or `auto`
@@ -148,8 +148,7 @@ impl Runtime {
         };
         let precision = programl_model::set_matmul_precision(wanted).map_err(|e| anyhow::anyhow!("--dtype {wanted}: {e}"))?;
         if precision != wanted {
-            let lacks = if wanted == Precision::Int8 { "AVX-512 VNNI" } else { "BF16 instructions" };
-            eprintln!("--dtype {wanted}: this CPU has no {lacks} ({}); matmuls stay f32", bench::cpu_summary());
+            eprintln!("--dtype {wanted}: this CPU has no BF16 instructions ({}); matmuls stay f32", bench::cpu_summary());
         }
         Ok(device)
     }

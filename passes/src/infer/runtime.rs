@@ -300,9 +300,8 @@ impl Model {
     fn note_precision(&self, dtype: Dtype, got: i32) {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
-        if got == 0 && matches!(dtype, Dtype::Bf16 | Dtype::Int8) && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            let lacks = if dtype == Dtype::Bf16 { "BF16 instructions (AVX512-BF16)" } else { "AVX-512 VNNI" };
-            log::warn!("dtype={dtype}: this CPU has no {lacks}; the products stay FP32")
+        if got == 0 && dtype == Dtype::Bf16 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            log::warn!("dtype={dtype}: this CPU has no BF16 instructions (AVX512-BF16); the products stay FP32")
         }
     }
 
