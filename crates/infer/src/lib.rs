@@ -46,7 +46,7 @@ pub enum Dtype {
     /// BF16 products (FP32 accumulation) where the CPU has AVX512-BF16;
     /// FP32 elsewhere.
     Bf16,
-    /// INT8 products where the CPU has AVX-512 VNNI; FP32 elsewhere.
+    /// INT8 products on every path (AVX-512 VNNI, AVX2, portable).
     Int8,
     /// The fastest precision within the documented accuracy bound: INT8
     /// where the CPU has AVX-512 VNNI, else FP32.

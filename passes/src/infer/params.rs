@@ -17,7 +17,7 @@
 //! | `roots` | `sample`, `all`, `marked` | `sample` |
 //! | `steps` | message-passing steps, ≥ 1 | the bundle's |
 //! | `threads` | threads of one prediction, ≥ 1 | 1 |
-//! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products where it has VNNI) | `auto` |
+//! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products on every CPU: the VNNI, AVX2 or portable INT8 step) | `auto` |
 //! | `isa` | the highest CPU kernel path: `vnni`, `avx512`, `avx2`, `portable` (for tests and benchmarks; a path the CPU lacks is an error) | the best the CPU runs |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
