@@ -32,6 +32,8 @@ pub const VOCABULARY_FILE: &str = "vocabulary.json";
 pub const MAX_POSITIONS: i64 = 1 << 16;
 /// The largest `hyper.steps` a bundle may have (SPEC.md §3: 30).
 pub const MAX_STEPS: i64 = 10_000;
+/// The widest state a bundle may ask for (`hyper.hidden`).
+pub const MAX_HIDDEN: i64 = 512;
 
 /// `config.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -156,6 +158,21 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
     }
     if !(1..=MAX_STEPS).contains(&config.hyper.steps) {
         return Err(invalid(&path, format!("hyper.steps {} is outside 1..={MAX_STEPS}", config.hyper.steps)));
+    }
+    let h = config.hyper.hidden;
+    if !(4..=MAX_HIDDEN).contains(&h) || h % 2 != 0 {
+        return Err(invalid(
+            &path,
+            format!("hyper.hidden {h} is not an even width in 4..={MAX_HIDDEN} (an even text embedding and the 2 selector entries)"),
+        ));
+    }
+    if let Some(stop) = &config.hyper.stop {
+        if !(stop.tolerance.is_finite() && stop.tolerance >= 0.0) {
+            return Err(invalid(&path, format!("hyper.stop.tolerance {} is not a finite value ≥ 0", stop.tolerance)));
+        }
+        if !(1..=MAX_STEPS).contains(&stop.max_steps) {
+            return Err(invalid(&path, format!("hyper.stop.max_steps {} is outside 1..={MAX_STEPS}", stop.max_steps)));
+        }
     }
     Ok(config)
 }

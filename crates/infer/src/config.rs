@@ -20,15 +20,24 @@ pub const EDGE_TYPES: i64 = programl_kernels::EDGE_TYPES as i64;
 /// `k·ω_i` with `ω_i = 10000^(−2i/32)`, then 2 zeros (the selector's
 /// columns). The position gate is `p(k) = 2σ(W_p s(k) + b_p)`.
 pub fn sinusoid(k: i64) -> [f32; HIDDEN as usize] {
-    let half = (TEXT_DIM / 2) as usize;
     let mut row = [0f32; HIDDEN as usize];
+    sinusoid_into(k, &mut row);
+    row
+}
+
+/// [`sinusoid`] for a state of any width `row.len()` (`hidden`): `t / 2`
+/// sines and `t / 2` cosines of `k·ω_i`, `ω_i = 10000^(−2i/t)` with `t =
+/// hidden − 2` the text embedding's width, then the selector's 2 zeros.
+pub fn sinusoid_into(k: i64, row: &mut [f32]) {
+    let text = row.len() - SELECTOR_DIM as usize;
+    let half = text / 2;
+    row.fill(0.0);
     for i in 0..half {
-        let omega = 1.0 / 10000f64.powf((2 * i) as f64 / TEXT_DIM as f64);
+        let omega = 1.0 / 10000f64.powf((2 * i) as f64 / text as f64);
         let a = k as f64 * omega;
         row[i] = a.sin() as f32;
         row[half + i] = a.cos() as f32;
     }
-    row
 }
 
 /// Batch-norm epsilon of the auxiliary classifier (PyTorch's
@@ -55,6 +64,37 @@ pub struct Hyper {
     /// The graph-level head, for graph tasks (absent: per-node predictions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph: Option<GraphHead>,
+    /// State width: the text embedding (`hidden − 2`, even) and the root
+    /// selector (2). Absent: 34, SPEC.md §3's. `programl-infer` runs any
+    /// width (34 on its fastest kernels); the trainer builds 34.
+    #[serde(default = "spec_hidden", skip_serializing_if = "is_spec_hidden")]
+    pub hidden: i64,
+    /// When message passing stops (absent: after `steps` steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Stop>,
+}
+
+fn spec_hidden() -> i64 {
+    HIDDEN
+}
+
+fn is_spec_hidden(h: &i64) -> bool {
+    *h == HIDDEN
+}
+
+/// Adaptive depth: each graph's message passing stops at the first step
+/// after which no entry of any of its nodes' states moved by more than
+/// `tolerance` (a fixed point, within it), or after `max_steps` steps. A
+/// graph that stopped keeps its state while the rest of its batch goes on,
+/// so its result does not depend on the batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stop {
+    /// The largest change of a state entry in one step that counts as
+    /// converged (≥ 0).
+    pub tolerance: f64,
+    /// The cap on steps (1..=[`crate::bundle::MAX_STEPS`]).
+    pub max_steps: i64,
 }
 
 /// A graph-level head (SPEC.md §3, "graph-level tasks"): the per-node
@@ -105,7 +145,17 @@ impl Pool {
 impl Hyper {
     /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
     pub fn spec(vocab_size: usize) -> Hyper {
-        Hyper { vocab_size, positions: 1024, selector_value: 50.0, steps: 30, state_dropout: 0.2, classes: 2, graph: None }
+        Hyper {
+            vocab_size,
+            positions: 1024,
+            selector_value: 50.0,
+            steps: 30,
+            state_dropout: 0.2,
+            classes: 2,
+            graph: None,
+            hidden: HIDDEN,
+            stop: None,
+        }
     }
 
     /// The auxiliary inputs of a graph head (0 without one).
@@ -115,9 +165,9 @@ impl Hyper {
 
     /// Every parameter's name and shape, in a fixed order.
     pub fn parameter_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let (h, c) = (HIDDEN, self.classes);
+        let (h, c) = (self.hidden, self.classes);
         vec![
-            ("embedding.weight", vec![self.vocab_size as i64, TEXT_DIM]),
+            ("embedding.weight", vec![self.vocab_size as i64, h - SELECTOR_DIM]),
             ("messages.weight", vec![EDGE_TYPES * h, h]),
             ("messages.bias", vec![EDGE_TYPES * h]),
             ("gate.weight", vec![h, h]),

@@ -29,6 +29,7 @@
 pub mod bundle;
 pub mod config;
 mod model;
+mod wide;
 pub mod weights;
 
 use std::fmt;

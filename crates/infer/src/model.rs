@@ -33,10 +33,11 @@ use programl::vocab::Vocabulary;
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::forward::{self, Edges, GruBias, Layout};
 use programl_kernels::gemm::{self, RowGroups};
-use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN, TEXT_DIM};
+use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid, Pool, NORM_EPS};
+use crate::config::{sinusoid_into, Pool, NORM_EPS, SELECTOR_DIM};
+use crate::wide::{self, Depth, Wide};
 use crate::weights::Weights;
 use crate::{Dtype, Options, Precision};
 
@@ -49,26 +50,38 @@ pub struct Model {
     /// The directory it was opened from.
     pub dir: PathBuf,
     weights: Weights,
-    /// `p(k)` for the positions computed so far, \[rows, 34\]: grown on
+    /// The state width (`hyper.hidden`; 34 for the shipped bundles).
+    hidden: usize,
+    /// `p(k)` for the positions computed so far, \[rows, hidden\]: grown on
     /// demand to the largest position a batch uses (real graphs use a few
     /// dozen of the 1,024; computing all of them cost a millisecond a
     /// process, more than a graph-level decision's readout).
     gate_table: Mutex<Arc<Vec<f32>>>,
     /// The six edge-type biases, \[6, 34\].
     msg_bias: Vec<f32>,
-    gru_bias: GruBias,
-    /// `W_ih` packed: FP32, and BF16 where the CPU has BF16 products.
-    w_ih: gemm::Packed,
-    w_ih_bf16: Option<gemm::Packed>,
-    /// INT8: `W_ih` and `W_hh` quantised (every path: VNNI, AVX2, portable).
-    int8_gru: int8::Gru,
-    /// The readout's gate \[C, 68\] and transform \[C, 34\], packed.
+    /// The kernels specialised for the shipped shape (34 wide, a fixed T):
+    /// `None` for another width.
+    fast: Option<Fast>,
+    /// The step for any width and for adaptive depth ([`crate::wide`]):
+    /// `Some` for a bundle that needs it.
+    wide: Option<Wide>,
+    /// The readout's gate \[C, 2h\] and transform \[C, h\], packed.
     readout_gate: gemm::Packed,
     readout_transform: gemm::Packed,
     /// The fused product's packings, per block order and precision.
     packs: Mutex<HashMap<(Order, Precision), Arc<Packing>>>,
     /// Buffers kept from one call to the next.
     scratch: Mutex<Scratch>,
+}
+
+/// The packed weights of the 34-wide kernels.
+struct Fast {
+    gru_bias: GruBias,
+    /// `W_ih` packed: FP32, and BF16 where the CPU has BF16 products.
+    w_ih: gemm::Packed,
+    w_ih_bf16: Option<gemm::Packed>,
+    /// INT8: `W_ih` and `W_hh` quantised (every path: VNNI, AVX2, portable).
+    int8_gru: int8::Gru,
 }
 
 /// A permutation of the six edge-type blocks (`slot[type]`).
@@ -116,8 +129,25 @@ pub struct Output {
     pub precision: Precision,
     /// The kernel path taken.
     pub isa: Isa,
-    /// Message-passing steps run.
+    /// Message-passing steps run: the most any graph ran.
     pub steps: i64,
+    /// The steps each graph of the batch ran (all the same without a
+    /// stopping rule, `hyper.stop`).
+    pub steps_per_graph: Vec<i64>,
+}
+
+/// A prediction's logits and how they were computed.
+struct Run {
+    logits: Vec<f32>,
+    precision: Precision,
+    isa: Isa,
+    steps_per_graph: Vec<i64>,
+}
+
+impl Run {
+    fn steps(&self) -> i64 {
+        self.steps_per_graph.iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// A batch as the step reads it: edges of all six types sorted by target.
@@ -131,6 +161,8 @@ struct Input {
     sources: Vec<i64>,
     types: Vec<i64>,
     positions: Vec<i64>,
+    /// The graphs' node offsets, `graphs[g]..graphs[g + 1]`.
+    graphs: Vec<usize>,
 }
 
 /// Nodes per chunk of a batch, per thread (a larger graph runs alone).
@@ -168,6 +200,7 @@ impl Input {
         let (e0, e1) = (self.crow[a] as usize, self.crow[b] as usize);
         let shift = (a * EDGE_TYPES) as i64;
         Input {
+            graphs: self.graphs.iter().filter(|&&o| (a..=b).contains(&o)).map(|o| o - a).collect(),
             nodes: b - a,
             tokens: self.tokens[a..b].to_vec(),
             selector: self.selector[a..b].to_vec(),
@@ -205,7 +238,11 @@ impl Input {
                 clamped[slot] = e.positions[k].clamp(0, positions - 1);
             }
         }
-        Input { nodes: n, tokens, selector, crow, sources, types, positions: clamped }
+        let mut graphs: Vec<usize> = batch.offsets().iter().map(|&o| o as usize).collect();
+        if graphs.last() != Some(&n) {
+            graphs.push(n);
+        }
+        Input { nodes: n, tokens, selector, crow, sources, types, positions: clamped, graphs }
     }
 }
 
@@ -236,32 +273,38 @@ impl Model {
 
     /// A model from checked parts (what [`Model::open`] read).
     pub fn from_parts(config: Config, vocabulary: Vocabulary, weights: Weights, dir: PathBuf) -> Model {
-        let (b_ih, b_hh) = (weights.get("gru.bias_ih"), weights.get("gru.bias_hh"));
-        let mut gru_bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
-        for j in 0..H {
-            gru_bias.r[j] = b_ih[j] + b_hh[j];
-            gru_bias.z[j] = b_ih[H + j] + b_hh[H + j];
-            gru_bias.i_n[j] = b_ih[2 * H + j];
-            gru_bias.h_n[j] = b_hh[2 * H + j];
-        }
-        let w_ih = weights.get("gru.weight_ih");
-        let packed_ih = gemm::Packed::from_weight(w_ih, GATES, H, false);
-        let packed_ih_bf16 = cpu::bf16().then(|| gemm::Packed::from_weight(w_ih, GATES, H, true));
-        let int8_gru = int8::Gru::new(w_ih, weights.get("gru.weight_hh"));
+        let hidden = config.hyper.hidden as usize;
+        let fast = (hidden == H).then(|| {
+            let (b_ih, b_hh) = (weights.get("gru.bias_ih"), weights.get("gru.bias_hh"));
+            let mut gru_bias = GruBias { r: [0.0; H], z: [0.0; H], i_n: [0.0; H], h_n: [0.0; H] };
+            for j in 0..H {
+                gru_bias.r[j] = b_ih[j] + b_hh[j];
+                gru_bias.z[j] = b_ih[H + j] + b_hh[H + j];
+                gru_bias.i_n[j] = b_ih[2 * H + j];
+                gru_bias.h_n[j] = b_hh[2 * H + j];
+            }
+            let w_ih = weights.get("gru.weight_ih");
+            Fast {
+                gru_bias,
+                w_ih: gemm::Packed::from_weight(w_ih, GATES, H, false),
+                w_ih_bf16: cpu::bf16().then(|| gemm::Packed::from_weight(w_ih, GATES, H, true)),
+                int8_gru: int8::Gru::new(w_ih, weights.get("gru.weight_hh")),
+            }
+        });
+        let wide = (hidden != H || config.hyper.stop.is_some()).then(|| Wide::new(&weights, hidden));
         let c = config.hyper.classes as usize;
         Model {
-            readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * H, false),
-            readout_transform: gemm::Packed::from_weight(weights.get("readout.transform.weight"), c, H, false),
+            readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * hidden, false),
+            readout_transform: gemm::Packed::from_weight(weights.get("readout.transform.weight"), c, hidden, false),
             msg_bias: weights.get("messages.bias").to_vec(),
+            hidden,
             config,
             vocabulary,
             dir,
             weights,
             gate_table: Mutex::new(Arc::new(Vec::new())),
-            gru_bias,
-            w_ih: packed_ih,
-            w_ih_bf16: packed_ih_bf16,
-            int8_gru,
+            fast,
+            wide,
             packs: Mutex::new(HashMap::new()),
             scratch: Mutex::new(Scratch::default()),
         }
@@ -283,18 +326,20 @@ impl Model {
 
     /// The gate table's rows `0..rows` (at least), computed on first need.
     fn gate_rows(&self, rows: usize) -> Arc<Vec<f32>> {
+        let h = self.hidden;
         let mut table = self.gate_table.lock().unwrap_or_else(|p| p.into_inner());
-        let have = table.len() / H;
+        let have = table.len() / h;
         if have < rows {
             let (gw, gb) = (self.weights.get("gate.weight"), self.weights.get("gate.bias"));
-            let mut grown = Vec::with_capacity(rows * H);
+            let mut grown = Vec::with_capacity(rows * h);
             grown.extend_from_slice(&table);
+            let mut s = vec![0f32; h];
             for k in have..rows {
-                let s = sinusoid(k as i64);
-                for j in 0..H {
+                sinusoid_into(k as i64, &mut s);
+                for j in 0..h {
                     let mut x = gb[j] as f64;
                     for (i, &si) in s.iter().enumerate() {
-                        x += gw[j * H + i] as f64 * si as f64;
+                        x += gw[j * h + i] as f64 * si as f64;
                     }
                     grown.push(2.0 * (1.0 / (1.0 + (-x).exp())) as f32);
                 }
@@ -344,10 +389,26 @@ impl Model {
     /// per node) in place of the batch's: several roots per graph, as the
     /// upstream GGNN's benchmark workload has them (`programl-train bench`).
     pub fn node_logits_with(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
+        let run = self.run(batch, selector, opts);
+        let steps = run.steps();
+        (run.logits, run.precision, run.isa, steps)
+    }
+
+    /// The per-node logits of `batch`, and how they were computed.
+    fn run(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> Run {
         let isa = opts.isa.unwrap_or(Isa::Vnni);
         cpu::with_cap(isa, || {
-            let steps = opts.steps.unwrap_or(self.config.hyper.steps).max(0);
-            let precision = Model::precision_for(opts.dtype);
+            // `steps` given: that many; else the bundle's stopping rule, or
+            // its T.
+            let depth = match (opts.steps, &self.config.hyper.stop) {
+                (Some(s), _) => Depth::Fixed(s.max(0) as usize),
+                (None, Some(stop)) => Depth::Adaptive(stop),
+                (None, None) => Depth::Fixed(self.config.hyper.steps.max(0) as usize),
+            };
+            // The 34-wide kernels run a fixed T at any precision; the
+            // general step (another width, adaptive depth) is FP32.
+            let general = self.fast.is_none() || matches!(depth, Depth::Adaptive(_));
+            let precision = if general { Precision::F32 } else { Model::precision_for(opts.dtype) };
             let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
             if let Some(s) = selector {
                 assert_eq!(s.len(), input.nodes, "one selector entry per node");
@@ -365,16 +426,19 @@ impl Model {
             // 1,000-node unit in one pass streamed a 13 MB product per
             // step: 40% slower per root than one root alone).
             let chunks = input.chunks(batch.offsets(), CHUNK_NODES * threads);
-            let logits = if chunks.len() == 1 {
-                self.logits(&input, steps as usize, precision, threads, scratch)
+            let (logits, steps_per_graph) = if chunks.len() == 1 {
+                self.logits(&input, depth, precision, threads, scratch)
             } else {
                 let mut all = Vec::with_capacity(input.nodes * self.classes());
+                let mut steps = Vec::with_capacity(input.graphs.len());
                 for range in chunks {
-                    all.extend(self.logits(&input.part(range), steps as usize, precision, threads, scratch));
+                    let (logits, s) = self.logits(&input.part(range), depth, precision, threads, scratch);
+                    all.extend(logits);
+                    steps.extend(s);
                 }
-                all
+                (all, steps)
             };
-            (logits, precision, cpu::active(), steps)
+            Run { logits, precision, isa: cpu::active(), steps_per_graph }
         })
     }
 
@@ -383,9 +447,10 @@ impl Model {
         if self.config.head != Head::Node {
             return Err(format!("{}: a graph-level bundle predicts per graph, not per node", self.dir.display()));
         }
-        let (mut logits, precision, isa, steps) = self.node_logits(batch, opts);
-        softmax_rows(&mut logits, self.classes());
-        Ok(Output { probabilities: logits, precision, isa, steps })
+        let mut run = self.run(batch, None, opts);
+        softmax_rows(&mut run.logits, self.classes());
+        let steps = run.steps();
+        Ok(Output { probabilities: run.logits, precision: run.precision, isa: run.isa, steps, steps_per_graph: run.steps_per_graph })
     }
 
     /// Class probabilities of every graph of `batch` under the graph head,
@@ -402,7 +467,8 @@ impl Model {
             (_, Some(values)) => return Err(format!("{a} auxiliary inputs per graph for {g} graphs, got {} values", values.len())),
             (_, None) => return Err(format!("this graph head needs {a} auxiliary inputs per graph ({})", head.aux.join(", "))),
         };
-        let (logits, precision, isa, steps) = self.node_logits(batch, opts);
+        let run = self.run(batch, None, opts);
+        let logits = &run.logits;
         let mut pooled = vec![0f32; g * c];
         let mut counts = vec![0f32; g];
         for (v, &graph) in batch.graph_index().iter().enumerate() {
@@ -422,7 +488,8 @@ impl Model {
             Some(aux) => self.aux_classifier(&pooled, aux, g),
         };
         softmax_rows(&mut out, c);
-        Ok(Output { probabilities: out, precision, isa, steps })
+        let steps = run.steps();
+        Ok(Output { probabilities: out, precision: run.precision, isa: run.isa, steps, steps_per_graph: run.steps_per_graph })
     }
 
     /// The auxiliary classifier in evaluation mode: `[pooled; log1p(aux)]`,
@@ -455,24 +522,45 @@ impl Model {
         self.config.hyper.classes as usize
     }
 
-    /// The logits of every node: `h_0`, `steps` steps, the readout.
-    fn logits(&self, input: &Input, steps: usize, precision: Precision, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
-        let n = input.nodes;
+    /// The logits of every node: `h_0`, the steps, the readout; and the
+    /// steps each graph ran.
+    fn logits(&self, input: &Input, depth: Depth<'_>, precision: Precision, threads: usize, scratch: &mut Scratch) -> (Vec<f32>, Vec<i64>) {
+        let (n, h) = (input.nodes, self.hidden);
+        let text = h - SELECTOR_DIM as usize;
         let embedding = self.weights.get("embedding.weight");
         let v = self.config.hyper.selector_value as f32;
-        let mut h0 = vec![0f32; n * H];
-        for (i, row) in h0.chunks_exact_mut(H).enumerate() {
-            row[..TEXT_DIM].copy_from_slice(&embedding[input.tokens[i] * TEXT_DIM..][..TEXT_DIM]);
-            row[TEXT_DIM] = if input.selector[i] == 0 { v } else { 0.0 };
-            row[TEXT_DIM + 1] = if input.selector[i] == 0 { 0.0 } else { v };
+        let mut h0 = vec![0f32; n * h];
+        for (i, row) in h0.chunks_exact_mut(h).enumerate() {
+            row[..text].copy_from_slice(&embedding[input.tokens[i] * text..][..text]);
+            row[text] = if input.selector[i] == 0 { v } else { 0.0 };
+            row[text + 1] = if input.selector[i] == 0 { 0.0 } else { v };
         }
-        let h_t = match precision {
-            Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
-            Precision::Bf16 if self.w_ih_bf16.is_some() && steps > 0 => self.steps_products::<Bf16>(input, &h0, steps, threads, scratch),
-            _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
-            _ => h0.clone(),
+        let graphs = input.graphs.len().saturating_sub(1);
+        let (h_t, steps) = match (depth, &self.fast) {
+            (Depth::Fixed(steps), Some(fast)) => {
+                let h_t = match precision {
+                    Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
+                    Precision::Bf16 if fast.w_ih_bf16.is_some() && steps > 0 => self.steps_products::<Bf16>(input, &h0, steps, threads, scratch),
+                    _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
+                    _ => h0.clone(),
+                };
+                (h_t, vec![steps as i64; graphs])
+            }
+            _ => {
+                let wide = self.wide.as_ref().expect("the general step where the bundle needs it");
+                let gates = self.gate_rows(input.position_rows());
+                let edges = wide::Edges {
+                    nodes: n,
+                    crow: &input.crow,
+                    sources: &input.sources,
+                    types: &input.types,
+                    positions: &input.positions,
+                    graphs: &input.graphs,
+                };
+                wide.run(&edges, &h0, &gates, depth, threads)
+            }
         };
-        self.readout(&h_t, &h0, threads)
+        (self.readout(&h_t, &h0, threads), steps)
     }
 
     /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\]: two products (`[h_T; h_0]`
@@ -482,16 +570,16 @@ impl Model {
     fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
         let w = &self.weights;
         let (gb, tb) = (w.get("readout.gate.bias"), w.get("readout.transform.bias"));
-        let c = self.classes();
-        let n = h_t.len() / H;
-        let mut both = vec![0f32; n * 2 * H];
-        for (v, row) in both.chunks_exact_mut(2 * H).enumerate() {
-            row[..H].copy_from_slice(&h_t[v * H..][..H]);
-            row[H..].copy_from_slice(&h0[v * H..][..H]);
+        let (c, h) = (self.classes(), self.hidden);
+        let n = h_t.len() / h;
+        let mut both = vec![0f32; n * 2 * h];
+        for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
+            row[..h].copy_from_slice(&h_t[v * h..][..h]);
+            row[h..].copy_from_slice(&h0[v * h..][..h]);
         }
         let (mut gate, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
-        gemm::product::<f32>(&both, 2 * H, n, &self.readout_gate, &mut gate, c, threads);
-        gemm::product::<f32>(h_t, H, n, &self.readout_transform, &mut value, c, threads);
+        gemm::product::<f32>(&both, 2 * h, n, &self.readout_gate, &mut gate, c, threads);
+        gemm::product::<f32>(h_t, h, n, &self.readout_transform, &mut value, c, threads);
         for (g, v) in gate.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
             for k in 0..c {
                 g[k] = sigmoid(g[k] + gb[k]) * (v[k] + tb[k]);
@@ -508,7 +596,8 @@ impl Model {
         let (slot, groups) = forward::needed_blocks(&input.sources, n);
         let packing = self.packing(&slot, precision);
         let Packing::Fused(fused) = &*packing else { unreachable!("FP32 and BF16 packings are fused") };
-        let w_ih = if bf16 { self.w_ih_bf16.as_ref().expect("BF16 packing where the CPU has BF16") } else { &self.w_ih };
+        let fast = self.fast.as_ref().expect("the 34-wide kernels for a 34-wide bundle");
+        let w_ih = if bf16 { fast.w_ih_bf16.as_ref().expect("BF16 packing where the CPU has BF16") } else { &fast.w_ih };
         let offsets: Vec<usize> =
             input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * FUSED + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
         let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
@@ -522,7 +611,7 @@ impl Model {
             gemm::product_rows::<T>(h, H, &groups, fused, f, FUSED, threads);
             forward::aggregate::<T, f32>(f, &edges, &self.msg_bias, &gates, m, threads);
             gemm::product_rows::<T>(m, H, &whole, w_ih, gi, GATES, threads);
-            forward::gru::<T>((gi, Layout::row_major(3)), (f, Layout::row_major(9)), h, &self.gru_bias, next, None, threads);
+            forward::gru::<T>((gi, Layout::row_major(3)), (f, Layout::row_major(9)), h, &fast.gru_bias, next, None, threads);
             cur ^= 1;
         }
         if cur == 0 {
@@ -536,7 +625,8 @@ impl Model {
     fn steps_int8(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
         use int8::{Nodes, MESSAGES, QK};
         const QUADS: usize = QK / 4;
-        let gru_w = &self.int8_gru;
+        let fast = self.fast.as_ref().expect("the 34-wide kernels for a 34-wide bundle");
+        let gru_w = &fast.int8_gru;
         let nodes = input.nodes;
         let stride = int8::padded(nodes);
         let (slot, groups) = forward::needed_blocks(&input.sources, nodes);
@@ -592,7 +682,7 @@ impl Model {
                 h,
                 hf_cur,
                 gru_w,
-                &self.gru_bias,
+                &fast.gru_bias,
                 nodes,
                 int8::NextStates { full: hf_next, quads: hq_next, scales: hs_next },
                 threads,

@@ -26,7 +26,7 @@ pub use programl_infer::bundle::{
     read_config, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION, VOCABULARY_FILE, WEIGHTS_FILE,
 };
 
-use crate::Ggnn;
+use crate::{Ggnn, HIDDEN};
 
 fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
     BundleError::Invalid { path: path.to_path_buf(), detail: detail.into() }
@@ -54,6 +54,19 @@ impl Bundle {
                     "the vocabulary has {} ids (with the unknown id) but the model's embedding has {} rows (config.json hyper.vocab_size)",
                     vocabulary.len(),
                     config.hyper.vocab_size
+                ),
+            ));
+        }
+        // This crate's GGNN (training, CUDA) is SPEC.md §3's shape with a
+        // fixed T; programl-infer runs the rest on the CPU.
+        if config.hyper.hidden != HIDDEN || config.hyper.stop.is_some() {
+            return Err(invalid(
+                &dir.join(CONFIG_FILE),
+                format!(
+                    "hyper.hidden {} {}: the libtorch GGNN (training, device=cuda) is {HIDDEN} wide with a fixed number of steps; \
+                     the CPU inference (programl-infer: the learned pass, eval, predict) runs this bundle",
+                    config.hyper.hidden,
+                    if config.hyper.stop.is_some() { "with hyper.stop" } else { "without hyper.stop" }
                 ),
             ));
         }

@@ -1,0 +1,316 @@
+//! Bundles of other shapes than the shipped ones run without new kernels:
+//! a state of any width (`hyper.hidden`) and adaptive depth (`hyper.stop`),
+//! on the general FP32 step. Checked against a plain f64 GGNN written out
+//! here from SPEC.md §3 (itself checked against the shipped 34-wide bundle
+//! on the specialised kernels), on real IR.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use programl::batch::{Batch, EdgeType, GraphInput, Sample};
+use programl_infer::config::{sinusoid_into, Hyper, Stop};
+use programl_infer::{Dtype, Isa, Model, Options, Precision};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn graph_of(src: &str, flags: &[&str]) -> programl::ProgramGraph {
+    let dir = tempfile::tempdir().unwrap();
+    let ll = dir.path().join("out.ll");
+    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+    let ok = std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
+    assert!(ok.unwrap().success(), "clang {src}");
+    programl::builder::build_file(&ll, &Default::default()).unwrap()
+}
+
+/// A bundle's tensors, by name.
+type Tensors = BTreeMap<String, (Vec<i64>, Vec<f32>)>;
+
+fn read_tensors(path: &Path) -> Tensors {
+    let bytes = std::fs::read(path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            let values = v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            (n, (v.shape().iter().map(|&d| d as i64).collect(), values))
+        })
+        .collect()
+}
+
+/// A node-level bundle of `hyper`'s shape with seeded random weights (the
+/// reachability bundle's vocabulary), written to a new directory; `gain`
+/// scales the recurrent weights (below 1: dynamics that settle).
+fn synthetic_with(hyper: &Hyper, seed: u64, gain: f32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = root().join("models/reachability");
+    std::fs::copy(shipped.join("vocabulary.json"), dir.path().join("vocabulary.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shipped.join("config.json")).unwrap()).unwrap();
+    config["hyper"] = serde_json::to_value(hyper).unwrap();
+    std::fs::write(dir.path().join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let mut state = seed | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let mut bytes = Vec::new();
+    let mut shapes = Vec::new();
+    for (name, shape) in hyper.tensor_shapes() {
+        let count: i64 = shape.iter().product();
+        // Xavier-like ranges, embeddings and biases of order one and 0.1.
+        let scale = match shape.as_slice() {
+            [_] => 0.1,
+            _ if name == "embedding.weight" => 1.0,
+            [rows, cols] if name.starts_with("gru.") || name.starts_with("messages.") => gain * (6.0 / (rows + cols) as f32).sqrt(),
+            [rows, cols] => (6.0 / (rows + cols) as f32).sqrt(),
+            _ => 1.0,
+        };
+        let values: Vec<f32> = (0..count).map(|_| uniform() * scale).collect();
+        bytes.push(values.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        shapes.push((name.to_string(), shape.iter().map(|&d| d as usize).collect::<Vec<_>>()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = shapes
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s), b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.path().join("weights.safetensors")).unwrap();
+    dir
+}
+
+fn synthetic(hyper: &Hyper, seed: u64) -> tempfile::TempDir {
+    synthetic_with(hyper, seed, 1.0)
+}
+
+/// The GGNN of SPEC.md §3 in f64, straight from the tensors: per-node class
+/// probabilities after `steps` steps (every graph the same T).
+fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> Vec<f64> {
+    let h = hyper.hidden as usize;
+    let text = h - 2;
+    let t = |name: &str| -> Vec<f64> { tensors[name].1.iter().map(|&x| x as f64).collect() };
+    let (emb, wm, bm, gw, gb) = (t("embedding.weight"), t("messages.weight"), t("messages.bias"), t("gate.weight"), t("gate.bias"));
+    let (wih, whh, bih, bhh) = (t("gru.weight_ih"), t("gru.weight_hh"), t("gru.bias_ih"), t("gru.bias_hh"));
+    let (rgw, rgb, rtw, rtb) = (t("readout.gate.weight"), t("readout.gate.bias"), t("readout.transform.weight"), t("readout.transform.bias"));
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    // y = W x + b for W [rows, cols] row-major.
+    let affine = |w: &[f64], b: Option<&[f64]>, x: &[f64], rows: usize| -> Vec<f64> {
+        (0..rows).map(|r| b.map_or(0.0, |b| b[r]) + (0..x.len()).map(|c| w[r * x.len() + c] * x[c]).sum::<f64>()).collect()
+    };
+    let n = batch.node_count();
+    let v = hyper.selector_value;
+    let mut h0 = vec![vec![0f64; h]; n];
+    for (i, row) in h0.iter_mut().enumerate() {
+        let tok = batch.tokens()[i];
+        let tok = if (0..hyper.vocab_size as i64).contains(&tok) { tok as usize } else { 0 };
+        row[..text].copy_from_slice(&emb[tok * text..(tok + 1) * text]);
+        let root = batch.selector()[i] != 0;
+        row[text] = if root { 0.0 } else { v };
+        row[text + 1] = if root { v } else { 0.0 };
+    }
+    let gate = |p: i64| -> Vec<f64> {
+        let mut s = vec![0f32; h];
+        sinusoid_into(p, &mut s);
+        let s: Vec<f64> = s.iter().map(|&x| x as f64).collect();
+        affine(&gw, Some(&gb), &s, h).into_iter().map(|x| 2.0 * sig(x)).collect()
+    };
+    let mut cur = h0.clone();
+    for _ in 0..steps {
+        let mut acc = vec![vec![0f64; h]; n];
+        let mut deg = vec![0usize; n];
+        for ty in EdgeType::ALL {
+            let e = batch.edges(ty);
+            let k = ty as usize;
+            for i in 0..e.len() {
+                let (u, w) = (e.sources[i] as usize, e.targets[i] as usize);
+                let msg = affine(&wm[k * h * h..(k + 1) * h * h], Some(&bm[k * h..(k + 1) * h]), &cur[u], h);
+                let g = gate(e.positions[i].clamp(0, hyper.positions - 1));
+                for j in 0..h {
+                    acc[w][j] += msg[j] * g[j];
+                }
+                deg[w] += 1;
+            }
+        }
+        cur = (0..n)
+            .map(|i| {
+                let m: Vec<f64> = acc[i].iter().map(|x| if deg[i] > 0 { x / deg[i] as f64 } else { 0.0 }).collect();
+                let gi = affine(&wih, Some(&bih), &m, 3 * h);
+                let gh = affine(&whh, Some(&bhh), &cur[i], 3 * h);
+                (0..h)
+                    .map(|j| {
+                        let r = sig(gi[j] + gh[j]);
+                        let z = sig(gi[h + j] + gh[h + j]);
+                        let nn = (gi[2 * h + j] + r * gh[2 * h + j]).tanh();
+                        (1.0 - z) * nn + z * cur[i][j]
+                    })
+                    .collect()
+            })
+            .collect();
+    }
+    let c = hyper.classes as usize;
+    let mut out = Vec::with_capacity(n * c);
+    for i in 0..n {
+        let both: Vec<f64> = cur[i].iter().chain(&h0[i]).copied().collect();
+        let g = affine(&rgw, Some(&rgb), &both, c);
+        let val = affine(&rtw, Some(&rtb), &cur[i], c);
+        let logits: Vec<f64> = (0..c).map(|k| sig(g[k]) * val[k]).collect();
+        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = logits.iter().map(|x| (x - max).exp()).sum();
+        out.extend(logits.iter().map(|x| (x - max).exp() / sum));
+    }
+    out
+}
+
+fn max_diff(a: &[f32], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
+}
+
+fn fp32(steps: Option<i64>) -> Options {
+    Options { steps, threads: 1, dtype: Dtype::F32, isa: None }
+}
+
+/// Three roots of a real C++ unit and one of a C one, as a batch.
+fn inputs(vocabulary: &programl::vocab::Vocabulary) -> Vec<GraphInput> {
+    let cpp = graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O1"]);
+    let c = graph_of("examples/hello.c", &["-O0"]);
+    [&cpp, &cpp, &c].iter().map(|g| GraphInput::new(g, vocabulary).unwrap()).collect()
+}
+
+fn batch_of<'a>(inputs: &'a [GraphInput]) -> Batch {
+    let samples: Vec<Sample<'a>> =
+        inputs.iter().enumerate().map(|(i, g)| Sample { graph: g, root: Some((i as u32 * 11) % g.node_count() as u32), positives: None }).collect();
+    Batch::from_samples(&samples).unwrap()
+}
+
+/// The reference is the GGNN the shipped bundles compute: on the shipped
+/// reachability bundle (34 wide, the specialised kernels), within 1e-4.
+#[test]
+fn the_reference_is_the_shipped_models_arithmetic() {
+    let dir = root().join("models/reachability");
+    let model = Model::open(&dir).unwrap();
+    let tensors = read_tensors(&dir.join("weights.safetensors"));
+    let inputs = inputs(&model.vocabulary);
+    let batch = batch_of(&inputs);
+    let got = model.node_probabilities(&batch, &fp32(Some(6))).unwrap();
+    let want = reference(&model.config.hyper, &tensors, &batch, 6);
+    let d = max_diff(&got.probabilities, &want);
+    assert!(d < 1e-4, "shipped reachability against the reference: {d}");
+}
+
+/// States 18 and 66 wide run on the general step (FP32 whatever the
+/// request), at 1 and 2 threads and on every path the CPU runs, within
+/// 1e-4 of the reference.
+#[test]
+fn any_width_runs_and_matches_the_reference() {
+    for (hidden, seed) in [(18i64, 7u64), (66, 11)] {
+        let hyper = Hyper { hidden, steps: 8, ..Hyper::spec(0) };
+        let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+        let hyper = Hyper { vocab_size: vocab.len(), ..hyper };
+        let dir = synthetic(&hyper, seed);
+        let model = Model::open(dir.path()).unwrap();
+        let tensors = read_tensors(&dir.path().join("weights.safetensors"));
+        let inputs = inputs(&model.vocabulary);
+        let batch = batch_of(&inputs);
+        let want = reference(&hyper, &tensors, &batch, 8);
+        let spread = want.chunks_exact(2).map(|p| p[1]).fold((1f64, 0f64), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        assert!(spread.1 - spread.0 > 0.01, "hidden {hidden}: the random model's probabilities barely vary ({spread:?})");
+        for isa in [Isa::Portable, Isa::Avx2] {
+            if !programl_infer::cpu::run_test_on(isa, &format!("any_width_runs_and_matches_the_reference [{isa}]")) {
+                continue;
+            }
+            for threads in [1, 2] {
+                let opts = Options { steps: None, threads, dtype: Dtype::Int8, isa: Some(isa) };
+                let got = model.node_probabilities(&batch, &opts).unwrap();
+                assert_eq!((got.precision, got.steps, got.steps_per_graph.clone()), (Precision::F32, 8, vec![8; 3]), "hidden {hidden}");
+                let d = max_diff(&got.probabilities, &want);
+                assert!(d < 1e-4, "hidden {hidden}, {isa}, {threads} threads: {d} from the reference");
+            }
+        }
+    }
+}
+
+/// Adaptive depth: each graph stops when its states stop moving (within
+/// the tolerance), at most `max_steps`; a graph's probabilities and step
+/// count are those of the same graph alone, and those of a fixed run of
+/// that many steps, bit for bit; a zero tolerance runs the cap.
+#[test]
+fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let stop = Stop { tolerance: 1e-3, max_steps: 60 };
+    let hyper = Hyper { hidden: 18, steps: 8, stop: Some(stop), ..Hyper::spec(vocab.len()) };
+    let dir = synthetic_with(&hyper, 3, 0.3);
+    let model = Model::open(dir.path()).unwrap();
+    let inputs = inputs(&model.vocabulary);
+    let batch = batch_of(&inputs);
+    let got = model.node_probabilities(&batch, &fp32(None)).unwrap();
+    eprintln!("steps per graph: {:?}", got.steps_per_graph);
+    assert_eq!(got.steps_per_graph.len(), 3);
+    assert!(got.steps_per_graph.iter().all(|&s| (1..60).contains(&s)), "{:?}: none converged", got.steps_per_graph);
+    assert_eq!(got.steps, *got.steps_per_graph.iter().max().unwrap());
+    let bits = |p: &[f32]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let offsets = batch.offsets().to_vec();
+    for (g, input) in inputs.iter().enumerate() {
+        let rows = offsets[g] as usize * 2..offsets[g + 1] as usize * 2;
+        let root = Some((g as u32 * 11) % input.node_count() as u32);
+        let alone = Batch::from_samples(&[Sample { graph: input, root, positives: None }]).unwrap();
+        let one = model.node_probabilities(&alone, &fp32(None)).unwrap();
+        assert_eq!(one.steps_per_graph, vec![got.steps_per_graph[g]], "graph {g}: steps alone");
+        assert_eq!(bits(&one.probabilities), bits(&got.probabilities[rows.clone()]), "graph {g} alone");
+        let fixed = model.node_probabilities(&alone, &fp32(Some(got.steps_per_graph[g]))).unwrap();
+        assert_eq!(bits(&fixed.probabilities), bits(&one.probabilities), "graph {g}: a fixed run of its steps");
+    }
+    // The tolerance decides: zero runs the cap.
+    let strict = Hyper { stop: Some(Stop { tolerance: 0.0, max_steps: 12 }), ..hyper.clone() };
+    let dir = synthetic_with(&strict, 3, 0.3);
+    let model = Model::open(dir.path()).unwrap();
+    let got = model.node_probabilities(&batch, &fp32(None)).unwrap();
+    assert_eq!(got.steps_per_graph, vec![12; 3]);
+    // A 34-wide bundle with a stopping rule runs it too (the general step).
+    let shipped = Hyper { stop: Some(Stop { tolerance: 1e-3, max_steps: 60 }), ..Hyper::spec(vocab.len()) };
+    let dir = synthetic_with(&shipped, 5, 0.3);
+    let model = Model::open(dir.path()).unwrap();
+    let got = model.node_probabilities(&batch, &Options { dtype: Dtype::Int8, ..fp32(None) }).unwrap();
+    assert_eq!(got.precision, Precision::F32);
+    assert!(got.steps_per_graph.iter().all(|&s| (1..=60).contains(&s)), "{:?}", got.steps_per_graph);
+}
+
+/// Shapes a bundle cannot have are one error naming config.json.
+#[test]
+fn a_bad_width_or_stopping_rule_is_an_error_naming_the_config() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let good = Hyper { hidden: 18, ..Hyper::spec(vocab.len()) };
+    for (edit, says) in [
+        (serde_json::json!({"hidden": 17}), "hyper.hidden 17 is not an even width"),
+        (serde_json::json!({"hidden": 2}), "hyper.hidden 2 is not an even width"),
+        (serde_json::json!({"hidden": 100000}), "hyper.hidden 100000"),
+        (serde_json::json!({"stop": {"tolerance": -1.0, "max_steps": 5}}), "hyper.stop.tolerance -1"),
+        (serde_json::json!({"stop": {"tolerance": 0.1, "max_steps": 0}}), "hyper.stop.max_steps 0"),
+        (serde_json::json!({"stop": {"tolerance": 0.1}}), "max_steps"),
+    ] {
+        let dir = synthetic(&good, 1);
+        let path = dir.path().join("config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for (k, v) in edit.as_object().unwrap() {
+            config["hyper"][k] = v.clone();
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        let e = match Model::open(dir.path()) {
+            Ok(_) => panic!("{edit} opened"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("config.json") && e.contains(says), "{edit}: {e}");
+    }
+    // Weights of another width than the config's: one error naming them.
+    let dir = synthetic(&good, 1);
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["hyper"]["hidden"] = serde_json::json!(20);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let e = match Model::open(dir.path()) {
+        Ok(_) => panic!("18-wide weights opened as 20"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("weights.safetensors") && e.contains("expected [20, 20]"), "{e}");
+}
