@@ -278,6 +278,90 @@ impl ProgramGraph {
         entries
     }
 
+    /// The functions `from` reaches through calls (itself included),
+    /// never entering those in `exclude` (nor going through them): a call
+    /// edge into a function's entry instruction is a call of it. A
+    /// declaration is reached as any callee is.
+    pub fn call_closure(&self, from: FunctionId, exclude: &[FunctionId]) -> std::collections::BTreeSet<FunctionId> {
+        let entries = self.entries();
+        let mut entry_of: std::collections::HashMap<u32, FunctionId> =
+            entries.iter().enumerate().filter_map(|(f, e)| e.map(|e| (e, f as FunctionId))).collect();
+        // A declaration's only node is its placeholder: calls reach it.
+        for id in self.graph.node_indices() {
+            let node = &self.graph[id];
+            if let (Some(f), true) = (node.function, node.text == UNDEFINED_FUNCTION_TEXT) {
+                entry_of.insert(id.index() as u32, f);
+            }
+        }
+        let mut callees: Vec<Vec<FunctionId>> = vec![Vec::new(); self.functions.len()];
+        for e in self.graph.edge_references() {
+            if e.weight().flow != Flow::Call {
+                continue;
+            }
+            let (Some(caller), Some(&callee)) = (self.graph[e.source()].function, entry_of.get(&(e.target().index() as u32))) else {
+                continue;
+            };
+            if caller != callee {
+                callees[caller as usize].push(callee);
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![from];
+        while let Some(f) = stack.pop() {
+            if (f != from && exclude.contains(&f)) || !seen.insert(f) {
+                continue;
+            }
+            stack.extend(callees.get(f as usize).into_iter().flatten().copied());
+        }
+        seen
+    }
+
+    /// The graph of the functions `keep` alone: `[external]`, their nodes,
+    /// the constants their instructions use, and the edges among these
+    /// (node ids renumbered in the same order; functions renumbered, their
+    /// entries with them). For example one kernel of a module with several:
+    /// the kernel and what it calls ([`ProgramGraph::call_closure`]), the
+    /// other kernels left out.
+    pub fn functions_subgraph(&self, keep: &std::collections::BTreeSet<FunctionId>) -> ProgramGraph {
+        let n = self.node_count();
+        let mut kept = vec![false; n];
+        for id in self.graph.node_indices() {
+            kept[id.index()] = id.index() == 0 || self.graph[id].function.is_some_and(|f| keep.contains(&f));
+        }
+        // Module-level nodes (constants, globals' values) that a kept
+        // function's node uses or defines.
+        for e in self.graph.edge_references() {
+            let (s, t) = (e.source().index(), e.target().index());
+            for (a, b) in [(s, t), (t, s)] {
+                if a != 0 && kept[b] && b != 0 && self.graph[NodeIndex::new(a)].function.is_none() {
+                    kept[a] = true;
+                }
+            }
+        }
+        let function_ids: BTreeMap<FunctionId, FunctionId> = keep.iter().enumerate().map(|(i, &f)| (f, i as FunctionId)).collect();
+        let mut out = ProgramGraph { graph: DiGraph::default(), functions: Vec::new(), modules: self.modules.clone() };
+        let mut new_id = vec![u32::MAX; n];
+        for id in self.graph.node_indices() {
+            if kept[id.index()] {
+                let mut node = self.graph[id].clone();
+                node.function = node.function.and_then(|f| function_ids.get(&f).copied());
+                new_id[id.index()] = out.graph.add_node(node).index() as u32;
+            }
+        }
+        for e in self.graph.edge_references() {
+            let (s, t) = (new_id[e.source().index()], new_id[e.target().index()]);
+            if s != u32::MAX && t != u32::MAX {
+                out.graph.add_edge(NodeIndex::new(s as usize), NodeIndex::new(t as usize), *e.weight());
+            }
+        }
+        out.functions = keep
+            .iter()
+            .filter_map(|&f| self.functions.get(f as usize))
+            .map(|f| Function { entry: f.entry.map(|e| new_id[e as usize]).filter(|&e| e != u32::MAX), ..f.clone() })
+            .collect();
+        out
+    }
+
     /// Checks the invariants listed in the module docs; returns every
     /// violation found, each naming the node, edge or function.
     pub fn validate(&self) -> Result<(), Vec<String>> {

@@ -34,6 +34,10 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize)]
 pub struct Hyper {
     pub steps: i64,
+    /// Adaptive depth (`programl_infer::config::Stop`): present, the pass
+    /// leaves the number of steps to it unless `steps=` is given.
+    #[serde(default)]
+    pub stop: Option<serde_json::Value>,
     /// A graph-level head (head `graph`).
     #[serde(default)]
     pub graph: Option<GraphHead>,

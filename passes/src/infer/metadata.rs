@@ -29,7 +29,8 @@
 //!   predictions for arguments, as (root, argument index, probability)
 //!   triples;
 //! - `!programl.device !{!"gpu", float P}` (or `"cpu"`): graph-level device
-//!   mapping, on each kernel, P the probability of the device named.
+//!   mapping, on each kernel, P the probability of the device named (in a
+//!   module of several kernels, each decided on its own graph).
 //!
 //! Module-level classification: `!programl.class = !{!C}`, `!C = !{!"CLASS", float P}`.
 //!

@@ -221,7 +221,8 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let labelled = labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));
     t.features = ms(clock);
 
-    let steps = p.steps.unwrap_or(config.hyper.steps);
+    // The bundle's T, or 0: its stopping rule (`hyper.stop`) decides.
+    let steps = p.steps.unwrap_or(if config.hyper.stop.is_some() { 0 } else { config.hyper.steps });
     let clock = Instant::now();
     let mut results: Vec<RootResult> = Vec::with_capacity(roots.len());
     let mut batcher = Batcher::new(BATCH_NODES);
@@ -412,8 +413,53 @@ struct GraphDecision<'a> {
     dtype: &'static str,
     steps: i64,
     aux: BTreeMap<&'a str, f32>,
+    /// The kernel decided for, where a device-mapping module holds
+    /// several (each from its own graph); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel: Option<&'a str>,
     class: &'a str,
     probabilities: BTreeMap<&'a str, f32>,
+}
+
+/// The module's kernels (defined functions with the `spir_kernel`,
+/// `ptx_kernel` or `amdgpu_kernel` calling convention), with their names.
+///
+/// # Safety
+/// `module` is valid.
+unsafe fn kernels(module: LLVMModuleRef) -> Vec<(LLVMValueRef, String)> {
+    const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
+    anchor::functions(module)
+        .into_iter()
+        .filter(|&f| LLVMIsDeclaration(f) == 0 && KERNEL_CONVENTIONS.contains(&LLVMGetFunctionCallConv(f)))
+        .map(|f| {
+            let mut len = 0usize;
+            let p = LLVMGetValueName2(f, &mut len);
+            let name = if p.is_null() { String::new() } else { String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned() };
+            (f, name)
+        })
+        .collect()
+}
+
+/// Each kernel's graph, for a module with several: the kernel and what it
+/// calls, the other kernels left out ([`ProgramGraph::call_closure`]), as
+/// a kernel compiled alone gives it (device mapping is trained on one
+/// kernel per module). `None` with fewer than two kernels, or where a
+/// kernel has no function of its name in the graph.
+fn kernel_graphs(graph: &ProgramGraph, kernels: &[(LLVMValueRef, String)]) -> Option<Vec<ProgramGraph>> {
+    if kernels.len() < 2 {
+        return None;
+    }
+    let ids: Option<Vec<u32>> =
+        kernels.iter().map(|(_, name)| graph.functions.iter().position(|f| &f.name == name).map(|i| i as u32)).collect();
+    let ids = ids?;
+    Some(
+        ids.iter()
+            .map(|&k| {
+                let others: Vec<u32> = ids.iter().copied().filter(|&x| x != k).collect();
+                graph.functions_subgraph(&graph.call_closure(k, &others))
+            })
+            .collect(),
+    )
 }
 
 /// A graph-level bundle (device mapping, classification): one prediction
@@ -458,35 +504,50 @@ unsafe fn run_graph(
 
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
+    // Device mapping decides per kernel: a module with several kernels
+    // gives each its own graph; otherwise the module's graph decides.
+    let kernels = if metadata::is_device_mapping(&config.task) { kernels(module) } else { Vec::new() };
+    let per_kernel = kernel_graphs(&graph, &kernels);
     t.graph = ms(clock);
     let clock = Instant::now();
-    let input = GraphInput::new(&graph, &bundle.vocabulary).map_err(|e| format!("not model input: {e}"))?;
-    let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).map_err(|e| e.to_string())?;
+    let graphs: Vec<&ProgramGraph> = per_kernel.as_ref().map_or_else(|| vec![&graph], |g| g.iter().collect());
+    let inputs: Vec<GraphInput> =
+        graphs.iter().map(|g| GraphInput::new(g, &bundle.vocabulary)).collect::<Result<_, _>>().map_err(|e| format!("not model input: {e}"))?;
+    let samples: Vec<Sample<'_>> = inputs.iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+    let batch = Batch::from_samples(&samples).map_err(|e| e.to_string())?;
     t.features = ms(clock);
-    let steps = p.steps.unwrap_or(config.hyper.steps);
+    let steps = p.steps.unwrap_or(if config.hyper.stop.is_some() { 0 } else { config.hyper.steps });
     let clock = Instant::now();
-    let probs = model.predict_graph(&batch, &aux, steps, p.threads, p.dtype, p.isa)?;
+    let every_aux: Vec<f32> = (0..inputs.len()).flat_map(|_| aux.iter().copied()).collect();
+    let all = model.predict_graph(&batch, &every_aux, steps, p.threads, p.dtype, p.isa)?;
     t.inference = ms(clock);
-    if probs.len() != config.classes.len() {
-        return Err(format!("the runtime gave {} probabilities for {} classes", probs.len(), config.classes.len()));
+    let c = config.classes.len();
+    if all.len() != c * inputs.len() {
+        return Err(format!("the runtime gave {} probabilities for {} graphs of {c} classes", all.len(), inputs.len()));
     }
-    let best = (0..probs.len()).max_by(|&a, &b| probs[a].total_cmp(&probs[b])).unwrap_or(0);
-    let record = GraphDecision {
-        kind: "decision",
-        module: &name,
-        task: &config.task,
-        model: bundle.dir.display().to_string(),
-        dtype: model.dtype_in_effect(),
-        steps,
-        aux: names.iter().map(String::as_str).zip(aux.iter().copied()).collect(),
-        class: &config.classes[best],
-        probabilities: config.classes.iter().map(String::as_str).zip(probs.iter().copied()).collect(),
-    };
-    let line = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    let best_of = |probs: &[f32]| (0..probs.len()).max_by(|&a, &b| probs[a].total_cmp(&probs[b])).unwrap_or(0);
+    let mut lines = Vec::new();
+    for (g, probs) in all.chunks_exact(c).enumerate() {
+        let record = GraphDecision {
+            kind: "decision",
+            module: &name,
+            task: &config.task,
+            model: bundle.dir.display().to_string(),
+            dtype: model.dtype_in_effect(),
+            steps,
+            aux: names.iter().map(String::as_str).zip(aux.iter().copied()).collect(),
+            kernel: per_kernel.as_ref().map(|_| kernels[g].1.as_str()),
+            class: &config.classes[best_of(probs)],
+            probabilities: config.classes.iter().map(String::as_str).zip(probs.iter().copied()).collect(),
+        };
+        lines.push(serde_json::to_string(&record).map_err(|e| e.to_string())?);
+    }
     // The sidecar first: if it cannot be written, the module stays as it was.
     if let Some(path) = &p.sidecar {
-        append_lines(path, &[line]).map_err(|e| format!("sidecar {}: {e}", path.display()))?;
+        append_lines(path, &lines).map_err(|e| format!("sidecar {}: {e}", path.display()))?;
     }
+    let probs = &all[..c];
+    let best = best_of(probs);
     let clock = Instant::now();
     let fingerprint = metadata::graph_fingerprint(&graph);
     let entry = metadata::ModelEntry {
@@ -497,7 +558,13 @@ unsafe fn run_graph(
         steps,
         graph: &fingerprint,
     };
-    let annotated = annotate_graph_level(module, &entry, &config.classes, &probs)?;
+    let annotated = match &per_kernel {
+        Some(_) => {
+            let decisions: Vec<(LLVMValueRef, &[f32])> = kernels.iter().map(|k| k.0).zip(all.chunks_exact(c)).collect();
+            annotate_kernels(module, &entry, &config.classes, &decisions)?
+        }
+        None => annotate_graph_level(module, &entry, &config.classes, probs)?,
+    };
     t.annotate = ms(clock);
     t.total = ms(start);
     log::info!(
@@ -724,6 +791,32 @@ pub unsafe fn annotate_graph_level(
         w.add_named(metadata::CLASS_NAMED, pair);
         Ok(1)
     }
+}
+
+/// [`annotate_graph_level`] for device mapping with a decision per
+/// kernel: `decisions` pairs each kernel with its class probabilities, and
+/// each gets `!programl.device` for its own likelier device.
+///
+/// # Safety
+/// `module` is valid and may be modified; the functions are its own.
+pub unsafe fn annotate_kernels(
+    module: LLVMModuleRef,
+    entry: &metadata::ModelEntry<'_>,
+    classes: &[String],
+    decisions: &[(LLVMValueRef, &[f32])],
+) -> Result<usize, String> {
+    if classes.is_empty() || decisions.iter().any(|(_, p)| p.len() != classes.len()) {
+        return Err(format!("probabilities that do not match {} classes", classes.len()));
+    }
+    let kept = metadata::clear(module, metadata::Annotated::Graph(entry.task), entry.graph);
+    let w = metadata::Writer::new(module);
+    metadata::write_header(&w, &kept, entry);
+    let kind = w.kind(metadata::DEVICE);
+    for &(f, probs) in decisions {
+        let best = (0..probs.len()).max_by(|&a, &b| probs[a].total_cmp(&probs[b])).unwrap_or(0);
+        w.set_function(f, kind, w.node(&[w.string(&classes[best]), w.real(probs[best])]));
+    }
+    Ok(decisions.len())
 }
 
 /// Appends `lines` to `path` in one `write` on a file opened for appending,
