@@ -19,6 +19,7 @@ mod metrics;
 mod optim;
 mod plot;
 mod poj104;
+mod recipe;
 mod train;
 
 use std::path::{Path, PathBuf};
@@ -163,6 +164,27 @@ enum Command {
         /// The run directory (re-running the same command resumes it).
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Run a shipped model's training recipe (DIR/recipe.json: its phases,
+    /// rates, limits and budgets) to its end and ship the bundle into DIR
+    /// as a whole; resumable, and continued from the checkpoints kept in
+    /// DIR on a machine without the runs.
+    Recipe {
+        /// The bundle's directory, holding recipe.json (e.g. models/liveness).
+        dir: PathBuf,
+        /// The dataset store the phases train on.
+        #[arg(long)]
+        data: PathBuf,
+        /// Where the phases' runs live (default: $PROGRAML_CACHE/runs/recipes).
+        #[arg(long)]
+        runs: Option<PathBuf>,
+        /// Train from scratch, ignoring the checkpoints kept in DIR.
+        #[arg(long)]
+        fresh: bool,
+        #[arg(long)]
+        quiet: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -389,6 +411,12 @@ fn run(cli: Cli) -> Result<()> {
             args.val_every = args.val_every.max(1);
             args.threads = tch::get_num_threads();
             train::run(&args, &out, device)
+        }
+        Command::Recipe { dir, data, runs, fresh, quiet, runtime } => {
+            let device = runtime.apply_training("recipe")?;
+            let runs = runs.unwrap_or_else(|| programl::fsutil::cache_dir().join("runs").join("recipes"));
+            let options = recipe::Options { data, runs, fresh, threads: tch::get_num_threads(), quiet };
+            recipe::run(&dir, &options, device)
         }
         Command::Eval { model, data, subset, steps, split, seed, batch_nodes, limit, json, runtime } => {
             let device = runtime.apply_inference()?;

@@ -456,3 +456,66 @@ fn a_write_failure_names_the_file_and_the_run_completes_after() {
     let bundle = programl_model::bundle::Bundle::load(&out.join("model"), tch::Device::Cpu).unwrap();
     assert!(bundle.config.provenance.examples_seen >= 300);
 }
+
+/// `programl-train recipe`: a bundle directory's recipe.json run to its
+/// end (two phases, the second from the first's bundle) and shipped into
+/// the directory as a whole, with the recipe and each phase's record;
+/// nothing more to do on a second run; on a machine without the runs, a
+/// larger budget continues the last phase from the checkpoint kept in the
+/// bundle; a bad recipe is an error naming it.
+#[test]
+fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("datadep");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("README.md"), "kept\n").unwrap();
+    let recipe = |polish: u64| {
+        serde_json::json!({
+            "format": "programl-recipe", "version": 1, "task": "datadep",
+            "settings": {"seed": 0, "steps": 15, "state_dropout": 0.0, "pos_weight": 1.0, "batch_nodes": 4000, "val_examples": 150, "val_every": 100},
+            "phases": [
+                {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "why": "a lower rate"}
+            ]
+        })
+    };
+    std::fs::write(model.join("recipe.json"), serde_json::to_string_pretty(&recipe(100)).unwrap()).unwrap();
+    let runs = dir.path().join("runs");
+    let cmd = |runs: &Path| {
+        let mut c = trainer();
+        c.arg("recipe").arg(&model).arg("--data").arg(data).arg("--runs").arg(runs).args(["--threads", "1", "--device", "cpu", "--quiet"]);
+        c
+    };
+    run(&mut cmd(&runs));
+    for f in ["config.json", "weights.safetensors", "vocabulary.json", "recipe.json", "README.md", "log.csv", "checkpoint/state.json", "polish/log.csv", "polish/checkpoint/state.json"] {
+        assert!(model.join(f).exists(), "{f} not shipped");
+    }
+    let state = |p: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(p.join("checkpoint/state.json")).unwrap()).unwrap() };
+    assert!(state(&model)["examples_seen"].as_u64().unwrap() >= 200);
+    assert!(state(&model.join("polish"))["examples_seen"].as_u64().unwrap() >= 100);
+    assert_eq!(state(&model.join("polish"))["args"]["lr"].as_f64(), Some(0.002));
+    assert!(state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"), "{}", state(&model.join("polish"))["init"]);
+    let bundle = programl_infer::Model::open(&model).unwrap();
+    assert_eq!(bundle.config.task, "datadep");
+    let weights = std::fs::read(model.join("weights.safetensors")).unwrap();
+    // Nothing more to do.
+    run(&mut cmd(&runs));
+    assert_eq!(std::fs::read(model.join("weights.safetensors")).unwrap(), weights);
+    let parent: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(parent.iter().all(|n| !n.starts_with(".datadep")), "staging left behind: {parent:?}");
+    // Another machine: no runs; the polish budget raised.
+    let main_before = state(&model);
+    std::fs::write(model.join("recipe.json"), serde_json::to_string_pretty(&recipe(220)).unwrap()).unwrap();
+    run(&mut cmd(&dir.path().join("elsewhere")));
+    let polish = state(&model.join("polish"));
+    assert!(polish["examples_seen"].as_u64().unwrap() >= 220, "{}", polish["examples_seen"]);
+    assert_eq!(state(&model), main_before, "phase one's budget was spent: untouched");
+    let log = std::fs::read_to_string(model.join("polish/log.csv")).unwrap();
+    assert!(log.lines().any(|l| l.starts_with("val,") && l.split(',').nth(1).unwrap().parse::<u64>().unwrap() >= 200), "{log}");
+    // A bad recipe names itself.
+    std::fs::write(model.join("recipe.json"), r#"{"format": "programl-recipe", "version": 1, "task": "datadep", "phases": []}"#).unwrap();
+    let out = cmd(&runs).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("recipe.json"), "{err}");
+}

@@ -1,0 +1,261 @@
+//! A shipped DeepDataFlow model's training recipe, as data:
+//! `models/<task>/recipe.json` lists the settings every phase shares and
+//! the phases in order (learning rate, graph size limit, budget), and
+//! `programl-train recipe models/<task> --data DATA` runs it.
+//!
+//! Each phase is a `train` run of its own (`RUNS/<task>-<phase>`),
+//! resumable and with a cumulative budget; every phase but the first
+//! starts from the previous phase's bundle (`--init`: validated first, so a
+//! phase never ships worse than what it started from). When the last
+//! phase's budget is spent, the last run's bundle is shipped into the
+//! recipe's directory as a whole (`bundle::replace_dir`: staged, then
+//! renamed; a kill leaves the old bundle or the new one), with the recipe
+//! and every phase's record (checkpoint, `log.csv`, `curves.png`: the
+//! first phase's in the directory itself, the others' in `<phase>/`).
+//!
+//! On a machine without the runs (a fresh clone), each run starts from
+//! the checkpoint kept in the bundle's directory, so running the recipe
+//! again with larger budgets continues where the last session stopped;
+//! `--fresh` ignores those and trains from scratch.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use programl_model::bundle;
+use serde::{Deserialize, Serialize};
+use tch::Device;
+
+use crate::train::{self, Budget, TrainArgs};
+
+/// `recipe.json`'s `format`, and the version this program reads.
+pub const FORMAT: &str = "programl-recipe";
+pub const VERSION: u32 = 1;
+pub const FILE: &str = "recipe.json";
+
+/// A model's recipe. Settings left out take `train`'s defaults.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    pub format: String,
+    pub version: u32,
+    /// reachability, dominance, datadep, liveness or subexpressions.
+    pub task: String,
+    /// What the phases share (`train`'s flags of the same names).
+    pub settings: Settings,
+    pub phases: Vec<Phase>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub seed: u64,
+    pub steps: i64,
+    pub state_dropout: f64,
+    pub pos_weight: f64,
+    pub batch_nodes: usize,
+    pub val_examples: usize,
+    pub val_every: u64,
+}
+
+/// One phase: a `train` run at its own rate and graph size limit.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Names the run (`<task>-<name>`) and, but for the first phase, the
+    /// subdirectory of the bundle that keeps its record.
+    pub name: String,
+    pub lr: f64,
+    /// Training skips examples whose graph has more nodes.
+    pub max_nodes: usize,
+    /// Examples (`61066`) or wall time (`45m`), cumulative over resumes.
+    pub budget: String,
+    /// Why this phase (kept with the data).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
+}
+
+impl Recipe {
+    /// Reads and checks `dir/recipe.json`.
+    pub fn read(dir: &Path) -> Result<Recipe> {
+        let path = dir.join(FILE);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read the recipe", path.display()))?;
+        let r: Recipe = serde_json::from_str(&text).with_context(|| format!("{}: not a recipe", path.display()))?;
+        if r.format != FORMAT || r.version != VERSION {
+            bail!("{}: format '{}' version {}, expected '{FORMAT}' version {VERSION}", path.display(), r.format, r.version);
+        }
+        if r.phases.is_empty() {
+            bail!("{}: no phases", path.display());
+        }
+        for (i, p) in r.phases.iter().enumerate() {
+            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                bail!("{}: phase {i}'s name '{}' is not a plain name (letters, digits, - and _)", path.display(), p.name);
+            }
+            if r.phases[..i].iter().any(|q| q.name == p.name) {
+                bail!("{}: two phases named '{}'", path.display(), p.name);
+            }
+            p.budget.parse::<Budget>().map_err(|e| anyhow::anyhow!("{}: phase '{}': {e}", path.display(), p.name))?;
+            if !(p.lr.is_finite() && p.lr > 0.0) {
+                bail!("{}: phase '{}': lr {} is not positive", path.display(), p.name, p.lr);
+            }
+        }
+        Ok(r)
+    }
+
+    /// Where phase `i` keeps its record inside the bundle's directory.
+    fn record(&self, dir: &Path, i: usize) -> PathBuf {
+        if i == 0 {
+            dir.to_path_buf()
+        } else {
+            dir.join(&self.phases[i].name)
+        }
+    }
+}
+
+/// How `recipe` runs.
+pub struct Options {
+    pub data: PathBuf,
+    /// Where the phases' runs live.
+    pub runs: PathBuf,
+    /// Train from scratch: ignore the checkpoints kept in the bundle.
+    pub fresh: bool,
+    pub threads: i32,
+    pub quiet: bool,
+}
+
+/// Runs `dir`'s recipe to its end and ships the bundle into `dir`.
+pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
+    let recipe = Recipe::read(dir)?;
+    std::fs::create_dir_all(&o.runs).with_context(|| format!("{}: cannot create the runs' directory", o.runs.display()))?;
+    let runs: Vec<PathBuf> = recipe.phases.iter().map(|p| o.runs.join(format!("{}-{}", recipe.task, p.name))).collect();
+    for (i, phase) in recipe.phases.iter().enumerate() {
+        let run = &runs[i];
+        if !o.fresh {
+            seed(run, &recipe.record(dir, i), dir)?;
+        }
+        let s = &recipe.settings;
+        let args = TrainArgs {
+            task: recipe.task.clone(),
+            data: o.data.clone(),
+            seed: s.seed,
+            lr: phase.lr,
+            init: (i > 0).then(|| runs[i - 1].join("model")),
+            steps: s.steps,
+            state_dropout: s.state_dropout,
+            pos_weight: s.pos_weight,
+            batch_nodes: s.batch_nodes,
+            max_nodes: phase.max_nodes,
+            val_examples: s.val_examples,
+            val_every: s.val_every.max(1),
+            budget: Some(phase.budget.parse::<Budget>().map_err(anyhow::Error::msg)?),
+            checkpoint_every_s: 120.0,
+            threads: o.threads,
+            quiet: o.quiet,
+        };
+        // A phase whose budget is spent is done (its data need not be the
+        // store given now: a later phase may train on a larger one).
+        if spent(run, args.budget.expect("set above")) {
+            if !o.quiet {
+                eprintln!("[recipe] {}: phase {} ({}) is done", recipe.task, i + 1, phase.name);
+            }
+            continue;
+        }
+        if !o.quiet {
+            eprintln!("[recipe] {}: phase {} of {} ({}), lr {}, budget {}", recipe.task, i + 1, recipe.phases.len(), phase.name, phase.lr, phase.budget);
+        }
+        train::run(&args, run, device).with_context(|| format!("{}: phase '{}'", dir.display(), phase.name))?;
+    }
+    ship(dir, &recipe, &runs)
+}
+
+/// Whether the run in `run` has spent `budget` (by its checkpoint).
+fn spent(run: &Path, budget: Budget) -> bool {
+    let Ok(text) = std::fs::read_to_string(run.join("checkpoint/state.json")) else { return false };
+    let Ok(state) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
+    match budget {
+        Budget::Examples(n) => state["examples_seen"].as_u64().is_some_and(|e| e >= n),
+        Budget::Seconds(t) => state["wall_s"].as_f64().is_some_and(|w| w >= t),
+    }
+}
+
+/// Seeds the run directory `run` from the record kept in `kept` (a run of
+/// an earlier session or machine): its checkpoint, log and curves, and
+/// the shipped bundle as its best model so far.
+fn seed(run: &Path, kept: &Path, shipped: &Path) -> Result<()> {
+    if run.join("checkpoint/state.json").exists() || !kept.join("checkpoint/state.json").exists() {
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(run);
+    std::fs::create_dir_all(run.join("model"))?;
+    copy_dir(&kept.join("checkpoint"), &run.join("checkpoint"))?;
+    for f in ["log.csv", "curves.png"] {
+        if kept.join(f).exists() {
+            std::fs::copy(kept.join(f), run.join(f))?;
+        }
+    }
+    for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE] {
+        if shipped.join(f).exists() {
+            std::fs::copy(shipped.join(f), run.join("model").join(f))?;
+        }
+    }
+    std::fs::copy(shipped.join(bundle::VOCABULARY_FILE), run.join(bundle::VOCABULARY_FILE))?;
+    Ok(())
+}
+
+/// Replaces `dir` as a whole: the last run's bundle, the recipe, and each
+/// phase's record.
+fn ship(dir: &Path, recipe: &Recipe, runs: &[PathBuf]) -> Result<()> {
+    let last = runs.last().expect("a recipe has phases").join("model");
+    bundle::replace_dir(dir, |staging| {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| bundle::BundleError::Io { path, source }
+        };
+        for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE] {
+            std::fs::copy(last.join(f), staging.join(f)).map_err(io(&last.join(f)))?;
+        }
+        let text = serde_json::to_string_pretty(recipe).expect("a recipe serialises") + "\n";
+        std::fs::write(staging.join(FILE), text).map_err(io(&staging.join(FILE)))?;
+        for (i, run) in runs.iter().enumerate() {
+            let record = recipe.record(staging, i);
+            std::fs::create_dir_all(&record).map_err(io(&record))?;
+            for f in ["log.csv", "curves.png"] {
+                if run.join(f).exists() {
+                    std::fs::copy(run.join(f), record.join(f)).map_err(io(&run.join(f)))?;
+                }
+            }
+            copy_dir(&run.join("checkpoint"), &record.join("checkpoint")).map_err(io(&run.join("checkpoint")))?;
+        }
+        // Files of the old bundle that no phase writes (a README, a
+        // `noaux/` variant) stay.
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let to = staging.join(&name);
+            let phase_dir = recipe.phases.iter().any(|p| p.name == name.to_string_lossy());
+            if !to.exists() && !phase_dir && name != "checkpoint" {
+                let from = entry.path();
+                if from.is_dir() {
+                    copy_dir(&from, &to).map_err(io(&from))?;
+                } else {
+                    std::fs::copy(&from, &to).map_err(io(&from))?;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
