@@ -111,6 +111,16 @@ impl Vocabulary {
         Vocabulary { tokens, index }
     }
 
+    /// This vocabulary with the texts of `more` that it lacks appended, in
+    /// `more`'s order: every id it had is unchanged, so a model trained
+    /// with it keeps its embedding rows and the new texts get rows of
+    /// their own (`programl-train train --init B --extend-vocab`).
+    pub fn extended(&self, more: &Vocabulary) -> Vocabulary {
+        let mut tokens = self.tokens.clone();
+        tokens.extend(more.tokens.iter().filter(|(t, _)| !self.index.contains_key(t)).cloned());
+        Vocabulary::from_tokens(tokens)
+    }
+
     /// Occurrences in `counts` whose text has an id.
     pub fn covered(&self, counts: &Counts) -> u64 {
         counts.texts.iter().filter(|(t, _)| self.index.contains_key(*t)).map(|(_, &c)| c).sum()
@@ -209,6 +219,20 @@ mod tests {
 
     fn counts(pairs: &[(&str, u64)]) -> Counts {
         Counts { texts: pairs.iter().map(|(t, c)| (t.to_string(), *c)).collect(), total: pairs.iter().map(|p| p.1).sum() }
+    }
+
+    /// Extending keeps every id and appends only the new texts, in the
+    /// other vocabulary's order; the result reads back from its JSON.
+    #[test]
+    fn extending_keeps_ids_and_appends_new_texts() {
+        let c = Vocabulary::from_counts(&counts(&[("load", 9), ("br", 5), ("call", 3)]), 1, None);
+        let cxx = Vocabulary::from_counts(&counts(&[("invoke", 40), ("load", 30), ("landingpad", 20), ("call", 10), ("resume", 2)]), 1, None);
+        let v = c.extended(&cxx);
+        assert_eq!([v.id("load"), v.id("br"), v.id("call")], [c.id("load"), c.id("br"), c.id("call")]);
+        assert_eq!([v.id("invoke"), v.id("landingpad"), v.id("resume")], [4, 5, 6]);
+        assert_eq!(v.len(), 7);
+        assert_eq!(Vocabulary::from_json(&v.to_json(), Path::new("v.json")).unwrap(), v);
+        assert_eq!(c.extended(&c), c);
     }
 
     #[test]

@@ -148,11 +148,39 @@ pub fn save_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
 
 /// Reads `path` into `model`, checking every name, shape and dtype.
 pub fn load_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
+    load_weights_as(model, path, false).map(|_| ())
+}
+
+/// [`load_weights`] for a model whose vocabulary extends the bundle's
+/// (`Vocabulary::extended`): an `embedding.weight` with fewer rows than
+/// the model's fills the first rows, the others keep the model's
+/// initialisation. Returns the rows read.
+pub fn load_weights_grown(model: &Ggnn, path: &Path) -> Result<i64, BundleError> {
+    load_weights_as(model, path, true)
+}
+
+fn load_weights_as(model: &Ggnn, path: &Path, grow: bool) -> Result<i64, BundleError> {
     if !path.exists() {
         return Err(BundleError::Io { path: path.to_path_buf(), source: std::io::Error::from(std::io::ErrorKind::NotFound) });
     }
     let read = Tensor::read_safetensors(path).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
     let mut found: BTreeMap<String, Tensor> = read.into_iter().collect();
+    let rows = model.hyper().vocab_size as i64;
+    let mut read_rows = rows;
+    if let (true, Some(old)) = (grow, found.get("embedding.weight")) {
+        let (r, current) = (old.size()[0], model.named_tensors().into_iter().find(|(n, _)| *n == "embedding.weight").map(|(_, t)| t));
+        if let (true, Some(current)) = (old.size().len() == 2 && r <= rows && old.kind() == Kind::Float, current) {
+            if old.size()[1] == current.size()[1] {
+                let grown = tch::no_grad(|| {
+                    let g = current.detach().copy();
+                    g.narrow(0, 0, r).copy_(old);
+                    g
+                });
+                read_rows = r;
+                found.insert("embedding.weight".into(), grown);
+            }
+        }
+    }
     let mut problems = Vec::new();
     let mut checked = Vec::new();
     for (name, shape) in model.hyper().tensor_shapes() {
@@ -181,5 +209,5 @@ pub fn load_weights(model: &Ggnn, path: &Path) -> Result<(), BundleError> {
             return Err(invalid(path, format!("tensor '{name}' holds NaN or infinite values")));
         }
     }
-    Ok(())
+    Ok(read_rows)
 }

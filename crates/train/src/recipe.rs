@@ -70,6 +70,10 @@ pub struct Phase {
     pub max_nodes: usize,
     /// Examples (`61066`) or wall time (`45m`), cumulative over resumes.
     pub budget: String,
+    /// Extend the previous phase's vocabulary by the training split's new
+    /// texts (`train --extend-vocab`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub extend_vocab: bool,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -140,6 +144,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             seed: s.seed,
             lr: phase.lr,
             init: (i > 0).then(|| runs[i - 1].join("model")),
+            extend_vocab: phase.extend_vocab && i > 0,
             steps: s.steps,
             state_dropout: s.state_dropout,
             pos_weight: s.pos_weight,

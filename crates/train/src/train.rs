@@ -93,6 +93,13 @@ pub struct TrainArgs {
     #[serde(skip)]
     #[arg(long)]
     pub init: Option<PathBuf>,
+    /// With --init: append the training split's node texts that the
+    /// bundle's vocabulary lacks (C++'s `invoke`, `landingpad`, `resume`
+    /// after a C corpus), with embedding rows of their own; the bundle's
+    /// ids and rows are kept. Read at the first start only.
+    #[serde(skip)]
+    #[arg(long, requires = "init")]
+    pub extend_vocab: bool,
     /// Message-passing steps T.
     #[arg(long, default_value_t = 30)]
     pub steps: i64,
@@ -239,8 +246,16 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         _ => None,
     };
     let vocab = if let Some(b) = &init {
-        b.vocabulary.save(&vocab_path)?;
-        b.vocabulary.clone()
+        let v = if args.extend_vocab {
+            let (store, _) = programl_dataset::vocab::build(&dataset, 1, None)?;
+            let v = b.vocabulary.extended(&store);
+            say(&format!("vocabulary: {} ids from {}, {} added from the training split", b.vocabulary.len(), b.dir.display(), v.len() - b.vocabulary.len()));
+            v
+        } else {
+            b.vocabulary.clone()
+        };
+        v.save(&vocab_path)?;
+        v
     } else if vocab_path.exists() {
         Vocabulary::load(&vocab_path)?
     } else {
@@ -284,7 +299,11 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let names: Vec<&str> = hyper.parameter_shapes().iter().map(|(n, _)| *n).collect();
     let ckpt = out.join("checkpoint");
     if let Some(b) = &init {
-        bundle::load_weights(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+        if args.extend_vocab {
+            bundle::load_weights_grown(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+        } else {
+            bundle::load_weights(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+        }
         if b.config.provenance.training_data_hash != hash {
             eprintln!(
                 "warning: --init {}: trained on other examples (fingerprint {}, this run's {hash})",

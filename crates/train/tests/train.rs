@@ -519,3 +519,57 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("recipe.json"), "{err}");
 }
+
+/// `--init B --extend-vocab`: a bundle whose vocabulary lacks texts of the
+/// training split (here its last three, cut from the vocabulary and the
+/// embedding) continues with those texts appended: its ids unchanged,
+/// its embedding rows the start of the run's, the new texts with rows of
+/// their own; the shipped bundle opens with the longer vocabulary.
+#[test]
+fn extending_the_vocabulary_keeps_the_bundles_ids_and_rows() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    run(trainer().args(train_args(data, &first, "150")));
+    // The first run's bundle, less its last three texts.
+    let small = dir.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mut vocab: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(first.join("model/vocabulary.json")).unwrap()).unwrap();
+    let tokens = vocab["tokens"].as_array_mut().unwrap();
+    let cut: Vec<String> = tokens.split_off(tokens.len() - 3).iter().map(|t| t["text"].as_str().unwrap().to_string()).collect();
+    let rows = tokens.len() as i64 + 1;
+    std::fs::write(small.join("vocabulary.json"), vocab.to_string()).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(first.join("model/config.json")).unwrap()).unwrap();
+    config["hyper"]["vocab_size"] = serde_json::json!(rows);
+    std::fs::write(small.join("config.json"), config.to_string()).unwrap();
+    let tensors: Vec<(String, tch::Tensor)> = tch::Tensor::read_safetensors(first.join("model/weights.safetensors"))
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| if n == "embedding.weight" { (n, t.narrow(0, 0, rows)) } else { (n, t) })
+        .collect();
+    tch::Tensor::write_safetensors(&tensors, small.join("weights.safetensors")).unwrap();
+    let embedding = tensors.iter().find(|(n, _)| n == "embedding.weight").unwrap().1.shallow_clone();
+
+    let second = dir.path().join("second");
+    let mut args = train_args(data, &second, "0");
+    args.extend(["--init".into(), small.display().to_string(), "--extend-vocab".into()]);
+    run(trainer().args(&args));
+    let grown = programl::vocab::Vocabulary::load(second.join("vocabulary.json")).unwrap();
+    let before = programl::vocab::Vocabulary::load(small.join("vocabulary.json")).unwrap();
+    assert_eq!(grown.len(), before.len() + 3);
+    for (i, (text, _)) in before.tokens().enumerate() {
+        assert_eq!(grown.id(text), i as u32 + 1, "{text}");
+    }
+    let mut appended: Vec<String> = grown.tokens().skip(before.len() - 1).map(|(t, _)| t.to_string()).collect();
+    appended.sort();
+    let mut want = cut.clone();
+    want.sort();
+    assert_eq!(appended, want);
+    // A budget of 0 trains nothing: the checkpoint's embedding starts
+    // with the bundle's rows.
+    let ckpt: Vec<(String, tch::Tensor)> = tch::Tensor::read_safetensors(second.join("checkpoint/weights.safetensors")).unwrap();
+    let e = &ckpt.iter().find(|(n, _)| n == "embedding.weight").unwrap().1;
+    assert_eq!(e.size()[0], grown.len() as i64);
+    assert!(e.narrow(0, 0, rows).equal(&embedding), "the bundle's rows kept");
+    assert!(programl_infer::Model::open(&second.join("model")).is_ok());
+}

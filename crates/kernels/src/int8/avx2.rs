@@ -40,7 +40,7 @@ unsafe fn split(quads: __m256i) -> [__m256i; 2] {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn gru_sums(inputs: [&Nodes<'_>; 2], w: &Gru, n0: usize, sums: &mut GruSums) {
-    const _: () = assert!(P == LANES && GATES % BLOCK == 0);
+    const _: () = assert!(P == LANES && GATES.is_multiple_of(BLOCK));
     for (s, x) in inputs.iter().enumerate() {
         let c = &w.sides[s];
         let mut a = [_mm256_setzero_si256(); PAIRS];
@@ -76,7 +76,7 @@ pub(crate) unsafe fn gru_sums(inputs: [&Nodes<'_>; 2], w: &Gru, n0: usize, sums:
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn message_rows(x: &Nodes<'_>, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
-    debug_assert!(first % (2 * LANES) == 0 && b.stride % (2 * LANES) == 0);
+    debug_assert!(first.is_multiple_of(2 * LANES) && b.stride.is_multiple_of(2 * LANES));
     let mut r0 = 0;
     while r0 < rows {
         let tile = (rows - r0).min(ROWS);
