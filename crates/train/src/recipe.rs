@@ -70,6 +70,12 @@ pub struct Phase {
     pub max_nodes: usize,
     /// Examples (`61066`) or wall time (`45m`), cumulative over resumes.
     pub budget: String,
+    /// The store this phase trains on, relative to `$PROGRAML_CACHE`
+    /// unless absolute (default: `--data`): a later phase may train on a
+    /// larger corpus than the earlier ones (a run refuses other data than
+    /// it started with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<PathBuf>,
     /// Extend the previous phase's vocabulary by the training split's new
     /// texts (`train --extend-vocab`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -140,7 +146,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
         let s = &recipe.settings;
         let args = TrainArgs {
             task: recipe.task.clone(),
-            data: o.data.clone(),
+            data: phase.data.as_ref().map_or_else(|| o.data.clone(), |d| programl::fsutil::cache_dir().join(d)),
             seed: s.seed,
             lr: phase.lr,
             init: (i > 0).then(|| runs[i - 1].join("model")),
