@@ -13,9 +13,11 @@
 #             no POJ-104), to test models on code they never saw; OUT
 #             defaults to $PROGRAML_CACHE/unseen-<pointers>-<levels>
 #   --cxx:    C++ projects for the DeepDataFlow corpus (leveldb,
-#             double-conversion, jsoncpp, muparser, snappy,
-#             tinyobjloader: classes, templates, exceptions, the STL), none of
-#             them in the unseen C++ set; OUT defaults to
+#             double-conversion, jsoncpp, muparser, snappy, tinyobjloader,
+#             abseil, ninja, box2d, libebml, taglib, hunspell, graphite2,
+#             uchardet, cppunit, flatbuffers: ~660 units of classes, virtual
+#             calls, templates, exceptions, the STL), none of them in (or
+#             bundling) the unseen C++ set; OUT defaults to
 #             $PROGRAML_CACHE/cxx-<pointers>-<levels>
 #   --unseen-cxx: five C++ projects the corpus does not contain (tinyxml2,
 #             yaml-cpp, fmtlib, re2, pugixml: classes, virtual calls,
@@ -58,7 +60,7 @@ while (($#)); do
         --unseen-cxx) set=unseen-cxx ;;
         --cxx) set=cxx ;;
         --levels) CORPUS_LEVELS="$2"; shift ;;
-        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
         -*) echo "corpus.sh: unknown option $1" >&2; exit 2 ;;
         *) out_arg="$1" ;;
     esac
@@ -229,6 +231,44 @@ if [ "$set" = cxx ]; then
         '[ -f snappy-stubs-public.h ] || sed -e "s/\${HAVE_SYS_UIO_H_01}/1/; s/\${PROJECT_VERSION_MAJOR}/1/; s/\${PROJECT_VERSION_MINOR}/1/; s/\${PROJECT_VERSION_PATCH}/9/" snappy-stubs-public.h.in >snappy-stubs-public.h' \
         'snappy.cc snappy-c.cc snappy-sinksource.cc snappy-stubs-internal.cc' '' -std=c++17 -I. -DHAVE_SYS_UIO_H=1 -DHAVE_BUILTIN_EXPECT=1 -DHAVE_BUILTIN_CTZ=1
     tu_project tinyobjloader tinyobjloader : 'tiny_obj_loader.cc loader_example.cc' '' -std=c++17 -I.
+    # Enough C++ for a third of the DeepDataFlow corpus (~600 units beside
+    # ~1,200 C ones). Tests and examples are kept where they need nothing but
+    # the project itself: they are C++ as its users write it.
+    tu_project abseil abseil : 'absl/**/*.cc' 'test|benchmark|mock' -std=c++17 -I.
+    # No -Isrc: src/getopt.h (for Windows) would hide glibc's <getopt.h>.
+    tu_project ninja ninja-build : 'src/*.cc' 'win32|browse|\.in\.cc|includes_normalize_test|perftest|_bench' -std=c++17
+    # Debian patches the unit tests to the system's <doctest/doctest.h>: point
+    # that at the bundled doctest.h (whose signal handler wants a constant
+    # SIGSTKSZ, which glibc 2.34+ no longer has).
+    tu_project box2d box2d \
+        '[ -f unit-test/doctest/doctest.h ] || { mkdir -p unit-test/doctest && echo "#include \"../doctest.h\"" >unit-test/doctest/doctest.h; }' \
+        'src/**/*.cpp unit-test/*.cpp' '' -std=c++17 -Iinclude -Isrc -Iunit-test -DDOCTEST_CONFIG_NO_POSIX_SIGNALS
+    # ebml_export.h is cmake's generate_export_header output: a static build.
+    tu_project libebml libebml '[ -f ebml/ebml_export.h ] || echo "#define EBML_DLL_API" >ebml/ebml_export.h' \
+        'src/*.cpp' '' -std=c++17 -I.
+    # config.h and taglib_config.h are cmake's; Debian patches in the system
+    # utf8cpp (<utf8/checked.h>), which the bundled copy stands in for. No zlib.
+    tu_project taglib taglib \
+        '[ -f config.h ] || sed -E "s/#cmakedefine +(HAVE_GCC_BYTESWAP|HAVE_GCC_ATOMIC|HAVE_VSNPRINTF) 1/#define \1 1/; /#cmakedefine/d" config.h.cmake >config.h; [ -f taglib_config.h ] || cp taglib/taglib_config.h.cmake taglib_config.h; [ -d 3rdparty/utf8 ] || cp -r 3rdparty/utf8-cpp 3rdparty/utf8' \
+        'taglib/**/*.cpp bindings/c/*.cpp examples/*.cpp' '' -std=c++17 -I. -I3rdparty -Itaglib \
+        -Itaglib/{toolkit,asf,mpeg,mpeg/id3v1,mpeg/id3v2,mpeg/id3v2/frames,ogg,ogg/flac,ogg/vorbis,ogg/speex,ogg/opus,flac,mpc,mp4,ape,wavpack,trueaudio,riff,riff/aiff,riff/wav,mod,s3m,it,xm}
+    # config.h (configure's) only for the command-line tools.
+    tu_project hunspell hunspell \
+        '[ -f config.h ] || printf "#define VERSION \"1.7.1\"\n#define HAVE_ICONV 1\n#define ICONV_CONST\n#define HAVE_LOCALE_H 1\n#define HAVE_LANGINFO_H 1\n" >config.h' \
+        'src/hunspell/*.cxx src/parsers/*.cxx src/tools/*.cxx' '' -std=c++17 -I. -Isrc/hunspell -Isrc/parsers
+    # intervalsettest.cpp uses std::reverse_iterator without <iterator>.
+    tu_project graphite2 graphite2 : 'src/*.cpp tests/**/*.cpp gr2fonttest/*.cpp' 'intervalsettest' -std=c++17 -Iinclude -Isrc
+    # src/LangModels/*.cpp are tables of numbers only.
+    tu_project uchardet uchardet : 'src/*.cpp src/tools/*.cpp' '' -std=c++17 -Isrc
+    # config-auto.h is configure's (through AX_PREFIX_CONFIG_H); the plug-in
+    # examples need the dlopen loader it selects.
+    tu_project cppunit cppunit \
+        '[ -f include/cppunit/config-auto.h ] || printf "#define CPPUNIT_HAVE_%s 1\n" NAMESPACES RTTI CPP_CAST CMATH SSTREAM DLFCN_H LIBDL GCC_ABI_DEMANGLE >include/cppunit/config-auto.h' \
+        'src/**/*.cpp examples/**/*.cpp' 'DllMain|WinNtTimer' -std=c++17 -Iinclude
+    # flatc, its code generators (grpc's among them) and the C++ tests, whose
+    # generated headers are checked in.
+    tu_project flatbuffers flatbuffers : 'src/*.cpp grpc/src/compiler/*.cc tests/*.cpp samples/*.cpp' '' \
+        -std=c++17 -Iinclude -Igrpc -Itests -I.
 elif [ "$set" = unseen-cxx ]; then
     # C++ as projects write it; none of it is in the corpus.
     export TU_SOURCES='\.(cc|cpp|cxx)$'
