@@ -5,23 +5,13 @@
 //! naming its file and what is wrong; a graph head refuses auxiliary
 //! inputs that do not fit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use programl::batch::{Batch, GraphInput, Sample};
 use programl_infer::{cpu, Dtype, Isa, Model, Options, Precision};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn graph_of(src: &str, flags: &[&str]) -> programl::ProgramGraph {
-    let dir = tempfile::tempdir().unwrap();
-    let ll = dir.path().join("out.ll");
-    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
-    let ok = std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
-    assert!(ok.unwrap().success(), "clang {src}");
-    programl::builder::build_file(&ll, &Default::default()).unwrap()
-}
+mod common;
+use common::{graph_of, many_roots, root};
 
 fn opts(isa: Isa, threads: usize) -> Options {
     Options { steps: None, threads, dtype: Dtype::F32, isa: Some(isa) }
@@ -39,11 +29,10 @@ fn every_path_and_thread_count_gives_the_portable_probabilities() {
     let model = Model::open(&root().join("models/reachability")).unwrap();
     let graph = graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O0"]);
     let input = GraphInput::new(&graph, &model.vocabulary).unwrap();
-    let n = input.node_count() as u32;
-    // Enough roots for several thousand nodes.
-    let copies = (5000 / n.max(1) + 1).max(2);
-    let samples: Vec<Sample<'_>> = (0..copies).map(|i| Sample { graph: &input, root: Some((i * 7) % n), positives: None }).collect();
-    let batch = Batch::from_samples(&samples).unwrap();
+    let batch = many_roots(&input);
+    let samples: Vec<Sample<'_>> = (0..batch.graph_count() as u32)
+        .map(|i| Sample { graph: &input, root: Some((i * 7) % input.node_count() as u32), positives: None })
+        .collect();
     assert!(batch.node_count() > 4096, "{} nodes", batch.node_count());
     let portable = model.node_probabilities(&batch, &opts(Isa::Portable, 1)).unwrap();
     assert_eq!((portable.isa, portable.precision, portable.steps), (Isa::Portable, Precision::F32, 30));
@@ -113,10 +102,7 @@ fn int8_runs_on_every_path_within_its_bound() {
     let model = Model::open(&root().join("models/reachability")).unwrap();
     let graph = graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O0"]);
     let input = GraphInput::new(&graph, &model.vocabulary).unwrap();
-    let n = input.node_count() as u32;
-    let copies = (5000 / n.max(1) + 1).max(2);
-    let samples: Vec<Sample<'_>> = (0..copies).map(|i| Sample { graph: &input, root: Some((i * 7) % n), positives: None }).collect();
-    let batch = Batch::from_samples(&samples).unwrap();
+    let batch = many_roots(&input);
     let fp32 = model.node_probabilities(&batch, &opts(Isa::Portable, 1)).unwrap().probabilities;
     let decide = |p: &[f32]| p.chunks_exact(2).map(|r| r[1] > 0.5).collect::<Vec<_>>();
     let mut seen: Vec<(Isa, Vec<f32>)> = Vec::new();

@@ -5,24 +5,14 @@
 //! on the specialised kernels), on real IR.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use programl::batch::{Batch, EdgeType, GraphInput, Sample};
 use programl_infer::config::{sinusoid_into, Hyper, Stop};
 use programl_infer::{Dtype, Isa, Model, Options, Precision};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn graph_of(src: &str, flags: &[&str]) -> programl::ProgramGraph {
-    let dir = tempfile::tempdir().unwrap();
-    let ll = dir.path().join("out.ll");
-    let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
-    let ok = std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
-    assert!(ok.unwrap().success(), "clang {src}");
-    programl::builder::build_file(&ll, &Default::default()).unwrap()
-}
+mod common;
+use common::{graph_of, root};
 
 /// A bundle's tensors, by name.
 type Tensors = BTreeMap<String, (Vec<i64>, Vec<f32>)>;
