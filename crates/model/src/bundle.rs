@@ -165,20 +165,18 @@ fn load_weights_as(model: &Ggnn, path: &Path, grow: bool) -> Result<i64, BundleE
     }
     let read = Tensor::read_safetensors(path).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
     let mut found: BTreeMap<String, Tensor> = read.into_iter().collect();
-    let rows = model.hyper().vocab_size as i64;
-    let mut read_rows = rows;
-    if let (true, Some(old)) = (grow, found.get("embedding.weight")) {
-        let (r, current) = (old.size()[0], model.named_tensors().into_iter().find(|(n, _)| *n == "embedding.weight").map(|(_, t)| t));
-        if let (true, Some(current)) = (old.size().len() == 2 && r <= rows && old.kind() == Kind::Float, current) {
-            if old.size()[1] == current.size()[1] {
-                let grown = tch::no_grad(|| {
-                    let g = current.detach().copy();
-                    g.narrow(0, 0, r).copy_(old);
-                    g
-                });
-                read_rows = r;
-                found.insert("embedding.weight".into(), grown);
-            }
+    let mut read_rows = model.hyper().vocab_size as i64;
+    let current = model.named_tensors().into_iter().find(|(n, _)| *n == "embedding.weight").map(|(_, t)| t);
+    if let (true, Some(old), Some(current)) = (grow, found.get("embedding.weight"), current) {
+        let (o, c) = (old.size(), current.size());
+        if old.kind() == Kind::Float && o.len() == 2 && o[1] == c[1] && o[0] <= c[0] {
+            let grown = tch::no_grad(|| {
+                let g = current.detach().copy();
+                g.narrow(0, 0, o[0]).copy_(old);
+                g
+            });
+            read_rows = o[0];
+            found.insert("embedding.weight".into(), grown);
         }
     }
     let mut problems = Vec::new();

@@ -771,26 +771,16 @@ pub unsafe fn annotate_graph_level(
     if classes.is_empty() || classes.len() != probabilities.len() {
         return Err(format!("{} probabilities for {} classes", probabilities.len(), classes.len()));
     }
+    if metadata::is_device_mapping(entry.task) {
+        let decisions: Vec<(LLVMValueRef, &[f32])> = kernels(module).into_iter().map(|(f, _)| (f, probabilities)).collect();
+        return annotate_kernels(module, entry, classes, &decisions);
+    }
     let best = (0..classes.len()).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
     let kept = metadata::clear(module, metadata::Annotated::Graph(entry.task), entry.graph);
     let w = metadata::Writer::new(module);
     metadata::write_header(&w, &kept, entry);
-    let pair = w.node(&[w.string(&classes[best]), w.real(probabilities[best])]);
-    if metadata::is_device_mapping(entry.task) {
-        const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
-        let kind = w.kind(metadata::DEVICE);
-        let mut n = 0;
-        for f in anchor::functions(module) {
-            if LLVMIsDeclaration(f) == 0 && KERNEL_CONVENTIONS.contains(&LLVMGetFunctionCallConv(f)) {
-                w.set_function(f, kind, pair);
-                n += 1;
-            }
-        }
-        Ok(n)
-    } else {
-        w.add_named(metadata::CLASS_NAMED, pair);
-        Ok(1)
-    }
+    w.add_named(metadata::CLASS_NAMED, w.node(&[w.string(&classes[best]), w.real(probabilities[best])]));
+    Ok(1)
 }
 
 /// [`annotate_graph_level`] for device mapping with a decision per
