@@ -1,8 +1,10 @@
-//! `programl-train devmap` end to end on a slice of the real DevMap data
-//! (`../shared/datasets/devmap/amd.csv`, read in place) plus one row whose
-//! kernel cannot compile: cross-validation figures with the failed row
-//! counted as an error, the static baseline, both protocols, and a bundle
-//! the model crate loads as a graph-level device-mapping model.
+//! `programl-train devmap` end to end on slices of the real DevMap data
+//! (`../shared/datasets/devmap/`, read in place). From the CSV's sources,
+//! plus one row whose kernel cannot compile: cross-validation figures with
+//! the failed row counted as an error, the static baseline, the protocols,
+//! and a bundle the model crate loads as a graph-level device-mapping
+//! model. From the programs' own files (the default input) and from NCC's
+//! IR: every row of the slice compiles, each to its own kernel's graph.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -80,12 +82,12 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let bundle = tmp.path().join("bundle");
     let (d, c, b) = (data.to_str().unwrap(), cache.to_str().unwrap(), bundle.to_str().unwrap());
 
-    let j = devmap(&["--data", d, "--cache", c, "--folds", "3", "--out", b]);
+    let j = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--out", b]);
     assert_eq!((j["platform"].as_str(), j["folds"].as_u64(), j["aux"].as_bool()), (Some("amd"), Some(3), Some(true)));
     assert_eq!(j["rows"].as_u64(), Some(rows as u64));
     assert_eq!((j["rows_failed"].as_u64(), j["kernels_failed"].as_u64()), (Some(1), Some(1)), "{j}");
     assert_eq!(j["compile_failures"]["expected expression"].as_u64(), Some(1), "{j}");
-    for key in ["error", "error_grouped", "static_error", "precision", "recall", "f1"] {
+    for key in ["error", "error_grouped", "error_perfograph", "static_error", "precision", "recall", "f1"] {
         let v = j[key].as_f64().unwrap_or_else(|| panic!("{key} missing: {j}"));
         assert!((0.0..=1.0).contains(&v), "{key} = {v}");
     }
@@ -130,9 +132,67 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert!(!not_csv.status.success() && String::from_utf8_lossy(&not_csv.stderr).contains("evaluates a DevMap CSV"));
 
     // Without the auxiliary inputs, one protocol; the kernels come from the cache.
-    let n = devmap(&["--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped"]);
+    let n = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped"]);
     assert_eq!(n["aux"].as_bool(), Some(false));
-    assert!(n["error"].is_null() && n["error_grouped"].is_f64(), "{n}");
+    assert!(n["error"].is_null() && n["error_grouped"].is_f64() && n["error_perfograph"].is_null(), "{n}");
+    assert_eq!(n["protocols"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>()), Some(vec!["grouped".to_string()]), "{n}");
+}
+
+/// The rows of the first `programs` distinct programs (the benchmark's
+/// `<suite>-<program>`) of `csv`; returns the row count.
+fn slice_programs(csv: &Path, out: &Path, programs: &[&str]) -> usize {
+    let mut reader = csv::Reader::from_path(csv).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let benchmark = headers.iter().position(|h| h == "benchmark").unwrap();
+    let mut writer = csv::Writer::from_path(out).unwrap();
+    writer.write_record(&headers).unwrap();
+    let mut n = 0;
+    for record in reader.records() {
+        let record = record.unwrap();
+        if programs.iter().any(|p| record[benchmark].starts_with(&format!("{p}-"))) {
+            writer.write_record(&record).unwrap();
+            n += 1;
+        }
+    }
+    writer.flush().unwrap();
+    n
+}
+
+/// The default input: each row's kernel from its program's own file, with
+/// the build options of the shipped table (NPB's class per row, a
+/// program of several kernels each with its own graph); and NCC's IR.
+#[test]
+fn kernels_compile_from_their_programs_sources_and_from_ncc_ir() {
+    let Some(csv) = dataset() else { return };
+    let shared = csv.parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for f in ["gpgpu-sources.tar.xz", "ncc-task_devmap.zip"] {
+        std::os::unix::fs::symlink(shared.join(f), data.join(f)).unwrap();
+    }
+    // NPB CG: eight kernels in two files, built per class; Rodinia's
+    // particle filter, single precision; SHOC's Triad, a string in host code.
+    let rows = slice_programs(&csv, &data.join("amd.csv"), &["npb-3.3-CG", "rodinia-3.1-particlefilter", "shoc-1.1.5-Triad"]);
+    assert!(rows > 30, "{rows}");
+    let cache = tmp.path().join("cache");
+    let (d, c) = (data.to_str().unwrap(), cache.to_str().unwrap());
+    let j = devmap(&["--data", d, "--cache", c, "--folds", "3", "--protocol", "stratified"]);
+    assert_eq!(j["input"].as_str(), Some("sources"));
+    assert_eq!((j["rows"].as_u64(), j["rows_failed"].as_u64()), (Some(rows as u64), Some(0)), "{j}");
+    assert_eq!(j["kernels_repaired"].as_u64(), Some(0));
+    assert!(j["error"].as_f64().is_some_and(|e| (0.0..=1.0).contains(&e)), "{j}");
+    // More graphs than kernel names: NPB's classes build differently.
+    let names = {
+        let mut r = csv::Reader::from_path(data.join("amd.csv")).unwrap();
+        let mut v: Vec<String> = r.records().map(|x| x.unwrap()[1].to_string()).collect();
+        v.sort();
+        v.dedup();
+        v.len() as u64
+    };
+    assert!(j["kernels"].as_u64().unwrap() > names, "{j} ({names} kernel names)");
+    let n = devmap(&["--input", "ncc", "--data", d, "--cache", c, "--no-cv"]);
+    assert_eq!((n["input"].as_str(), n["rows_failed"].as_u64()), (Some("ncc"), Some(0)), "{n}");
 }
 
 #[test]
@@ -153,4 +213,12 @@ fn bad_arguments_and_data_are_errors_naming_them() {
     std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,wgsize,oracle,src\n").unwrap();
     bad(&["--platform", "amd", "--data", d], "no column 'transfer'");
     bad(&["--platform", "amd", "--data", d, "--folds", "1"], "--folds 1: at least 2");
+    std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,transfer,wgsize,oracle,src\nb,d,3,4,GPU,x\n").unwrap();
+    bad(&["--platform", "amd", "--data", d, "--input", "llvm9"], "--input 'llvm9': expected sources, csv or ncc");
+    bad(&["--platform", "amd", "--data", d, "--protocol", "loo"], "--protocol 'loo': expected stratified, grouped or perfograph");
+    // Nothing unpacked in this cache, and no archive beside the CSV.
+    let c = tmp.path().join("cache");
+    let c = c.to_str().unwrap();
+    bad(&["--platform", "amd", "--data", d, "--cache", c], "gpgpu-sources.tar.xz: not found");
+    bad(&["--platform", "amd", "--data", d, "--cache", c, "--input", "ncc"], "ncc-task_devmap.zip: cannot open");
 }

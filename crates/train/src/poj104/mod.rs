@@ -350,7 +350,12 @@ pub fn predict(model: &Ggnn, hyper: &Hyper, inputs: &[GraphInput], steps: i64, b
 
 /// [`predict`] through the torch-free inference (what the learned pass runs
 /// on the CPU): each graph's class and its probability.
-pub fn predict_cpu(model: &programl_infer::Model, options: &programl_infer::Options, inputs: &[GraphInput], batch_nodes: usize) -> Result<Vec<(usize, f32)>> {
+pub fn predict_cpu(
+    model: &programl_infer::Model,
+    options: &programl_infer::Options,
+    inputs: &[GraphInput],
+    batch_nodes: usize,
+) -> Result<Vec<(usize, f32)>> {
     let c = model.classes();
     let mut out = Vec::with_capacity(inputs.len());
     for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
@@ -445,22 +450,7 @@ fn programs_dir(o: &Options, cache: &Path) -> Result<PathBuf> {
 }
 
 fn unpack(tar: &Path, cache: &Path) -> Result<PathBuf> {
-    let dir = cache.join("poj104");
-    if dir.is_dir() {
-        return Ok(dir);
-    }
-    if !tar.is_file() {
-        bail!("{}: not found (give --data DIR with DIR/<class>/<n>.cpp)", tar.display());
-    }
-    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
-    let tmp = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
-    eprintln!("poj104: unpacking {} into {}", tar.display(), cache.display());
-    let status = std::process::Command::new("tar").arg("-xJf").arg(tar).arg("-C").arg(tmp.path()).status().context("cannot run tar")?;
-    if !status.success() || !tmp.path().join("poj104").is_dir() {
-        bail!("{}: tar -xJf failed or held no poj104/ directory", tar.display());
-    }
-    std::fs::rename(tmp.path().join("poj104"), &dir).with_context(|| format!("{}: cannot write", dir.display()))?;
-    Ok(dir)
+    crate::harness::unpack_tar(tar, cache, "poj104").context("give --data DIR with DIR/<class>/<n>.cpp")
 }
 
 pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {

@@ -45,6 +45,9 @@ use tch::{Device, Kind, Tensor};
 
 use crate::optim::AdamW;
 
+pub mod ncc;
+pub mod sources;
+
 /// The compiler of the kernels (`PROGRAML_CLANG` overrides it).
 pub const CLANG: &str = "clang-16";
 /// OpenCL C 1.2 with the default header, for the generic 64-bit SPIR
@@ -606,6 +609,8 @@ pub struct Figures {
     pub recall: f64,
     pub f1: f64,
     pub per_fold: Vec<FoldFigures>,
+    /// Seconds the protocol took (its trainings and predictions).
+    pub wall_s: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -618,34 +623,111 @@ pub struct FoldFigures {
     pub f1: f64,
 }
 
-/// k-fold cross-validation: a model per fold, trained on the other folds.
-/// Rows whose kernel failed to compile count as errors where they are
-/// tested. The static mapping predicts the training folds' majority device.
-pub fn cross_validate(
+/// What a model is trained on and tested on: row indices.
+pub struct Split {
+    pub train: Vec<usize>,
+    pub test: Vec<usize>,
+}
+
+/// How rows are split into training and test sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The paper's: k folds stratified by label.
+    Stratified,
+    /// k folds, a kernel's rows in one fold.
+    Grouped,
+    /// PERFOGRAPH's (NeurIPS 2023): 10 random test sets of 67 rows each,
+    /// a model trained on the other rows for each.
+    Perfograph,
+}
+
+/// PERFOGRAPH's repetitions and test-set size.
+pub const PERFOGRAPH_SETS: usize = 10;
+pub const PERFOGRAPH_TEST_ROWS: usize = 67;
+
+impl std::str::FromStr for Protocol {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Protocol> {
+        match s {
+            "stratified" => Ok(Protocol::Stratified),
+            "grouped" => Ok(Protocol::Grouped),
+            "perfograph" => Ok(Protocol::Perfograph),
+            other => bail!("--protocol '{other}': expected stratified, grouped or perfograph"),
+        }
+    }
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Stratified => "stratified",
+            Protocol::Grouped => "grouped",
+            Protocol::Perfograph => "perfograph",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Protocol::Stratified => "stratified (the paper's protocol)",
+            Protocol::Grouped => "grouped by kernel",
+            Protocol::Perfograph => "10 random 67-row test sets (PERFOGRAPH's protocol)",
+        }
+    }
+}
+
+/// The splits of `protocol` over `rows`.
+pub fn splits(rows: &[Row], protocol: Protocol, k: usize, seed: u64) -> Vec<Split> {
+    let n = rows.len();
+    match protocol {
+        Protocol::Stratified | Protocol::Grouped => {
+            let fold_of = folds(rows, k, protocol == Protocol::Grouped, seed);
+            (0..k)
+                .map(|f| Split {
+                    train: (0..n).filter(|&r| fold_of[r] != f).collect(),
+                    test: (0..n).filter(|&r| fold_of[r] == f).collect(),
+                })
+                .filter(|s| !s.test.is_empty())
+                .collect()
+        }
+        Protocol::Perfograph => (0..PERFOGRAPH_SETS)
+            .map(|i| {
+                let order = programl::batch::permutation(n, programl::hash::mix(seed ^ 0x7065_7266 ^ ((i as u64 + 1) << 40)));
+                // 67 of DevMap's 680 rows; a tenth of a smaller set.
+                let size = PERFOGRAPH_TEST_ROWS.min(n / 10).max(1).min(n);
+                let mut test: Vec<usize> = order[..size].to_vec();
+                test.sort_unstable();
+                let mut train: Vec<usize> = order[size..].to_vec();
+                train.sort_unstable();
+                Split { train, test }
+            })
+            .collect(),
+    }
+}
+
+/// A model per split, trained on its training rows and tested on its test
+/// rows. Rows whose kernel failed to compile count as errors where they
+/// are tested. The static mapping predicts the training rows' majority
+/// device. Figures sum over every split's test rows.
+pub fn evaluate_splits(
     rows: &[Row],
     kernels: &Kernels,
-    fold_of: &[usize],
-    k: usize,
+    splits: &[Split],
     s: &Settings,
     device: Device,
     mut progress: impl FnMut(usize, &FoldFigures),
 ) -> Figures {
     let mut total = Confusion::default();
-    let (mut errors, mut static_errors, mut failed) = (0, 0, 0);
+    let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
     let mut per_fold = Vec::new();
-    for f in 0..k {
-        let train: Vec<usize> = (0..rows.len()).filter(|&r| fold_of[r] != f).collect();
-        let test: Vec<usize> = (0..rows.len()).filter(|&r| fold_of[r] == f).collect();
-        if test.is_empty() {
-            continue;
-        }
+    for (f, split) in splits.iter().enumerate() {
+        let (train, test) = (&split.train, &split.test);
         let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
-        let trained = train_model(rows, kernels, &train, &settings, device);
-        let probs = predict(&trained, rows, kernels, &test, s.batch_nodes);
+        let trained = train_model(rows, kernels, train, &settings, device);
+        let probs = predict(&trained, rows, kernels, test, s.batch_nodes);
         let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
         let mut fold = Confusion::default();
         let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
-        for &r in &test {
+        for &r in test {
             // A failed kernel: the wrong device.
             let predicted = probs.get(&r).map_or(!rows[r].gpu, |&p| p >= 0.5);
             fold.record(predicted, rows[r].gpu);
@@ -667,10 +749,11 @@ pub fn cross_validate(
         errors += fold_errors;
         static_errors += fold_static;
         failed += fold_failed;
+        tested += test.len();
     }
-    let n = rows.len();
+    let n = tested.max(1);
     Figures {
-        rows: n,
+        rows: tested,
         rows_failed: failed,
         errors,
         error: errors as f64 / n as f64,
@@ -679,12 +762,14 @@ pub fn cross_validate(
         recall: total.recall(),
         f1: total.f1(),
         per_fold,
+        wall_s: 0.0,
     }
 }
 
 /// A hash of the rows a model is trained on.
-pub fn rows_hash(rows: &[Row]) -> String {
+pub fn rows_hash(rows: &[Row], input: Input) -> String {
     let mut h = Fnv1a::default();
+    h.write(input.name().as_bytes());
     for r in rows {
         for field in [&r.benchmark, &r.dataset, &r.src] {
             h.write(field.as_bytes());
@@ -698,7 +783,7 @@ pub fn rows_hash(rows: &[Row]) -> String {
 }
 
 /// Saves `t` as a graph-head bundle for `platform`.
-pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s: f64) -> Result<()> {
+pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input: Input, wall_s: f64) -> Result<()> {
     let config = Config {
         format: bundle::FORMAT.into(),
         version: bundle::VERSION,
@@ -709,10 +794,10 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s
         provenance: Provenance {
             graph_mode: programl_dataset::export::GRAPH_MODE.into(),
             llvm_major: programl::LLVM_MAJOR.parse().unwrap_or(0),
-            // clang 16 and later emit opaque pointers only.
-            opaque_pointers: programl::LLVM_MAJOR.parse::<u32>().unwrap_or(0) >= 16,
+            // clang 16 and later emit opaque pointers only; NCC's IR is LLVM 9's.
+            opaque_pointers: input != Input::Ncc && programl::LLVM_MAJOR.parse::<u32>().unwrap_or(0) >= 16,
             featurisation_version: programl::batch::LAYOUT_VERSION,
-            training_data_hash: rows_hash(rows),
+            training_data_hash: rows_hash(rows, input),
             examples_seen: t.rows_seen,
             wall_time_s: (wall_s * 10.0).round() / 10.0,
             // Trained through autograd, whose products stay FP32 under
@@ -726,9 +811,47 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], wall_s
     Bundle::save(dir, &config, &t.model, &t.vocabulary).with_context(|| format!("{}: cannot save the bundle", dir.display()))
 }
 
+/// Where the rows' kernels come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Each row's kernel compiled from its program's own file, with its
+    /// headers and build options ([`sources`]): the default.
+    Sources,
+    /// The CSV's normalised `src` column, repaired where clang fails
+    /// ([`compile_kernel`]).
+    Csv,
+    /// The IR that ProGraML's DevMap experiments used ([`ncc`]): LLVM 9,
+    /// typed pointers, x86-64. For comparison with the paper; a bundle
+    /// trained on it reads graphs unlike the pass's.
+    Ncc,
+}
+
+impl std::str::FromStr for Input {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Input> {
+        match s {
+            "sources" => Ok(Input::Sources),
+            "csv" => Ok(Input::Csv),
+            "ncc" => Ok(Input::Ncc),
+            other => bail!("--input '{other}': expected sources, csv or ncc"),
+        }
+    }
+}
+
+impl Input {
+    pub fn name(self) -> &'static str {
+        match self {
+            Input::Sources => "sources",
+            Input::Csv => "csv",
+            Input::Ncc => "ncc",
+        }
+    }
+}
+
 /// What `programl-train devmap` was asked for.
 pub struct Options {
     pub platform: String,
+    pub input: Input,
     pub data: Option<PathBuf>,
     pub cache: Option<PathBuf>,
     pub folds: usize,
@@ -760,13 +883,24 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     if s.epochs == 0 || s.steps < 1 {
         bail!("--epochs and --steps must be at least 1");
     }
+    let protocols: Vec<Protocol> = match o.protocol.as_deref() {
+        None => vec![Protocol::Stratified, Protocol::Grouped, Protocol::Perfograph],
+        Some(name) => vec![name.parse()?],
+    };
     crate::engine::tune_allocator();
     let data = o.data.clone().unwrap_or_else(|| default_dataset("devmap"));
     let csv = data.join(format!("{}.csv", o.platform));
     let rows = read_rows(&csv)?;
     let cache = o.cache.clone().unwrap_or_else(|| programl::fsutil::cache_dir().join("devmap"));
     let start = std::time::Instant::now();
-    let kernels = Kernels::build(&rows, &cache, o.quiet)?;
+    let kernels = match o.input {
+        Input::Sources => {
+            let root = sources::sources_root(&data, &cache)?;
+            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), o.quiet)?
+        }
+        Input::Csv => Kernels::build(&rows, &cache, o.quiet)?,
+        Input::Ncc => Kernels::from_ncc(&rows, &ncc::ir_dir(&data, &cache)?)?,
+    };
     let failed_kernels: usize = kernels.failures.values().sum();
     let rows_failed = (0..rows.len()).filter(|&r| !kernels.compiled(r)).count();
     if !o.json {
@@ -784,40 +918,35 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             println!("  failed: {n} x {cause}");
         }
     }
-    let protocols: Vec<bool> = match o.protocol.as_deref() {
-        None => vec![false, true],
-        Some("stratified") => vec![false],
-        Some("grouped") => vec![true],
-        Some(other) => bail!("--protocol '{other}': expected stratified or grouped"),
-    };
-    let mut results: Vec<(bool, Figures)> = Vec::new();
+    let mut results: Vec<(Protocol, Figures)> = Vec::new();
     if !o.no_cv {
-        for &grouped in &protocols {
-            let name = if grouped { "grouped by kernel" } else { "stratified (the paper's protocol)" };
-            let fold_of = folds(&rows, o.folds, grouped, s.seed);
+        for &protocol in &protocols {
+            let name = protocol.describe();
+            let splits = splits(&rows, protocol, o.folds, s.seed);
             let t0 = std::time::Instant::now();
-            let figures = cross_validate(&rows, &kernels, &fold_of, o.folds, s, device, |f, fig| {
+            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, |f, fig| {
                 // Progress on stderr, also with --json (stdout).
                 if !o.quiet {
                     let done = f + 1;
                     let per = t0.elapsed().as_secs_f64() / done as f64;
                     eprintln!(
-                        "devmap {} {name}: fold {done}/{}: {} rows ({} failed), error {:.3}, static {:.3}, F1 {:.3} ({per:.0}s/fold, ETA {:.0}s)",
+                        "devmap {} {name}: split {done}/{}: {} rows ({} failed), error {:.3}, static {:.3}, F1 {:.3} ({per:.0}s/split, ETA {:.0}s)",
                         o.platform,
-                        o.folds,
+                        splits.len(),
                         fig.rows,
                         fig.rows_failed,
                         fig.error,
                         fig.static_error,
                         fig.f1,
-                        per * (o.folds - done) as f64
+                        per * (splits.len() - done) as f64
                     );
                 }
             });
+            figures.wall_s = t0.elapsed().as_secs_f64();
             if !o.json {
                 println!(
-                    "{name}, {} folds, aux {}: error {:.4} ({} of {} rows, {} failed to compile), static mapping {:.4}, precision {:.4} recall {:.4} F1 {:.4} (GPU positive)",
-                    o.folds,
+                    "{name}, {} splits, aux {}: error {:.4} ({} of {} rows, {} failed to compile), static mapping {:.4}, precision {:.4} recall {:.4} F1 {:.4} (GPU positive), {:.0}s",
+                    splits.len(),
                     s.aux,
                     figures.error,
                     figures.errors,
@@ -826,17 +955,29 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
                     figures.static_error,
                     figures.precision,
                     figures.recall,
-                    figures.f1
+                    figures.f1,
+                    figures.wall_s
                 );
             }
-            results.push((grouped, figures));
+            results.push((protocol, figures));
         }
     }
     if o.json {
-        let get = |g: bool| results.iter().find(|(x, _)| *x == g).map(|(_, f)| f);
-        let main = get(false).or(get(true));
+        let get = |p: Protocol| results.iter().find(|(x, _)| *x == p).map(|(_, f)| f);
+        let main = get(Protocol::Stratified).or(get(Protocol::Grouped));
+        let summary: BTreeMap<&str, serde_json::Value> = results
+            .iter()
+            .map(|(p, f)| {
+                let v = serde_json::json!({
+                    "error": f.error, "precision": f.precision, "recall": f.recall, "f1": f.f1,
+                    "static_error": f.static_error, "rows_tested": f.rows, "splits": f.per_fold.len(), "wall_s": f.wall_s,
+                });
+                (p.name(), v)
+            })
+            .collect();
         let out = serde_json::json!({
             "platform": o.platform,
+            "input": o.input.name(),
             "folds": o.folds,
             "aux": s.aux,
             "rows": rows.len(),
@@ -845,14 +986,17 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "kernels_failed": failed_kernels,
             "kernels_repaired": kernels.repaired,
             "compile_failures": kernels.failures,
-            "error": get(false).map(|f| f.error),
-            "error_grouped": get(true).map(|f| f.error),
+            "error": get(Protocol::Stratified).map(|f| f.error),
+            "error_grouped": get(Protocol::Grouped).map(|f| f.error),
+            "error_perfograph": get(Protocol::Perfograph).map(|f| f.error),
             "static_error": main.map(|f| f.static_error),
-            "precision": get(false).map(|f| f.precision),
-            "recall": get(false).map(|f| f.recall),
-            "f1": get(false).map(|f| f.f1),
-            "per_fold": get(false).map(|f| &f.per_fold),
-            "per_fold_grouped": get(true).map(|f| &f.per_fold),
+            "precision": get(Protocol::Stratified).map(|f| f.precision),
+            "recall": get(Protocol::Stratified).map(|f| f.recall),
+            "f1": get(Protocol::Stratified).map(|f| f.f1),
+            "protocols": summary,
+            "per_fold": get(Protocol::Stratified).map(|f| &f.per_fold),
+            "per_fold_grouped": get(Protocol::Grouped).map(|f| &f.per_fold),
+            "per_split_perfograph": get(Protocol::Perfograph).map(|f| &f.per_fold),
             "epochs": s.epochs,
             "steps": s.steps,
             "lr": s.lr,
@@ -865,7 +1009,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         let t0 = std::time::Instant::now();
         let all: Vec<usize> = (0..rows.len()).collect();
         let trained = train_model(&rows, &kernels, &all, s, device);
-        save_bundle(dir, &trained, &o.platform, &rows, t0.elapsed().as_secs_f64())?;
+        save_bundle(dir, &trained, &o.platform, &rows, o.input, t0.elapsed().as_secs_f64())?;
         if !o.json {
             println!("saved {} (trained on every compiled row, {:.0}s)", dir.display(), t0.elapsed().as_secs_f64());
         }
@@ -947,6 +1091,27 @@ mod tests {
         let sizes: Vec<usize> = (0..5).map(|k| g.iter().filter(|&&f| f == k).count()).collect();
         assert!(sizes.iter().all(|&n| n > 0) && sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 10, "{sizes:?}");
     }
+
+    #[test]
+    fn perfograph_splits_are_ten_random_67_row_test_sets() {
+        let rows: Vec<Row> = (0..680).map(|i| row(&format!("s-b{}-k", i % 256), "x", i % 3 == 0)).collect();
+        let sets = splits(&rows, Protocol::Perfograph, 10, 0);
+        assert_eq!(sets.len(), PERFOGRAPH_SETS);
+        for s in &sets {
+            assert_eq!(s.test.len(), 67);
+            assert_eq!(s.train.len(), 680 - 67);
+            let mut all: Vec<usize> = s.train.iter().chain(&s.test).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..680).collect::<Vec<_>>(), "train and test partition the rows");
+        }
+        assert_ne!(sets[0].test, sets[1].test, "each set is drawn anew");
+        assert_eq!(splits(&rows, Protocol::Perfograph, 10, 0)[3].test, sets[3].test, "seeded");
+        // The folds: every row tested once.
+        let folds = splits(&rows, Protocol::Stratified, 10, 0);
+        let mut tested: Vec<usize> = folds.iter().flat_map(|s| s.test.iter().copied()).collect();
+        tested.sort_unstable();
+        assert_eq!(tested, (0..680).collect::<Vec<_>>());
+    }
 }
 
 /// `programl-train eval` of a device-mapping bundle on a DevMap CSV (the
@@ -970,7 +1135,8 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
     let (mut errors, mut failed) = (0usize, 0usize);
     let majority_gpu = 2 * rows.iter().filter(|r| r.gpu).count() > rows.len();
     let static_errors = rows.iter().filter(|r| r.gpu != majority_gpu).count();
-    let gpu_class = model.config.classes.iter().position(|c| c == "gpu").with_context(|| format!("{}: no 'gpu' class", model.dir.display()))?;
+    let gpu_class =
+        model.config.classes.iter().position(|c| c == "gpu").with_context(|| format!("{}: no 'gpu' class", model.dir.display()))?;
     let mut inputs: HashMap<usize, GraphInput> = HashMap::new();
     for (r, row) in rows.iter().enumerate() {
         let k = kernels.row_kernel[r];
@@ -981,7 +1147,10 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
             }
             Some(graph) => {
                 if !inputs.contains_key(&k) {
-                    inputs.insert(k, GraphInput::new(graph, &model.vocabulary).map_err(|e| anyhow::anyhow!("{}: row {}: {e}", csv.display(), r + 2))?);
+                    inputs.insert(
+                        k,
+                        GraphInput::new(graph, &model.vocabulary).map_err(|e| anyhow::anyhow!("{}: row {}: {e}", csv.display(), r + 2))?,
+                    );
                 }
                 let batch = Batch::from_samples(&[Sample { graph: &inputs[&k], root: None, positives: None }]).expect("a valid input");
                 let aux = [row.transfer as f32, row.wgsize as f32];

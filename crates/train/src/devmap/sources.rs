@@ -1,0 +1,474 @@
+//! DevMap's default input: each row's kernel compiled from its program's
+//! own source file, with the headers it includes and the build options its
+//! host code passes to `clBuildProgram`, and none of the repairs that the
+//! normalised `src` column needs.
+//!
+//! The sources are `gpgpu-sources.tar.xz` (the seven suites as the DevMap
+//! authors kept them), unpacked once into the cache. Which file holds a
+//! row's kernel, and the options its program is built with, are data:
+//! `crates/train/data/devmap-builds.json`, one entry per program, each with
+//! the host-code line it was read from. Options may name the row: `{class}`
+//! (NPB's class letter, the `dataset` column), `{class_num}` (its number
+//! as NPB's host code passes it), `{wgsize}` and `{dataset}`, and `{stubs}`
+//! (a directory of empty stand-ins for host-only headers that a kernel
+//! header includes). A few options stand in for what an OpenCL runtime
+//! did and clang does not (`-D__OPENCL_VERSION__=120`, a prepended
+//! header); the table's notes say which and why. Nothing edits a source.
+//!
+//! **One kernel's graph.** A program's kernels share a module; a row's graph
+//! is its kernel and what that kernel calls, the module's other kernels left
+//! out ([`ProgramGraph::call_closure`]). That is what the learned pass sees
+//! inside clang, where each kernel of a module gets its own decision from
+//! the same subgraph, and it keeps the real helper functions, which the
+//! normalised `src` column lost.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context, Result};
+use programl::builder::{build_file, BuildOptions};
+use programl::hash::Fnv1a;
+use programl::ProgramGraph;
+use rayon::prelude::*;
+use regex::Regex;
+use serde::Deserialize;
+
+use super::{Kernels, Row, CLANG_FLAGS};
+
+/// The build table, compiled in.
+pub const BUILDS: &str = include_str!("../../data/devmap-builds.json");
+/// Its format line.
+const FORMAT: &str = "programl-devmap-builds v1";
+/// The tarball of sources in the dataset directory.
+pub const TARBALL: &str = "gpgpu-sources.tar.xz";
+
+/// How one program's kernels are built.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProgramBuild {
+    /// The `benchmark` column's prefix: `<suite>-<program>`.
+    pub program: String,
+    /// Its directory under `gpgpu/`.
+    pub dir: String,
+    /// Kernel name to the file (relative to `dir`) that defines it.
+    pub kernels: BTreeMap<String, String>,
+    /// Build options, with placeholders.
+    #[serde(default)]
+    pub options: Vec<String>,
+    /// Options that replace `options` for a dataset.
+    #[serde(default)]
+    pub per_dataset: BTreeMap<String, Vec<String>>,
+    /// The kernel is a string literal inside host code, not a `.cl` file.
+    #[serde(default)]
+    pub embedded: bool,
+    /// Where the options were read from (kept in the table for readers).
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub evidence: String,
+}
+
+/// The build table.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Builds {
+    pub format: String,
+    /// Files that stand in for host-only headers a kernel includes (name
+    /// to text), written into one directory that `{stubs}` names.
+    #[serde(default)]
+    pub stubs: BTreeMap<String, String>,
+    pub programs: Vec<ProgramBuild>,
+}
+
+/// What compiles one row's kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unit {
+    /// The program's directory (relative to `gpgpu/`): clang runs there.
+    pub dir: String,
+    /// The file, relative to `dir`.
+    pub file: String,
+    /// Options with the row's values in.
+    pub options: Vec<String>,
+    pub embedded: bool,
+    /// The kernel's name.
+    pub kernel: String,
+}
+
+impl Builds {
+    /// The shipped table.
+    pub fn shipped() -> Result<Builds> {
+        Builds::parse(BUILDS).context("crates/train/data/devmap-builds.json")
+    }
+
+    pub fn parse(text: &str) -> Result<Builds> {
+        let b: Builds = serde_json::from_str(text)?;
+        if b.format != FORMAT {
+            bail!("format '{}': expected '{FORMAT}'", b.format);
+        }
+        Ok(b)
+    }
+
+    /// The unit of `row`, or why there is none.
+    pub fn unit_of(&self, row: &Row) -> std::result::Result<Unit, String> {
+        let p = self
+            .programs
+            .iter()
+            .filter(|p| row.benchmark.strip_prefix(p.program.as_str()).is_some_and(|rest| rest.starts_with('-')))
+            .max_by_key(|p| p.program.len())
+            .ok_or_else(|| "no program in the build table".to_string())?;
+        let kernel = &row.benchmark[p.program.len() + 1..];
+        let file = p.kernels.get(kernel).ok_or_else(|| "kernel not in the build table".to_string())?;
+        let options = p.per_dataset.get(&row.dataset).unwrap_or(&p.options);
+        let options = options.iter().map(|o| substitute(o, row)).collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Unit { dir: p.dir.clone(), file: file.clone(), options, embedded: p.embedded, kernel: kernel.to_string() })
+    }
+}
+
+/// NPB's class number (`S`=0, `W`=1, `A`=2, `B`=3, `C`=4, as its host code
+/// numbers them).
+fn class_num(class: &str) -> Option<usize> {
+    ["S", "W", "A", "B", "C", "D", "E"].iter().position(|c| *c == class)
+}
+
+/// `option` with the row's values in place of its placeholders.
+fn substitute(option: &str, row: &Row) -> std::result::Result<String, String> {
+    let mut out = option.replace("{dataset}", &row.dataset).replace("{wgsize}", &format!("{}", row.wgsize as u64));
+    if out.contains("{class") {
+        let n = class_num(&row.dataset).ok_or_else(|| format!("dataset '{}' is not an NPB class", row.dataset))?;
+        out = out.replace("{class_num}", &n.to_string()).replace("{class}", &row.dataset);
+    }
+    Ok(out)
+}
+
+/// The OpenCL source of an embedded kernel: the string literals of the
+/// initializer (or the run of adjacent literals) that holds `kernel void
+/// NAME`, concatenated as `clCreateProgramWithSource` joins its strings.
+pub fn embedded_source(host: &str, name: &str) -> Option<String> {
+    static LITERAL: OnceLock<Regex> = OnceLock::new();
+    let literal = LITERAL.get_or_init(|| Regex::new(r#""((?:[^"\\\n]|\\.)*)""#).unwrap());
+    let marker = Regex::new(&format!(r"kernel\s+void\s+{}\s*\(", regex::escape(name))).ok()?;
+    let hit = literal.captures_iter(host).find(|c| marker.is_match(&c[1]))?;
+    let at = hit.get(0)?.start();
+    // The initializer around it: its literals, from the first after the
+    // `{` or `=` before, as long as only commas and white space part them.
+    let start = host[..at].rfind(['{', '=']).map_or(at, |i| i + 1);
+    let mut src = String::new();
+    let mut end = start;
+    for c in literal.captures_iter(&host[start..]) {
+        let m = c.get(0)?;
+        if !host[end..start + m.start()].chars().all(|ch| ch.is_whitespace() || ch == ',') {
+            break;
+        }
+        src.push_str(&unescape(&c[1]));
+        end = start + m.end();
+    }
+    Some(src)
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
+}
+
+/// The unpacked `gpgpu/` directory: `data/gpgpu` if there is one (sources
+/// already unpacked), else `data/gpgpu-sources.tar.xz` unpacked once into
+/// `cache/gpgpu`.
+pub fn sources_root(data: &Path, cache: &Path) -> Result<PathBuf> {
+    let direct = data.join("gpgpu");
+    if direct.is_dir() {
+        return Ok(direct);
+    }
+    crate::harness::unpack_tar(&data.join(TARBALL), cache, "gpgpu")
+}
+
+/// What became of one unit's module.
+enum Module {
+    Ir(PathBuf),
+    Failed(String),
+}
+
+/// Compiles `unit`'s file under `cache` (`<key>.ll`, or `<key>.fail` with
+/// the cause); the key hashes the file's text, the options and the flags.
+fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -> Result<Module> {
+    let dir = root.join(&unit.dir);
+    let path = dir.join(&unit.file);
+    // Bytes: some sources are Latin-1, which clang reads as it is.
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => return Ok(Module::Failed(format!("source not found: {e}"))),
+    };
+    let bytes = if unit.embedded {
+        match embedded_source(&String::from_utf8_lossy(&bytes), &unit.kernel) {
+            Some(s) => s.into_bytes(),
+            None => return Ok(Module::Failed("no embedded kernel source".into())),
+        }
+    } else {
+        bytes
+    };
+    let mut h = Fnv1a::default();
+    for part in [unit.dir.as_bytes(), unit.file.as_bytes(), &bytes].into_iter().chain(unit.options.iter().map(|o| o.as_bytes())) {
+        h.write(part);
+        h.write_u8(0);
+    }
+    for f in CLANG_FLAGS {
+        h.write(f.as_bytes());
+    }
+    let key = format!("{:016x}", h.finish());
+    let ir = cache.join(format!("{key}.ll"));
+    let fail = cache.join(format!("{key}.fail"));
+    if ir.exists() {
+        return Ok(Module::Ir(ir));
+    }
+    if let Ok(cause) = std::fs::read_to_string(&fail) {
+        return Ok(Module::Failed(cause.trim().to_string()));
+    }
+    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
+    let work = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
+    let output = work.path().join("kernel.ll");
+    let input = if unit.embedded {
+        let p = work.path().join("kernel.cl");
+        std::fs::write(&p, &bytes).with_context(|| format!("{}: cannot write", p.display()))?;
+        p
+    } else {
+        path.clone()
+    };
+    let run = Command::new(clang)
+        .current_dir(&dir)
+        .args(CLANG_FLAGS)
+        .args(unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())))
+        .arg("-o")
+        .arg(&output)
+        .arg(&input)
+        .output()
+        .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))?;
+    if run.status.success() {
+        std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
+        return Ok(Module::Ir(ir));
+    }
+    let cause = super::cause_of(&String::from_utf8_lossy(&run.stderr));
+    let cause = if cause.is_empty() { "clang failed without an error message".to_string() } else { cause };
+    programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
+    Ok(Module::Failed(cause))
+}
+
+/// The kernels (`spir_kernel` definitions) of a module's IR text.
+pub fn kernel_names(ir: &str) -> Vec<String> {
+    static DEFINE: OnceLock<Regex> = OnceLock::new();
+    let define = DEFINE.get_or_init(|| Regex::new(r#"(?m)^define\b[^@\n]*\bspir_kernel\b[^@\n]*@("?)([^\s("]+)"#).unwrap());
+    define.captures_iter(ir).map(|c| c[2].to_string()).collect()
+}
+
+/// The graph of `kernel` in `graph`: the kernel and what it calls, the
+/// module's other kernels left out.
+pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -> Option<ProgramGraph> {
+    let id_of = |name: &str| graph.functions.iter().position(|f| f.name == name).map(|i| i as u32);
+    let k = id_of(kernel)?;
+    let others: Vec<u32> = kernels.iter().filter(|n| *n != kernel).filter_map(|n| id_of(n)).collect();
+    let keep: BTreeSet<u32> = graph.call_closure(k, &others);
+    Some(graph.functions_subgraph(&keep))
+}
+
+impl Kernels {
+    /// Compiles (or reads from `cache`) the unit of every row, from the
+    /// sources under `root`: one graph per distinct (unit, kernel).
+    pub fn from_sources(rows: &[Row], builds: &Builds, root: &Path, cache: &Path, clang: &Path, quiet: bool) -> Result<Kernels> {
+        let mut index: HashMap<std::result::Result<Unit, String>, usize> = HashMap::new();
+        let mut units: Vec<std::result::Result<Unit, String>> = Vec::new();
+        let row_kernel = rows
+            .iter()
+            .map(|r| {
+                let u = builds.unit_of(r);
+                *index.entry(u.clone()).or_insert_with(|| {
+                    units.push(u);
+                    units.len() - 1
+                })
+            })
+            .collect();
+        // One compile per module: a program's kernels share one, and an
+        // embedded kernel's module is its own string.
+        let module_key = |u: &Unit| Unit { kernel: if u.embedded { u.kernel.clone() } else { String::new() }, ..u.clone() };
+        let mut modules: Vec<Unit> = units.iter().filter_map(|u| u.as_ref().ok()).map(module_key).collect();
+        modules.sort();
+        modules.dedup();
+        let stubs = cache.join("stubs");
+        if !builds.stubs.is_empty() {
+            std::fs::create_dir_all(&stubs).with_context(|| format!("{}: cannot create", stubs.display()))?;
+            for (name, text) in &builds.stubs {
+                let path = stubs.join(name);
+                if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                    programl::fsutil::write_bytes_atomically(&path, programl::fsutil::Durability::Atomic, text.as_bytes())?;
+                }
+            }
+        }
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let start = std::time::Instant::now();
+        let built: Vec<Result<std::result::Result<(ProgramGraph, Vec<String>), String>>> = modules
+            .par_iter()
+            .map(|m| {
+                let unit = Unit { kernel: m.kernel.clone(), ..m.clone() };
+                let out = match compile(&unit, root, cache, &stubs, clang)? {
+                    Module::Failed(cause) => Ok(Err(cause)),
+                    Module::Ir(path) => {
+                        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+                        match build_file(&path, &BuildOptions::default()) {
+                            Ok(g) => Ok(Ok((g, kernel_names(&text)))),
+                            Err(e) => Ok(Err(format!("IR does not load: {e}"))),
+                        }
+                    }
+                };
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if !quiet && (n % 25 == 0 || n == modules.len()) {
+                    let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                    eprintln!(
+                        "devmap: compiled {n}/{} modules ({rate:.1}/s, ETA {:.0}s)",
+                        modules.len(),
+                        (modules.len() - n) as f64 / rate
+                    );
+                }
+                out
+            })
+            .collect();
+        let mut module_of: HashMap<&Unit, std::result::Result<(ProgramGraph, Vec<String>), String>> = HashMap::new();
+        for (m, b) in modules.iter().zip(built) {
+            module_of.insert(m, b?);
+        }
+        let mut graphs = Vec::with_capacity(units.len());
+        let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+        for u in &units {
+            let graph = match u {
+                Err(cause) => Err(cause.clone()),
+                Ok(u) => match &module_of[&module_key(u)] {
+                    Err(cause) => Err(cause.clone()),
+                    Ok((g, names)) => kernel_subgraph(g, &u.kernel, names).ok_or_else(|| "kernel not defined in its module".to_string()),
+                },
+            };
+            match graph {
+                Ok(g) => graphs.push(Some(g)),
+                Err(cause) => {
+                    *failures.entry(cause).or_default() += 1;
+                    graphs.push(None);
+                }
+            }
+        }
+        Ok(Kernels { graphs, row_kernel, failures, repaired: 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(benchmark: &str, dataset: &str, wgsize: f64) -> Row {
+        Row { benchmark: benchmark.into(), dataset: dataset.into(), transfer: 0.0, wgsize, gpu: false, src: String::new() }
+    }
+
+    #[test]
+    fn rows_find_their_program_file_and_options() {
+        let b = Builds::parse(
+            r#"{"format": "programl-devmap-builds v1", "programs": [
+                {"program": "npb-3.3-CG", "dir": "npb-3.3/CG", "kernels": {"makea_3": "cg_gpu_makea.cl"},
+                 "options": ["-I.", "-DCLASS={class_num}", "-DLSIZE={wgsize}"]},
+                {"program": "npb-3.3-CGX", "dir": "x", "kernels": {"k": "k.cl"}, "per_dataset": {"big": ["-DN=9"]}}]}"#,
+        )
+        .unwrap();
+        let u = b.unit_of(&row("npb-3.3-CG-makea_3", "A", 64.0)).unwrap();
+        assert_eq!((u.dir.as_str(), u.file.as_str(), u.kernel.as_str()), ("npb-3.3/CG", "cg_gpu_makea.cl", "makea_3"));
+        assert_eq!(u.options, ["-I.", "-DCLASS=2", "-DLSIZE=64"]);
+        // The longest program prefix wins; per-dataset options replace the default.
+        let u = b.unit_of(&row("npb-3.3-CGX-k", "big", 1.0)).unwrap();
+        assert_eq!((u.dir.as_str(), u.options.clone()), ("x", vec!["-DN=9".to_string()]));
+        assert!(b.unit_of(&row("npb-3.3-CG-nope", "A", 1.0)).unwrap_err().contains("kernel"));
+        assert!(b.unit_of(&row("npb-3.3-CG-makea_3", "large", 1.0)).unwrap_err().contains("NPB class"));
+        assert!(b.unit_of(&row("shoc-X-k", "default", 1.0)).unwrap_err().contains("program"));
+    }
+
+    #[test]
+    fn an_embedded_kernel_is_its_joined_literals() {
+        let host = "int x;\nconst char *src[] = {\n \"__kernel void Triad(__global float *a, \",\n \"float s)\",\n \"{ a[0] = s; }\"\n};\nfoo(\"other\");\n";
+        assert_eq!(embedded_source(host, "Triad").unwrap(), "__kernel void Triad(__global float *a, float s){ a[0] = s; }");
+        assert!(embedded_source(host, "Other").is_none());
+    }
+
+    /// A program of two kernels sharing a helper, built with an option
+    /// that its source needs: each row's graph is its own kernel with the
+    /// helper, never the other kernel; a missing kernel and a failing
+    /// build are counted by cause; the second build comes from the cache.
+    #[test]
+    fn each_row_gets_its_own_kernel_from_its_programs_file() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("suite/prog");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("defs.h"), "#define SCALE 3\n").unwrap();
+        std::fs::write(
+            dir.join("k.cl"),
+            "#include \"defs.h\"\n#include \"host_only.h\"\n#ifndef LSIZE\n#error LSIZE unset\n#endif\n\
+             float helper(float x) { return x * SCALE + LSIZE; }\n\
+             __kernel void first(__global float *a) { a[get_global_id(0)] = helper(a[0]); }\n\
+             __kernel void second(__global int *b) { b[get_local_id(0)] += 1; }\n",
+        )
+        .unwrap();
+        let builds = Builds::parse(
+            r#"{"format": "programl-devmap-builds v1", "stubs": {"host_only.h": "/* stands in */\n"}, "programs": [
+                {"program": "suite-prog", "dir": "suite/prog", "kernels": {"first": "k.cl", "second": "k.cl", "gone": "missing.cl"},
+                 "options": ["-I.", "-I{stubs}", "-DLSIZE={wgsize}"]},
+                {"program": "suite-bad", "dir": "suite/prog", "kernels": {"first": "k.cl"}, "options": ["-I{stubs}"]}]}"#,
+        )
+        .unwrap();
+        let rows = [
+            row("suite-prog-first", "default", 64.0),
+            row("suite-prog-second", "default", 64.0),
+            row("suite-prog-first", "default", 64.0),
+            row("suite-prog-first", "default", 128.0),
+            row("suite-prog-gone", "default", 64.0),
+            row("suite-bad-first", "default", 64.0),
+            row("other-x-y", "default", 64.0),
+        ];
+        let cache = tempfile::tempdir().unwrap();
+        let clang = Path::new(programl::LLVM_BINDIR).join("clang");
+        let k = Kernels::from_sources(&rows, &builds, root.path(), cache.path(), &clang, true).unwrap();
+        assert_eq!(k.row_kernel[0], k.row_kernel[2], "one graph per (unit, kernel)");
+        assert_ne!(k.row_kernel[0], k.row_kernel[3], "another option value is another build");
+        let names = |r: usize| -> Vec<String> {
+            let g = k.graphs[k.row_kernel[r]].as_ref().unwrap_or_else(|| panic!("row {r}: {:?}", k.failures));
+            let mut v: Vec<String> =
+                g.graph.node_weights().filter_map(|n| n.function).map(|f| g.functions[f as usize].name.clone()).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let (first, second) = (names(0), names(1));
+        assert!(first.contains(&"first".to_string()) && first.contains(&"helper".to_string()), "{first:?}");
+        assert!(!first.contains(&"second".to_string()), "{first:?}");
+        assert!(second.contains(&"second".to_string()), "{second:?}");
+        assert!(!second.contains(&"first".to_string()) && !second.contains(&"helper".to_string()), "{second:?}");
+        assert_eq!(k.failures.values().sum::<usize>(), 3, "{:?}", k.failures);
+        assert!(k.failures.keys().any(|c| c.starts_with("source not found")), "{:?}", k.failures);
+        assert!(k.failures.keys().any(|c| c.contains("LSIZE unset")), "{:?}", k.failures);
+        assert!(k.failures.contains_key("no program in the build table"), "{:?}", k.failures);
+        // The cache answers the second time, with no clang to run.
+        let again = Kernels::from_sources(&rows, &builds, root.path(), cache.path(), Path::new("/no/clang"), true).unwrap();
+        assert_eq!(again.failures, k.failures);
+        assert_eq!(
+            again.graphs[again.row_kernel[1]].as_ref().map(|g| g.node_count()),
+            k.graphs[k.row_kernel[1]].as_ref().map(|g| g.node_count())
+        );
+    }
+
+    #[test]
+    fn kernel_names_are_the_spir_kernel_definitions() {
+        let ir = "define spir_kernel void @a(ptr %x) {\n}\ndefine dso_local spir_func i32 @helper() {\n}\ndefine dso_local spir_kernel void @\"b.c\"() #0 {\n}\ndeclare spir_kernel void @c()\n";
+        assert_eq!(kernel_names(ir), ["a", "b.c"]);
+    }
+}
