@@ -6,7 +6,7 @@
 //! programl-train eval    --model BUNDLE --data DATA|IR_DIR [--subset ddf-30] [--steps T] [--json]
 //! programl-train predict --model BUNDLE FILE.ll [--roots sample|all|ID,...] [--json]
 //! programl-train bench   [--mode train|infer --steps T] [--json]
-//! programl-train devmap  --platform amd|nvidia [--folds 10] [--no-aux] [--out BUNDLE] [--json]
+//! programl-train devmap  --platform amd|nvidia [--input sources|csv|ncc] [--protocol P] [--no-aux] [--out BUNDLE] [--json]
 //! programl-train poj104  --out RUN [--levels O0] [--epochs N] [--budget 45m] [--json]
 //! programl-train eval    --model POJ104_BUNDLE --data DIR   (DIR/<class>/<n>.cpp)
 //! ```
