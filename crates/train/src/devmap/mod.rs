@@ -407,6 +407,13 @@ impl Kernels {
         Ok(Kernels { graphs, row_kernel, failures, repaired })
     }
 
+    /// The node counts of the graphs, ascending.
+    pub fn node_counts(&self) -> Vec<usize> {
+        let mut n: Vec<usize> = self.graphs.iter().flatten().map(|g| g.node_count()).collect();
+        n.sort_unstable();
+        n
+    }
+
     /// Whether row `r`'s kernel has a graph.
     pub fn compiled(&self, r: usize) -> bool {
         self.graphs[self.row_kernel[r]].is_some()
@@ -916,6 +923,16 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         );
         for (cause, n) in &kernels.failures {
             println!("  failed: {n} x {cause}");
+        }
+        let sizes = kernels.node_counts();
+        if !sizes.is_empty() {
+            println!(
+                "  graphs: median {} nodes, mean {:.0}, max {}; {} nodes in all",
+                sizes[sizes.len() / 2],
+                sizes.iter().sum::<usize>() as f64 / sizes.len() as f64,
+                sizes[sizes.len() - 1],
+                sizes.iter().sum::<usize>()
+            );
         }
     }
     let mut results: Vec<(Protocol, Figures)> = Vec::new();
