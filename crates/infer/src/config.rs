@@ -119,20 +119,33 @@ pub struct GraphHead {
     pub aux: Vec<String>,
     /// Width of the auxiliary classifier's hidden layer.
     pub aux_hidden: i64,
-    /// How node logits become graph logits: `sum` (upstream's, the
-    /// default) or `mean` (logits that do not grow with the graph, which
-    /// many-class tasks such as POJ-104 need to train stably).
+    /// How the nodes become the graph's C logits: `sum` (upstream's, the
+    /// default) or `mean` of the per-node logits (logits that do not grow
+    /// with the graph, which many-class tasks such as POJ-104 need to
+    /// train stably), or `gated`, a pooling of the node states ([`Pool`]).
     #[serde(default, skip_serializing_if = "Pool::is_sum")]
     pub pool: Pool,
 }
 
-/// A graph head's pooling of node logits.
+/// A graph head's pooling. `sum` and `mean` pool the per-node readout
+/// (C logits per node). `gated` pools the final node states instead, as
+/// the GGNN paper's graph-level output does (Li et al., ICLR 2016, eq. 7),
+/// averaged rather than summed so that it does not grow with the graph:
+///
+/// ```text
+/// u_v = σ(W_g [h_T; h_0] + b_g) ⊙ tanh(W_s h_T + b_s)     (H per node)
+/// logits = W_o mean_v(u_v) + b_o                           (C)
+/// ```
+///
+/// Its tensors are `pool.gate.*`, `pool.transform.*` and `pool.out.*`;
+/// the per-node readout's stay in the bundle, unused by the graph head.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pool {
     #[default]
     Sum,
     Mean,
+    Gated,
 }
 
 impl Pool {
@@ -182,8 +195,30 @@ impl Hyper {
             ("readout.transform.bias", vec![c]),
         ]
         .into_iter()
+        .chain(self.pool_shapes())
         .chain(self.aux_shapes().into_iter().filter(|(n, _)| !n.starts_with("aux.norm.running")))
         .collect()
+    }
+
+    /// Whether the graph head pools node states ([`Pool::Gated`]).
+    pub fn pools_states(&self) -> bool {
+        self.graph.as_ref().is_some_and(|g| g.pool == Pool::Gated)
+    }
+
+    /// The gated state pooling's tensors ([`Pool`]).
+    fn pool_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
+        if !self.pools_states() {
+            return Vec::new();
+        }
+        let (h, c) = (self.hidden, self.classes);
+        vec![
+            ("pool.gate.weight", vec![h, 2 * h]),
+            ("pool.gate.bias", vec![h]),
+            ("pool.transform.weight", vec![h, h]),
+            ("pool.transform.bias", vec![h]),
+            ("pool.out.weight", vec![c, h]),
+            ("pool.out.bias", vec![c]),
+        ]
     }
 
     /// The auxiliary classifier's tensors, trainable and not.

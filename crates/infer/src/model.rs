@@ -68,6 +68,9 @@ pub struct Model {
     /// The readout's gate \[C, 2h\] and transform \[C, h\], packed.
     readout_gate: gemm::Packed,
     readout_transform: gemm::Packed,
+    /// The gated state pooling's gate \[h, 2h\] and transform \[h, h\],
+    /// packed, for a graph head that pools states ([`crate::config::Pool`]).
+    pool: Option<(gemm::Packed, gemm::Packed)>,
     /// The fused product's packings, per block order and precision.
     packs: Mutex<HashMap<(Order, Precision), Arc<Packing>>>,
     /// Buffers kept from one call to the next.
@@ -296,6 +299,12 @@ impl Model {
         Model {
             readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * hidden, false),
             readout_transform: gemm::Packed::from_weight(weights.get("readout.transform.weight"), c, hidden, false),
+            pool: config.hyper.pools_states().then(|| {
+                (
+                    gemm::Packed::from_weight(weights.get("pool.gate.weight"), hidden, 2 * hidden, false),
+                    gemm::Packed::from_weight(weights.get("pool.transform.weight"), hidden, hidden, false),
+                )
+            }),
             msg_bias: weights.get("messages.bias").to_vec(),
             hidden,
             config,
@@ -468,20 +477,29 @@ impl Model {
             (_, None) => return Err(format!("this graph head needs {a} auxiliary inputs per graph ({})", head.aux.join(", "))),
         };
         let run = self.run(batch, None, opts);
-        let logits = &run.logits;
-        let mut pooled = vec![0f32; g * c];
+        // Per node: C logits, or the gated pooling's h terms.
+        let width = if self.pool.is_some() { self.hidden } else { c };
+        let nodes = &run.logits;
+        let mut pooled = vec![0f32; g * width];
         let mut counts = vec![0f32; g];
         for (v, &graph) in batch.graph_index().iter().enumerate() {
             let graph = graph as usize;
             counts[graph] += 1.0;
-            for k in 0..c {
-                pooled[graph * c + k] += logits[v * c + k];
+            for k in 0..width {
+                pooled[graph * width + k] += nodes[v * width + k];
             }
         }
-        if head.pool == Pool::Mean {
-            for (row, n) in pooled.chunks_exact_mut(c).zip(&counts) {
+        if head.pool != Pool::Sum {
+            for (row, n) in pooled.chunks_exact_mut(width).zip(&counts) {
                 row.iter_mut().for_each(|x| *x /= n.max(1.0));
             }
+        }
+        if self.pool.is_some() {
+            let (ow, ob) = (self.weights.get("pool.out.weight"), self.weights.get("pool.out.bias"));
+            pooled = pooled
+                .chunks_exact(width)
+                .flat_map(|u| (0..c).map(move |k| ob[k] + (0..width).map(|j| ow[k * width + j] * u[j]).sum::<f32>()))
+                .collect();
         }
         let mut out = match aux {
             None => pooled,
@@ -560,7 +578,34 @@ impl Model {
                 wide.run(&edges, &h0, &gates, depth, threads)
             }
         };
-        (self.readout(&h_t, &h0, threads), steps)
+        let out = match &self.pool {
+            Some((gate, transform)) => self.gated_states(&h_t, &h0, gate, transform, threads),
+            None => self.readout(&h_t, &h0, threads),
+        };
+        (out, steps)
+    }
+
+    /// The gated pooling's per-node terms `σ(W_g [h_T; h_0] + b_g) ⊙
+    /// tanh(W_s h_T + b_s)`, \[N × h\] ([`crate::config::Pool`]).
+    fn gated_states(&self, h_t: &[f32], h0: &[f32], gate_w: &gemm::Packed, transform_w: &gemm::Packed, threads: usize) -> Vec<f32> {
+        let w = &self.weights;
+        let (gb, tb) = (w.get("pool.gate.bias"), w.get("pool.transform.bias"));
+        let h = self.hidden;
+        let n = h_t.len() / h;
+        let mut both = vec![0f32; n * 2 * h];
+        for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
+            row[..h].copy_from_slice(&h_t[v * h..][..h]);
+            row[h..].copy_from_slice(&h0[v * h..][..h]);
+        }
+        let (mut gate, mut value) = (vec![0f32; n * h], vec![0f32; n * h]);
+        gemm::product::<f32>(&both, 2 * h, n, gate_w, &mut gate, h, threads);
+        gemm::product::<f32>(h_t, h, n, transform_w, &mut value, h, threads);
+        for (g, v) in gate.chunks_exact_mut(h).zip(value.chunks_exact(h)) {
+            for k in 0..h {
+                g[k] = sigmoid(g[k] + gb[k]) * (v[k] + tb[k]).tanh();
+            }
+        }
+        gate
     }
 
     /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\]: two products (`[h_T; h_0]`

@@ -84,6 +84,8 @@ pub struct Ggnn {
     pub(crate) selector_table: Tensor,
     /// The graph head's auxiliary classifier, if it has auxiliary inputs.
     pub(crate) aux: Option<AuxNet>,
+    /// The graph head's gated pooling of node states ([`Pool::Gated`]).
+    pub(crate) pool_net: Option<PoolNet>,
     /// Inference's per-step buffers, kept from one call to the next.
     workspace: RefCell<Workspace>,
 }
@@ -96,6 +98,16 @@ pub(crate) struct AuxNet {
     running_var: Tensor,
     hidden_w: Tensor,
     hidden_b: Tensor,
+    out_w: Tensor,
+    out_b: Tensor,
+}
+
+/// The gated pooling of node states ([`Pool`]).
+pub(crate) struct PoolNet {
+    gate_w: Tensor,
+    gate_b: Tensor,
+    transform_w: Tensor,
+    transform_b: Tensor,
     out_w: Tensor,
     out_b: Tensor,
 }
@@ -152,6 +164,17 @@ impl Ggnn {
                 out_b: (&p / "out").var("bias", &[c], nn::Init::Const(0.0)),
             }
         });
+        let pool_net = hyper.pools_states().then(|| {
+            let p = &root / "pool";
+            PoolNet {
+                gate_w: (&p / "gate").var("weight", &[h, 2 * h], xavier(h, 2 * h)),
+                gate_b: (&p / "gate").var("bias", &[h], nn::Init::Const(0.0)),
+                transform_w: (&p / "transform").var("weight", &[h, h], xavier(h, h)),
+                transform_b: (&p / "transform").var("bias", &[h], nn::Init::Const(0.0)),
+                out_w: (&p / "out").var("weight", &[c, h], xavier(c, h)),
+                out_b: (&p / "out").var("bias", &[c], nn::Init::Const(0.0)),
+            }
+        });
         Ggnn {
             vs,
             hyper: hyper.clone(),
@@ -171,6 +194,7 @@ impl Ggnn {
             sinusoids,
             selector_table,
             aux,
+            pool_net,
             workspace: RefCell::default(),
         }
     }
@@ -741,6 +765,9 @@ impl Ggnn {
 
     /// [`Ggnn::pooled_logits`] in evaluation mode, without autograd state.
     pub fn pooled_inference(&self, input: &Prepared, steps: i64) -> Tensor {
+        if self.pool_net.is_some() {
+            return tch::no_grad(|| self.pooled_logits(input, steps, false));
+        }
         tch::no_grad(|| self.pool(input, &self.forward_inference(input, steps)))
     }
 
@@ -761,7 +788,18 @@ impl Ggnn {
     /// steps, summed (or averaged, as the head's [`Pool`] says) over its
     /// nodes.
     pub fn pooled_logits(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
-        self.pool(input, &self.forward(input, steps, train))
+        let Some(p) = &self.pool_net else {
+            return self.pool(input, &self.forward(input, steps, train));
+        };
+        let h0 = self.initial_states(input);
+        let h = self.propagate(input, &h0, steps, train);
+        let gate = Tensor::cat(&[&h, &h0], 1).linear(&p.gate_w, Some(&p.gate_b)).sigmoid();
+        let nodes = gate * h.linear(&p.transform_w, Some(&p.transform_b)).tanh();
+        let options = (nodes.kind(), nodes.device());
+        let sum = Tensor::zeros([input.graphs, nodes.size()[1]], options).index_add(0, &input.graph_index, &nodes);
+        let ones = Tensor::ones([input.graph_index.size()[0], 1], options);
+        let counts = Tensor::zeros([input.graphs, 1], options).index_add(0, &input.graph_index, &ones).clamp_min(1.0);
+        (sum / counts).linear(&p.out_w, Some(&p.out_b))
     }
 
     /// Graph logits \[G, C\] from per-node logits \[N, C\], as the head's
@@ -771,7 +809,7 @@ impl Ggnn {
         let sum = Tensor::zeros([input.graphs, self.hyper.classes], options).index_add(0, &input.graph_index, nodes);
         match self.hyper.graph.as_ref().map_or(Pool::Sum, |g| g.pool) {
             Pool::Sum => sum,
-            Pool::Mean => {
+            Pool::Mean | Pool::Gated => {
                 let ones = Tensor::ones([input.graph_index.size()[0], 1], options);
                 let counts = Tensor::zeros([input.graphs, 1], options).index_add(0, &input.graph_index, &ones).clamp_min(1.0);
                 sum / counts
@@ -824,6 +862,16 @@ impl Ggnn {
             ("readout.transform.weight", &self.readout_w),
             ("readout.transform.bias", &self.readout_b),
         ];
+        if let Some(p) = &self.pool_net {
+            all.extend([
+                ("pool.gate.weight", &p.gate_w),
+                ("pool.gate.bias", &p.gate_b),
+                ("pool.transform.weight", &p.transform_w),
+                ("pool.transform.bias", &p.transform_b),
+                ("pool.out.weight", &p.out_w),
+                ("pool.out.bias", &p.out_b),
+            ]);
+        }
         if let Some(a) = &self.aux {
             all.extend([
                 ("aux.norm.weight", &a.norm_w),

@@ -220,3 +220,54 @@ fn the_bench_units_match_the_libtorch_forward() {
         assert_eq!(argmax_rows(&want, 104), argmax_rows(&got.probabilities, 104), "poj104 on {}: the class", file.display());
     }
 }
+
+/// A graph head that pools node states (`pool: gated`), with auxiliary
+/// inputs: a model with the devmap bundle's trained message passing and
+/// seeded random pooling weights, saved as a bundle, gives the same
+/// probabilities through the torch-free inference on every FP32 path, for
+/// one graph and for a batch of graphs of different sizes.
+#[test]
+fn a_gated_state_pooling_head_matches_the_libtorch_forward() {
+    use programl_model::{Ggnn, GraphHead, Pool};
+    set_matmul_precision(Precision::F32).unwrap();
+    let paths = fp32_paths("infer_parity::a_gated_state_pooling_head_matches_the_libtorch_forward");
+    let base = Bundle::load(&root().join("models/devmap-amd"), tch::Device::Cpu).unwrap();
+    let mut hyper = base.model.hyper().clone();
+    hyper.graph = Some(GraphHead { pool: Pool::Gated, ..hyper.graph.clone().unwrap() });
+    tch::manual_seed(7);
+    let model = Ggnn::new(&hyper, tch::Device::Cpu);
+    // The trained step and embedding; the new pooling stays random.
+    let trained: std::collections::HashMap<&str, &tch::Tensor> = base.model.named_tensors().into_iter().collect();
+    tch::no_grad(|| {
+        for (name, t) in model.named_tensors() {
+            if let Some(src) = trained.get(name).filter(|s| s.size() == t.size()) {
+                t.shallow_clone().copy_(src);
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base.config.clone();
+    config.hyper = hyper.clone();
+    Bundle::save(dir.path(), &config, &model, &base.vocabulary).unwrap();
+    let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    assert!(json.contains("\"pool\": \"gated\"") || json.contains("\"pool\":\"gated\""), "{json}");
+    let reference = Bundle::load(dir.path(), tch::Device::Cpu).unwrap();
+    let cpu = Model::open(dir.path()).unwrap();
+    let kernel = graph_of(
+        "llvm-tests/Inputs/infer/kernel.cl",
+        &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1"],
+    );
+    let (_, other) = units().swap_remove(0);
+    for (graphs, aux) in [(vec![&kernel], vec![4096.0f32, 64.0]), (vec![&kernel, &other], vec![4096.0, 64.0, 1.0e8, 256.0])] {
+        let inputs: Vec<GraphInput> = graphs.iter().map(|g| GraphInput::new(g, &reference.vocabulary).unwrap()).collect();
+        let samples: Vec<Sample<'_>> = inputs.iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).unwrap();
+        let want = graph_probabilities(&reference.model, &batch, Some(&aux), hyper.steps);
+        assert_eq!(want.len(), 2 * graphs.len());
+        for &isa in &paths {
+            let got = cpu.graph_probabilities(&batch, Some(&aux), &opts(Dtype::F32, isa)).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 1e-5, "{} graphs on {isa}: probabilities differ by {d}", graphs.len());
+        }
+    }
+}

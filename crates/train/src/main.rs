@@ -274,9 +274,17 @@ enum Command {
         batch_nodes: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// How node logits pool into the graph vector: sum (upstream's) or mean.
+        /// How the nodes pool into the graph's logits: mean or sum
+        /// (upstream's) of the node logits, or gated (a gated mean of the
+        /// final node states).
         #[arg(long, default_value = "mean")]
         pool: String,
+        /// Start from this bundle's weights (a DeepDataFlow model, e.g.
+        /// models/reachability): its embedding rows for the texts it knows,
+        /// its message passing, and every other tensor of the same name and
+        /// shape (transfer).
+        #[arg(long)]
+        init: Option<PathBuf>,
         /// Only this protocol (stratified, grouped or perfograph).
         #[arg(long)]
         protocol: Option<String>,
@@ -323,7 +331,8 @@ enum Command {
         batch_nodes: usize,
         #[arg(long, default_value_t = 10_000)]
         max_nodes: usize,
-        /// How node logits pool into graph logits: mean or sum (upstream's).
+        /// How the nodes pool into graph logits: mean or sum (upstream's) of
+        /// the node logits, or gated (a gated mean of the final node states).
         #[arg(long, default_value = "mean")]
         pool: String,
         #[arg(long, default_value_t = 0)]
@@ -387,7 +396,8 @@ fn parse_pool(name: &str) -> Result<programl_model::Pool> {
     match name {
         "mean" => Ok(programl_model::Pool::Mean),
         "sum" => Ok(programl_model::Pool::Sum),
-        other => bail!("--pool '{other}': expected mean or sum"),
+        "gated" => Ok(programl_model::Pool::Gated),
+        other => bail!("--pool '{other}': expected mean, sum or gated"),
     }
 }
 
@@ -547,11 +557,12 @@ fn run(cli: Cli) -> Result<()> {
             no_cv,
             json,
             quiet,
+            init,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
             let pool = parse_pool(&pool)?;
-            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed };
+            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init };
             let options = devmap::Options { platform, input: input.parse()?, data, cache, folds, protocol, out, no_cv, json, quiet };
             devmap::run(&options, &settings, device)
         }

@@ -497,6 +497,8 @@ pub struct Settings {
     /// How node logits pool into the graph vector (upstream: sum).
     pub pool: Pool,
     pub seed: u64,
+    /// A bundle to start from ([`transfer`]).
+    pub init: Option<PathBuf>,
 }
 
 /// A model trained on some rows, with the vocabulary it reads.
@@ -519,6 +521,12 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     kernel_ids.sort_unstable();
     kernel_ids.dedup();
     let vocabulary = vocabulary_of(kernel_ids.iter().filter_map(|&k| kernels.graphs[k].as_ref()));
+    // Transfer: the source's ids first, so its embedding rows carry over.
+    let source = s.init.as_ref().map(|dir| Bundle::load(dir, Device::Cpu).expect("--init was checked before training"));
+    let vocabulary = match &source {
+        Some(b) => b.vocabulary.extended(&vocabulary),
+        None => vocabulary,
+    };
     let inputs: HashMap<usize, GraphInput> = kernel_ids
         .iter()
         .map(|&k| (k, GraphInput::new(kernels.graphs[k].as_ref().unwrap(), &vocabulary).expect("a built graph is a valid input")))
@@ -535,6 +543,9 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
     tch::manual_seed(programl::hash::mix(s.seed) as i64);
     let model = Ggnn::new(&hyper, device);
+    if let Some(b) = &source {
+        transfer(&b.model, &model);
+    }
     let params = model.parameters();
     let mut opt = AdamW::new(&params, s.lr);
     let mut rows_seen = 0;
@@ -568,6 +579,28 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         }
     }
     Trained { model, vocabulary, hyper, rows_seen }
+}
+
+/// Copies into `to` every parameter of `from` with the same name and shape,
+/// and of the embedding the rows `from` has (its vocabulary is a prefix of
+/// `to`'s: [`Vocabulary::extended`]). Returns the names copied.
+pub fn transfer(from: &Ggnn, to: &Ggnn) -> Vec<&'static str> {
+    let source: HashMap<&str, &Tensor> = from.named_parameters().into_iter().collect();
+    let mut copied = Vec::new();
+    tch::no_grad(|| {
+        for (name, target) in to.named_parameters() {
+            let Some(src) = source.get(name) else { continue };
+            let (a, b) = (src.size(), target.size());
+            if a == b {
+                target.shallow_clone().copy_(&src.to_device(target.device()));
+                copied.push(name);
+            } else if name == "embedding.weight" && a.len() == 2 && a[1] == b[1] && a[0] <= b[0] {
+                target.narrow(0, 0, a[0]).copy_(&src.to_device(target.device()));
+                copied.push(name);
+            }
+        }
+    });
+    copied
 }
 
 /// GPU probabilities of `rows` (indices) whose kernels compiled. Each
@@ -894,6 +927,12 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         None => vec![Protocol::Stratified, Protocol::Grouped, Protocol::Perfograph],
         Some(name) => vec![name.parse()?],
     };
+    if let Some(dir) = &s.init {
+        let b = Bundle::load(dir, Device::Cpu).with_context(|| format!("--init {}", dir.display()))?;
+        if b.model.hyper().hidden != programl_model::HIDDEN {
+            bail!("--init {}: a state {} wide; device mapping's is {}", dir.display(), b.model.hyper().hidden, programl_model::HIDDEN);
+        }
+    }
     crate::engine::tune_allocator();
     let data = o.data.clone().unwrap_or_else(|| default_dataset("devmap"));
     let csv = data.join(format!("{}.csv", o.platform));
@@ -1018,6 +1057,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "steps": s.steps,
             "lr": s.lr,
             "pool": s.pool,
+            "init": s.init.as_ref().map(|p| p.display().to_string()),
             "wall_s": start.elapsed().as_secs_f64(),
         });
         println!("{out}");
@@ -1107,6 +1147,28 @@ mod tests {
         // 11 groups over 5 folds: none empty, sizes within one group's.
         let sizes: Vec<usize> = (0..5).map(|k| g.iter().filter(|&&f| f == k).count()).collect();
         assert!(sizes.iter().all(|&n| n > 0) && sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 10, "{sizes:?}");
+    }
+
+    /// Transfer copies the source's embedding rows (its vocabulary a
+    /// prefix of the target's), its message passing and readout, and
+    /// leaves what it lacks (new rows, a state pooling) as initialised.
+    #[test]
+    fn transfer_copies_what_matches_and_keeps_the_rest() {
+        let from = Ggnn::new(&Hyper::spec(3), Device::Cpu);
+        let head = GraphHead { aux: vec!["a".into()], aux_hidden: 4, pool: Pool::Gated };
+        let to = Ggnn::new(&Hyper { graph: Some(head), ..Hyper::spec(5) }, Device::Cpu);
+        let before: HashMap<&str, Tensor> = to.named_parameters().into_iter().map(|(n, t)| (n, t.copy())).collect();
+        let copied = transfer(&from, &to);
+        for name in ["embedding.weight", "messages.weight", "gate.weight", "gru.weight_ih", "gru.bias_hh", "readout.gate.weight"] {
+            assert!(copied.contains(&name), "{name}: {copied:?}");
+        }
+        assert!(!copied.iter().any(|n| n.starts_with("pool.") || n.starts_with("aux.")), "{copied:?}");
+        let get = |m: &Ggnn, name: &str| m.named_parameters().into_iter().find(|(n, _)| *n == name).unwrap().1.copy();
+        let (e_from, e_to) = (get(&from, "embedding.weight"), get(&to, "embedding.weight"));
+        assert!(e_to.narrow(0, 0, 3).equal(&e_from));
+        assert!(e_to.narrow(0, 3, 2).equal(&before["embedding.weight"].narrow(0, 3, 2)), "new rows keep their initialisation");
+        assert!(get(&to, "messages.weight").equal(&get(&from, "messages.weight")));
+        assert!(get(&to, "pool.gate.weight").equal(&before["pool.gate.weight"]));
     }
 
     #[test]
