@@ -104,6 +104,19 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let minority = cpu.min(gpu) as f64 / rows as f64;
     assert!((j["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{j}");
 
+    // Each finished split kept its test predictions: a second run reads
+    // them instead of training (here they are rewritten to say "GPU" for
+    // every row, so the rerun's error is the CPU rows' share).
+    let kept: Vec<PathBuf> = std::fs::read_dir(cache.join("cv")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept.len(), 3 + 3 + 10, "{kept:?}");
+    for f in &kept {
+        let pairs: Vec<(usize, f64)> = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let all_gpu: Vec<(usize, f64)> = pairs.iter().map(|&(r, _)| (r, 1.0)).collect();
+        std::fs::write(f, serde_json::to_string(&all_gpu).unwrap()).unwrap();
+    }
+    let again = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3"]);
+    assert!((again["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "{again}");
+
     let loaded = Bundle::load(&bundle, programl_model::tch::Device::Cpu).unwrap();
     assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));
     assert_eq!(loaded.config.classes, ["cpu", "gpu"]);

@@ -754,16 +754,27 @@ pub fn evaluate_splits(
     splits: &[Split],
     s: &Settings,
     device: Device,
+    resume: Option<&Resume>,
     mut progress: impl FnMut(usize, &FoldFigures),
-) -> Figures {
+) -> Result<Figures> {
     let mut total = Confusion::default();
     let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
     let mut per_fold = Vec::new();
     for (f, split) in splits.iter().enumerate() {
         let (train, test) = (&split.train, &split.test);
         let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
-        let trained = train_model(rows, kernels, train, &settings, device);
-        let probs = predict(&trained, rows, kernels, test, s.batch_nodes);
+        let kept = resume.map(|r| r.path(split, &settings));
+        let probs = match kept.as_deref().and_then(Resume::read) {
+            Some(probs) => probs,
+            None => {
+                let trained = train_model(rows, kernels, train, &settings, device);
+                let probs = predict(&trained, rows, kernels, test, s.batch_nodes);
+                if let Some(path) = &kept {
+                    Resume::write(path, &probs)?;
+                }
+                probs
+            }
+        };
         let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
         let mut fold = Confusion::default();
         let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
@@ -792,7 +803,7 @@ pub fn evaluate_splits(
         tested += test.len();
     }
     let n = tested.max(1);
-    Figures {
+    Ok(Figures {
         rows: tested,
         rows_failed: failed,
         errors,
@@ -803,6 +814,60 @@ pub fn evaluate_splits(
         f1: total.f1(),
         per_fold,
         wall_s: 0.0,
+    })
+}
+
+/// Where finished splits keep their test predictions, so that a killed
+/// cross-validation resumes at the first split it had not finished. A
+/// split's file is named by a hash of everything its predictions depend
+/// on: the rows and input, the graphs' sizes, the settings (its seed
+/// included) and the split's rows.
+pub struct Resume {
+    dir: PathBuf,
+    base: u64,
+}
+
+impl Resume {
+    pub fn new(dir: PathBuf, rows: &[Row], input: Input, kernels: &Kernels) -> Resume {
+        let mut h = Fnv1a::default();
+        h.write(rows_hash(rows, input).as_bytes());
+        for (g, k) in kernels.graphs.iter().zip(0u64..) {
+            h.write(&k.to_le_bytes());
+            h.write(&g.as_ref().map_or(0u64, |g| (g.node_count() as u64) << 32 | g.edge_count() as u64).to_le_bytes());
+        }
+        for &k in &kernels.row_kernel {
+            h.write(&(k as u64).to_le_bytes());
+        }
+        Resume { dir, base: h.finish() }
+    }
+
+    fn path(&self, split: &Split, s: &Settings) -> PathBuf {
+        let mut h = Fnv1a::default();
+        h.write(&self.base.to_le_bytes());
+        h.write(format!("{s:?} {}", env!("CARGO_PKG_VERSION")).as_bytes());
+        for part in [&split.train, &split.test] {
+            h.write(&(part.len() as u64).to_le_bytes());
+            for &r in part {
+                h.write(&(r as u64).to_le_bytes());
+            }
+        }
+        self.dir.join(format!("{:016x}.json", h.finish()))
+    }
+
+    fn read(path: &Path) -> Option<HashMap<usize, f64>> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let pairs: Vec<(usize, f64)> = serde_json::from_str(&text).ok()?;
+        Some(pairs.into_iter().collect())
+    }
+
+    fn write(path: &Path, probs: &HashMap<usize, f64>) -> Result<()> {
+        let mut pairs: Vec<(usize, f64)> = probs.iter().map(|(&r, &p)| (r, p)).collect();
+        pairs.sort_by_key(|&(r, _)| r);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        }
+        programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, &serde_json::to_vec(&pairs)?)
+            .with_context(|| format!("{}: cannot write", path.display()))
     }
 }
 
@@ -974,13 +1039,14 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             );
         }
     }
+    let resume = Resume::new(cache.join("cv"), &rows, o.input, &kernels);
     let mut results: Vec<(Protocol, Figures)> = Vec::new();
     if !o.no_cv {
         for &protocol in &protocols {
             let name = protocol.describe();
             let splits = splits(&rows, protocol, o.folds, s.seed);
             let t0 = std::time::Instant::now();
-            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, |f, fig| {
+            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, Some(&resume), |f, fig| {
                 // Progress on stderr, also with --json (stdout).
                 if !o.quiet {
                     let done = f + 1;
@@ -997,7 +1063,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
                         per * (splits.len() - done) as f64
                     );
                 }
-            });
+            })?;
             figures.wall_s = t0.elapsed().as_secs_f64();
             if !o.json {
                 println!(
