@@ -37,8 +37,8 @@ use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
 use crate::config::{sinusoid_into, Pool, NORM_EPS, SELECTOR_DIM};
-use crate::wide::{self, Depth, Wide};
 use crate::weights::Weights;
+use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
 
 const H: usize = HIDDEN;
@@ -517,7 +517,8 @@ impl Model {
         let c = self.classes();
         let a = aux.len() / g.max(1);
         let width = c + a;
-        let (nw, nb, rm, rv) = (w.get("aux.norm.weight"), w.get("aux.norm.bias"), w.get("aux.norm.running_mean"), w.get("aux.norm.running_var"));
+        let (nw, nb, rm, rv) =
+            (w.get("aux.norm.weight"), w.get("aux.norm.bias"), w.get("aux.norm.running_mean"), w.get("aux.norm.running_var"));
         let (hw, hb, ow, ob) = (w.get("aux.hidden.weight"), w.get("aux.hidden.bias"), w.get("aux.out.weight"), w.get("aux.out.bias"));
         let hidden = hb.len();
         let mut out = vec![0f32; g * c];
@@ -558,7 +559,9 @@ impl Model {
             (Depth::Fixed(steps), Some(fast)) => {
                 let h_t = match precision {
                     Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
-                    Precision::Bf16 if fast.w_ih_bf16.is_some() && steps > 0 => self.steps_products::<Bf16>(input, &h0, steps, threads, scratch),
+                    Precision::Bf16 if fast.w_ih_bf16.is_some() && steps > 0 => {
+                        self.steps_products::<Bf16>(input, &h0, steps, threads, scratch)
+                    }
                     _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
                     _ => h0.clone(),
                 };
@@ -585,52 +588,53 @@ impl Model {
         (out, steps)
     }
 
-    /// The gated pooling's per-node terms `σ(W_g [h_T; h_0] + b_g) ⊙
-    /// tanh(W_s h_T + b_s)`, \[N × h\] ([`crate::config::Pool`]).
-    fn gated_states(&self, h_t: &[f32], h0: &[f32], gate_w: &gemm::Packed, transform_w: &gemm::Packed, threads: usize) -> Vec<f32> {
-        let w = &self.weights;
-        let (gb, tb) = (w.get("pool.gate.bias"), w.get("pool.transform.bias"));
-        let h = self.hidden;
-        let n = h_t.len() / h;
-        let mut both = vec![0f32; n * 2 * h];
-        for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
-            row[..h].copy_from_slice(&h_t[v * h..][..h]);
-            row[h..].copy_from_slice(&h0[v * h..][..h]);
-        }
-        let (mut gate, mut value) = (vec![0f32; n * h], vec![0f32; n * h]);
-        gemm::product::<f32>(&both, 2 * h, n, gate_w, &mut gate, h, threads);
-        gemm::product::<f32>(h_t, h, n, transform_w, &mut value, h, threads);
-        for (g, v) in gate.chunks_exact_mut(h).zip(value.chunks_exact(h)) {
-            for k in 0..h {
-                g[k] = sigmoid(g[k] + gb[k]) * (v[k] + tb[k]).tanh();
-            }
-        }
-        gate
+    /// The readout, `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\].
+    fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
+        let gate = (&self.readout_gate, self.weights.get("readout.gate.bias"));
+        let transform = (&self.readout_transform, self.weights.get("readout.transform.bias"));
+        self.gated(h_t, h0, gate, transform, false, threads)
     }
 
-    /// `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\]: two products (`[h_T; h_0]`
-    /// by the gate's packed weights, `h_T` by the transform's), on the
-    /// kernels' FP32 products (POJ-104's 104 classes make the readout as
-    /// large as a step), then the gate and its product.
-    fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
-        let w = &self.weights;
-        let (gb, tb) = (w.get("readout.gate.bias"), w.get("readout.transform.bias"));
-        let (c, h) = (self.classes(), self.hidden);
+    /// The gated state pooling's per-node terms, `σ(W_g [h_T; h_0] + b_g)
+    /// ⊙ tanh(W_s h_T + b_s)`, \[N × h\] ([`crate::config::Pool`]).
+    fn gated_states(&self, h_t: &[f32], h0: &[f32], gate_w: &gemm::Packed, transform_w: &gemm::Packed, threads: usize) -> Vec<f32> {
+        let gate = (gate_w, self.weights.get("pool.gate.bias"));
+        let transform = (transform_w, self.weights.get("pool.transform.bias"));
+        self.gated(h_t, h0, gate, transform, true, threads)
+    }
+
+    /// `σ(G [h_T; h_0] + g) ⊙ t(T h_T + b)` per node, `t` tanh where
+    /// `squash`, else the identity: two products (`[h_T; h_0]` by the
+    /// gate's packed weights, `h_T` by the transform's) on the kernels'
+    /// FP32 products (POJ-104's 104 classes make the readout as large as a
+    /// step), then the gate and its product. Its width is the biases'.
+    fn gated(
+        &self,
+        h_t: &[f32],
+        h0: &[f32],
+        gate: (&gemm::Packed, &[f32]),
+        transform: (&gemm::Packed, &[f32]),
+        squash: bool,
+        threads: usize,
+    ) -> Vec<f32> {
+        let ((gw, gb), (tw, tb)) = (gate, transform);
+        let (c, h) = (gb.len(), self.hidden);
         let n = h_t.len() / h;
         let mut both = vec![0f32; n * 2 * h];
         for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
             row[..h].copy_from_slice(&h_t[v * h..][..h]);
             row[h..].copy_from_slice(&h0[v * h..][..h]);
         }
-        let (mut gate, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
-        gemm::product::<f32>(&both, 2 * h, n, &self.readout_gate, &mut gate, c, threads);
-        gemm::product::<f32>(h_t, h, n, &self.readout_transform, &mut value, c, threads);
-        for (g, v) in gate.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
+        let (mut out, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
+        gemm::product::<f32>(&both, 2 * h, n, gw, &mut out, c, threads);
+        gemm::product::<f32>(h_t, h, n, tw, &mut value, c, threads);
+        for (g, v) in out.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
             for k in 0..c {
-                g[k] = sigmoid(g[k] + gb[k]) * (v[k] + tb[k]);
+                let t = v[k] + tb[k];
+                g[k] = sigmoid(g[k] + gb[k]) * if squash { t.tanh() } else { t };
             }
         }
-        gate
+        out
     }
 
     /// The steps with FP32 or BF16 products (`T`: the products' element).
@@ -677,8 +681,11 @@ impl Model {
         let (slot, groups) = forward::needed_blocks(&input.sources, nodes);
         let packing = self.packing(&slot, Precision::Int8);
         let Packing::Messages(msg) = &*packing else { unreachable!("INT8 packings are the messages'") };
-        let offsets: Vec<usize> =
-            input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
+        let offsets: Vec<usize> = input
+            .sources
+            .iter()
+            .map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H)
+            .collect();
         let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
         let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride];
         grow(&mut scratch.f32s, &lens, 0.0);

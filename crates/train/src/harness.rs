@@ -1,9 +1,68 @@
 //! What the graph-level tasks share to get their inputs: unpacking a
-//! dataset's tarball into the cache once.
+//! dataset's tarball into the cache once, and reading clang's diagnostics
+//! (the first error as a failure's cause; a diagnostic's place in the
+//! source) for the repairs each task makes.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
+use regex::Regex;
+
+/// Progress of a parallel loop of `total` items on stderr, every 25 items
+/// and at the end, with the rate and the time left: `PREFIX: compiled
+/// n/total WHAT (rate/s, ETA s)`.
+pub struct Progress {
+    prefix: &'static str,
+    what: &'static str,
+    total: usize,
+    done: std::sync::atomic::AtomicUsize,
+    start: std::time::Instant,
+    quiet: bool,
+}
+
+impl Progress {
+    pub fn new(prefix: &'static str, what: &'static str, total: usize, quiet: bool) -> Progress {
+        Progress { prefix, what, total, done: Default::default(), start: std::time::Instant::now(), quiet }
+    }
+
+    /// One more item done.
+    pub fn tick(&self) {
+        let n = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if !self.quiet && (n % 25 == 0 || n == self.total) {
+            let rate = n as f64 / self.start.elapsed().as_secs_f64().max(1e-9);
+            eprintln!(
+                "{}: compiled {n}/{} {} ({rate:.1}/s, ETA {:.0}s)",
+                self.prefix,
+                self.total,
+                self.what,
+                (self.total - n) as f64 / rate
+            );
+        }
+    }
+}
+
+/// The first `error:` of clang's output, quoted names replaced by `X`: a
+/// failure's cause, counted across sources.
+pub fn first_error(stderr: &str) -> String {
+    static QUOTED: OnceLock<Regex> = OnceLock::new();
+    let quoted = QUOTED.get_or_init(|| Regex::new(r"'[^']*'").unwrap());
+    stderr
+        .lines()
+        .find_map(|l| l.split_once("error: ").map(|(_, m)| m))
+        .map(|m| quoted.replace_all(m, "X").into_owned())
+        .unwrap_or_default()
+}
+
+/// Byte offset of (line, column), both 1-based as clang counts them, in
+/// `text`; `None` past the text or inside a character (clang's columns
+/// are bytes, so a diagnostic after a multi-byte character of another
+/// encoding may not land on one).
+pub fn offset(text: &str, line: usize, column: usize) -> Option<usize> {
+    let start: usize = text.split_inclusive('\n').take(line.checked_sub(1)?).map(str::len).sum();
+    let at = start + column.checked_sub(1)?;
+    (at <= text.len() && text.is_char_boundary(at)).then_some(at)
+}
 
 /// `cache/<name>`: the directory `<name>/` of the tarball `tar`, unpacked
 /// there once (into a temporary directory, then renamed, so a killed
@@ -25,4 +84,28 @@ pub fn unpack_tar(tar: &Path, cache: &Path, name: &str) -> Result<PathBuf> {
     }
     std::fs::rename(tmp.path().join(name), &dir).with_context(|| format!("{}: cannot write", dir.display()))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_bytes_and_never_split_a_character() {
+        let text = "ab\nxé y\n";
+        assert_eq!(offset(text, 1, 1), Some(0));
+        assert_eq!(offset(text, 2, 1), Some(3));
+        assert_eq!(offset(text, 2, 2), Some(4), "the é starts at byte 4");
+        assert_eq!(offset(text, 2, 3), None, "byte 5 is inside the é");
+        assert_eq!(offset(text, 2, 4), Some(6));
+        assert_eq!(offset(text, 2, 20), None, "past the end");
+        assert_eq!(offset(text, 0, 1), None);
+    }
+
+    #[test]
+    fn the_cause_is_the_first_error_with_names_hidden() {
+        let stderr = "k.cl:1:2: warning: unused 'x'\nk.cl:3:4: error: use of undeclared identifier 'foo'\nk.cl:5:1: error: other\n";
+        assert_eq!(first_error(stderr), "use of undeclared identifier X");
+        assert_eq!(first_error("no errors\n"), "");
+    }
 }

@@ -137,7 +137,11 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
-    assert_eq!((e["rows"].as_u64(), e["rows_failed"].as_u64(), e["task"].as_str()), (Some(rows as u64), Some(1), Some("devmap-amd")), "{e}");
+    assert_eq!(
+        (e["rows"].as_u64(), e["rows_failed"].as_u64(), e["task"].as_str()),
+        (Some(rows as u64), Some(1), Some("devmap-amd")),
+        "{e}"
+    );
     assert!((e["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{e}");
     let error = e["error"].as_f64().unwrap();
     assert!(error >= 1.0 / rows as f64 && (e["accuracy"].as_f64().unwrap() + error - 1.0).abs() < 1e-9, "{e}");

@@ -183,7 +183,7 @@ pub fn compile_kernel(src: &str, cache: &Path, clang: &Path) -> Result<Compiled>
         }
         let stderr = String::from_utf8_lossy(&run.stderr);
         if round == 0 {
-            first_error = cause_of(&stderr);
+            first_error = crate::harness::first_error(&stderr);
         }
         if !repair(&stderr, &mut src, &mut prelude, &mut stubs) {
             break;
@@ -192,17 +192,6 @@ pub fn compile_kernel(src: &str, cache: &Path, clang: &Path) -> Result<Compiled>
     let cause = if first_error.is_empty() { "clang failed without an error message".to_string() } else { first_error };
     programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
     Ok(Compiled::Failed { cause })
-}
-
-/// The first `error:` of clang's output, quoted names replaced by `X`.
-fn cause_of(stderr: &str) -> String {
-    static QUOTED: OnceLock<Regex> = OnceLock::new();
-    let quoted = QUOTED.get_or_init(|| Regex::new(r"'[^']*'").unwrap());
-    stderr
-        .lines()
-        .find_map(|l| l.split_once("error: ").map(|(_, m)| m))
-        .map(|m| quoted.replace_all(m, "X").into_owned())
-        .unwrap_or_default()
 }
 
 /// A diagnostic of `kernel.cl`: line (1-based), column (1-based), kind, text.
@@ -224,12 +213,6 @@ fn diagnostics(stderr: &str) -> Vec<Diagnostic<'_>> {
             message: c.get(4).map_or("", |m| m.as_str()),
         })
         .collect()
-}
-
-/// Byte offset of (line, column), both 1-based, in `text`.
-fn offset(text: &str, line: usize, column: usize) -> Option<usize> {
-    let start: usize = text.split_inclusive('\n').take(line.checked_sub(1)?).map(str::len).sum();
-    (start <= text.len()).then(|| (start + column.saturating_sub(1)).min(text.len()))
 }
 
 /// Every call `name(` in `text`: (start of the name, end of the name, end
@@ -297,7 +280,7 @@ fn repair(stderr: &str, src: &mut String, prelude: &mut Vec<String>, stubs: &mut
         if !d.error {
             continue;
         }
-        let Some(at) = offset(src, d.line, d.column) else { continue };
+        let Some(at) = crate::harness::offset(src, d.line, d.column) else { continue };
         let callee = if d.message.starts_with("called object type") {
             static IDENT: OnceLock<Regex> = OnceLock::new();
             let ident = IDENT.get_or_init(|| Regex::new(r"^\w+").unwrap());
@@ -310,7 +293,7 @@ fn repair(stderr: &str, src: &mut String, prelude: &mut Vec<String>, stubs: &mut
                 if let Some(name) = n.message.strip_suffix("' declared here").and_then(|m| m.strip_prefix('\'')) {
                     Some(name.to_string())
                 } else if n.message.starts_with("passing argument to parameter") {
-                    offset(src, n.line, n.column).and_then(|o| function_open_at(src, o))
+                    crate::harness::offset(src, n.line, n.column).and_then(|o| function_open_at(src, o))
                 } else {
                     None
                 }
@@ -365,21 +348,12 @@ impl Kernels {
             })
             .collect();
         let clang = clang();
-        let done = std::sync::atomic::AtomicUsize::new(0);
-        let start = std::time::Instant::now();
+        let progress = crate::harness::Progress::new("devmap", "kernels", sources.len(), quiet);
         let compiled: Vec<Result<Compiled>> = sources
             .par_iter()
             .map(|src| {
                 let c = compile_kernel(src, cache, &clang);
-                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if !quiet && (n % 25 == 0 || n == sources.len()) {
-                    let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
-                    eprintln!(
-                        "devmap: compiled {n}/{} kernels ({rate:.1}/s, ETA {:.0}s)",
-                        sources.len(),
-                        (sources.len() - n) as f64 / rate
-                    );
-                }
+                progress.tick();
                 c
             })
             .collect();

@@ -257,7 +257,7 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
         std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
         return Ok(Module::Ir(ir));
     }
-    let cause = super::cause_of(&String::from_utf8_lossy(&run.stderr));
+    let cause = crate::harness::first_error(&String::from_utf8_lossy(&run.stderr));
     let cause = if cause.is_empty() { "clang failed without an error message".to_string() } else { cause };
     programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
     Ok(Module::Failed(cause))
@@ -312,8 +312,7 @@ impl Kernels {
                 }
             }
         }
-        let done = std::sync::atomic::AtomicUsize::new(0);
-        let start = std::time::Instant::now();
+        let progress = crate::harness::Progress::new("devmap", "modules", modules.len(), quiet);
         let built: Vec<Result<std::result::Result<(ProgramGraph, Vec<String>), String>>> = modules
             .par_iter()
             .map(|m| {
@@ -328,15 +327,7 @@ impl Kernels {
                         }
                     }
                 };
-                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if !quiet && (n % 25 == 0 || n == modules.len()) {
-                    let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
-                    eprintln!(
-                        "devmap: compiled {n}/{} modules ({rate:.1}/s, ETA {:.0}s)",
-                        modules.len(),
-                        (modules.len() - n) as f64 / rate
-                    );
-                }
+                progress.tick();
                 out
             })
             .collect();

@@ -214,23 +214,7 @@ impl Harness {
     }
 }
 
-/// The first `error:` of clang's output, quoted names replaced by `X`.
-pub fn first_error(stderr: &str) -> String {
-    static QUOTED: OnceLock<Regex> = OnceLock::new();
-    let quoted = QUOTED.get_or_init(|| Regex::new(r"'[^']*'").unwrap());
-    stderr
-        .lines()
-        .find_map(|l| l.split_once("error: ").map(|(_, m)| m))
-        .map(|m| quoted.replace_all(m, "X").into_owned())
-        .unwrap_or_default()
-}
-
-/// Byte offset of (line, column), both 1-based, in `text`.
-fn offset(text: &str, line: usize, column: usize) -> Option<usize> {
-    let start: usize = text.split_inclusive('\n').take(line.checked_sub(1)?).map(str::len).sum();
-    let at = start + column.checked_sub(1)?;
-    (at <= text.len() && text.is_char_boundary(at)).then_some(at)
-}
+use crate::harness::{first_error, offset};
 
 /// One round of repairs from clang's `stderr` on `prog.cpp`: edits `src`
 /// and adds to `defines`. False if nothing applies.
