@@ -194,7 +194,9 @@ fn kernels_compile_from_their_programs_sources_and_from_ncc_ir() {
     assert!(rows > 30, "{rows}");
     let cache = tmp.path().join("cache");
     let (d, c) = (data.to_str().unwrap(), cache.to_str().unwrap());
-    let j = devmap(&["--data", d, "--cache", c, "--folds", "3", "--protocol", "stratified"]);
+    let bundle = tmp.path().join("bundle");
+    let b = bundle.to_str().unwrap();
+    let j = devmap(&["--data", d, "--cache", c, "--folds", "3", "--protocol", "stratified", "--out", b]);
     assert_eq!(j["input"].as_str(), Some("sources"));
     assert_eq!((j["rows"].as_u64(), j["rows_failed"].as_u64()), (Some(rows as u64), Some(0)), "{j}");
     assert_eq!(j["kernels_repaired"].as_u64(), Some(0));
@@ -208,6 +210,18 @@ fn kernels_compile_from_their_programs_sources_and_from_ncc_ir() {
         v.len() as u64
     };
     assert!(j["kernels"].as_u64().unwrap() > names, "{j} ({names} kernel names)");
+    // eval reads the sources beside the CSV, as the bundle was trained.
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .args(["eval", "--model", b, "--data"])
+        .arg(data.join("amd.csv"))
+        .args(["--device", "cpu", "--dtype", "f32", "--json"])
+        .env("PROGRAML_CACHE", &cache)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!((e["input"].as_str(), e["rows"].as_u64(), e["rows_failed"].as_u64()), (Some("sources"), Some(rows as u64), Some(0)), "{e}");
     let n = devmap(&["--input", "ncc", "--data", d, "--cache", c, "--no-cv"]);
     assert_eq!((n["input"].as_str(), n["rows_failed"].as_u64()), (Some("ncc"), Some(0)), "{n}");
 }

@@ -1235,8 +1235,11 @@ mod tests {
 
 /// `programl-train eval` of a device-mapping bundle on a DevMap CSV (the
 /// dataset's columns: benchmark, dataset, transfer, wgsize, oracle, src):
-/// every row's kernel compiled as `devmap` compiles it (same cache and
-/// repairs), its graph run through the torch-free CPU inference with the
+/// every row's kernel compiled as `devmap` compiles it (from the programs'
+/// own sources where `gpgpu-sources.tar.xz` or `gpgpu/` sits beside the
+/// CSV, else from its `src` column with the same cache and repairs; the
+/// JSON's `input` says which), its graph run through the torch-free CPU
+/// inference with the
 /// row's transfer and work-group size, the decision against the oracle. A
 /// kernel that does not compile counts as the wrong device, as in the
 /// cross-validation. Keys: `error`, `accuracy`, `rows`, `rows_failed`,
@@ -1249,7 +1252,17 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
         bail!("{}: auxiliary inputs {:?}; a DevMap CSV gives transfer and wgsize", model.dir.display(), head.aux);
     }
     let cache = programl::fsutil::cache_dir().join("devmap");
-    let kernels = Kernels::build(&rows, &cache, json)?;
+    // The programs' own sources where they sit beside the CSV (the
+    // dataset's directory), else the CSV's `src` column.
+    let dir = csv.parent().unwrap_or(Path::new("."));
+    let input = if dir.join("gpgpu").is_dir() || dir.join(sources::TARBALL).is_file() { Input::Sources } else { Input::Csv };
+    let kernels = match input {
+        Input::Sources => {
+            let root = sources::sources_root(dir, &cache)?;
+            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), json)?
+        }
+        _ => Kernels::build(&rows, &cache, json)?,
+    };
     let mut confusion = Confusion::default();
     let (mut errors, mut failed) = (0usize, 0usize);
     let majority_gpu = 2 * rows.iter().filter(|r| r.gpu).count() > rows.len();
@@ -1284,7 +1297,7 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
     }
     let n = rows.len() as f64;
     let figures = serde_json::json!({
-        "task": model.config.task, "data": csv.display().to_string(), "rows": rows.len(), "rows_failed": failed,
+        "task": model.config.task, "data": csv.display().to_string(), "input": input.name(), "rows": rows.len(), "rows_failed": failed,
         "error": errors as f64 / n, "accuracy": 1.0 - errors as f64 / n, "static_error": static_errors as f64 / n,
         "precision": confusion.precision(), "recall": confusion.recall(), "f1": confusion.f1(),
         "kernels": kernels.graphs.len(), "kernel_failures": kernels.failures,
