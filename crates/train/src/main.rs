@@ -452,16 +452,20 @@ fn run(cli: Cli) -> Result<()> {
                 return poj104::eval_dir(&bundle, cpu, &data, None, steps, batch_nodes, json);
             }
             if bundle.config.task.starts_with("devmap") {
-                if !data.is_file() {
-                    bail!(
-                        "{}: a device-mapping bundle evaluates a DevMap CSV (benchmark, dataset, transfer, wgsize, oracle, src)",
-                        data.display()
-                    );
-                }
                 if !runtime.on_cpu(device) {
                     bail!("--device cuda: device-mapping eval runs on the CPU (the pass's inference); use --device cpu");
                 }
-                return devmap::eval_csv(&programl_infer::Model::open(&model)?, &runtime.infer_options()?, &data, json);
+                let cpu = programl_infer::Model::open(&model)?;
+                if data.is_dir() {
+                    return devmap::eval_cl_dir(&cpu, &runtime.infer_options()?, &data, json);
+                }
+                if !data.is_file() {
+                    bail!(
+                        "{}: a device-mapping bundle evaluates a DevMap CSV (benchmark, dataset, transfer, wgsize, oracle, src) or a directory DIR/cpu/*.cl, DIR/gpu/*.cl",
+                        data.display()
+                    );
+                }
+                return devmap::eval_csv(&cpu, &runtime.infer_options()?, &data, json);
             }
             let task = train::parse_task(&bundle.config.task)?;
             let subset = parse_subset(&subset)?;

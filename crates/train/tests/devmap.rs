@@ -145,14 +145,47 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert!((e["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{e}");
     let error = e["error"].as_f64().unwrap();
     assert!(error >= 1.0 / rows as f64 && (e["accuracy"].as_f64().unwrap() + error - 1.0).abs() < 1e-9, "{e}");
+    // A directory of kernels has no transfer or work-group sizes: this
+    // bundle, which needs them, refuses it by name.
     let not_csv = Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", d]).output().unwrap();
-    assert!(!not_csv.status.success() && String::from_utf8_lossy(&not_csv.stderr).contains("evaluates a DevMap CSV"));
+    let err = String::from_utf8_lossy(&not_csv.stderr);
+    assert!(!not_csv.status.success() && err.contains("needs the auxiliary inputs") && err.contains("noaux"), "{err}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", "/no/such.csv"]).output().unwrap();
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("evaluates a DevMap CSV"));
 
     // Without the auxiliary inputs, one protocol; the kernels come from the cache.
-    let n = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped"]);
+    let noaux = tmp.path().join("noaux");
+    let n = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped", "--out", noaux.to_str().unwrap()]);
     assert_eq!(n["aux"].as_bool(), Some(false));
     assert!(n["error"].is_null() && n["error_grouped"].is_f64() && n["error_perfograph"].is_null(), "{n}");
     assert_eq!(n["protocols"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>()), Some(vec!["grouped".to_string()]), "{n}");
+
+    // A bundle without auxiliary inputs evaluates a directory of kernels
+    // labelled by subdirectory: a file of two kernels gives two examples,
+    // each its own graph; a file that does not compile counts as wrong.
+    let kernels = tmp.path().join("kernels");
+    for sub in ["cpu", "gpu"] {
+        std::fs::create_dir_all(kernels.join(sub)).unwrap();
+    }
+    std::fs::write(
+        kernels.join("gpu/two.cl"),
+        "float h(float x) { return x * 2.0f; }\n__kernel void a(__global float *p) { p[get_global_id(0)] = h(p[0]); }\n__kernel void b(__global int *q) { q[0] += 1; }\n",
+    )
+    .unwrap();
+    std::fs::write(kernels.join("cpu/one.cl"), "__kernel void c(__global int *q) { for (int i = 0; i < 64; i++) q[i] *= q[i]; }\n").unwrap();
+    std::fs::write(kernels.join("cpu/broken.cl"), "__kernel void d(__global int *q) { q[0] = ; }\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .args(["eval", "--model", noaux.to_str().unwrap(), "--data", kernels.to_str().unwrap(), "--device", "cpu", "--dtype", "f32", "--json"])
+        .env("PROGRAML_CACHE", &cache)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!((e["input"].as_str(), e["files"].as_u64(), e["rows"].as_u64(), e["rows_failed"].as_u64()), (Some("directory"), Some(3), Some(4), Some(1)), "{e}");
+    assert_eq!(e["kernel_failures"]["expected expression"].as_u64(), Some(1), "{e}");
+    // 2 GPU and 2 CPU examples: the static mapping is wrong on half.
+    assert!((e["static_error"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{e}");
 }
 
 /// The rows of the first `programs` distinct programs (the benchmark's

@@ -1263,61 +1263,166 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
         }
         _ => Kernels::build(&rows, &cache, json)?,
     };
-    let mut confusion = Confusion::default();
-    let (mut errors, mut failed) = (0usize, 0usize);
-    let majority_gpu = 2 * rows.iter().filter(|r| r.gpu).count() > rows.len();
-    let static_errors = rows.iter().filter(|r| r.gpu != majority_gpu).count();
+    let examples: Vec<Example<'_>> = rows
+        .iter()
+        .enumerate()
+        .map(|(r, row)| Example {
+            name: format!("{}:{}", csv.display(), r + 2),
+            graph: kernels.graphs[kernels.row_kernel[r]].as_ref(),
+            aux: Some([row.transfer as f32, row.wgsize as f32]),
+            gpu: row.gpu,
+        })
+        .collect();
+    let mut figures = score(model, opts, &examples)?;
+    figures["data"] = csv.display().to_string().into();
+    figures["input"] = input.name().into();
+    figures["kernels"] = kernels.graphs.len().into();
+    figures["kernel_failures"] = serde_json::to_value(&kernels.failures)?;
+    print_eval(model, &figures, json);
+    Ok(())
+}
+
+/// One example of a device-mapping eval: its graph (`None`: it did not
+/// compile), its auxiliary inputs where known, its label.
+pub struct Example<'g> {
+    pub name: String,
+    pub graph: Option<&'g ProgramGraph>,
+    pub aux: Option<[f32; 2]>,
+    pub gpu: bool,
+}
+
+/// Every example through the torch-free CPU inference; an example without
+/// a graph counts as the wrong device. The figures' keys: `task`,
+/// `rows`, `rows_failed`, `error`, `accuracy`, `static_error` (always the
+/// examples' majority device), `precision`, `recall`, `f1`.
+fn score(model: &programl_infer::Model, opts: &programl_infer::Options, examples: &[Example<'_>]) -> Result<serde_json::Value> {
+    let head = model.config.hyper.graph.as_ref().with_context(|| format!("{}: not a graph-level bundle", model.dir.display()))?;
     let gpu_class =
         model.config.classes.iter().position(|c| c == "gpu").with_context(|| format!("{}: no 'gpu' class", model.dir.display()))?;
-    let mut inputs: HashMap<usize, GraphInput> = HashMap::new();
-    for (r, row) in rows.iter().enumerate() {
-        let k = kernels.row_kernel[r];
-        let predicted = match &kernels.graphs[k] {
+    let mut confusion = Confusion::default();
+    let (mut errors, mut failed) = (0usize, 0usize);
+    let n = examples.len();
+    let majority_gpu = 2 * examples.iter().filter(|e| e.gpu).count() > n;
+    let static_errors = examples.iter().filter(|e| e.gpu != majority_gpu).count();
+    let mut inputs: HashMap<*const ProgramGraph, GraphInput> = HashMap::new();
+    for e in examples {
+        let predicted = match e.graph {
             None => {
                 failed += 1;
-                !row.gpu
+                !e.gpu
             }
             Some(graph) => {
-                if !inputs.contains_key(&k) {
-                    inputs.insert(
-                        k,
-                        GraphInput::new(graph, &model.vocabulary).map_err(|e| anyhow::anyhow!("{}: row {}: {e}", csv.display(), r + 2))?,
-                    );
+                let key = graph as *const ProgramGraph;
+                if !inputs.contains_key(&key) {
+                    inputs.insert(key, GraphInput::new(graph, &model.vocabulary).map_err(|err| anyhow::anyhow!("{}: {err}", e.name))?);
                 }
-                let batch = Batch::from_samples(&[Sample { graph: &inputs[&k], root: None, positives: None }]).expect("a valid input");
-                let aux = [row.transfer as f32, row.wgsize as f32];
-                let out = model
-                    .graph_probabilities(&batch, (!head.aux.is_empty()).then_some(&aux[..]), opts)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", model.dir.display()))?;
+                let batch = Batch::from_samples(&[Sample { graph: &inputs[&key], root: None, positives: None }]).expect("a valid input");
+                let aux = match (head.aux.is_empty(), &e.aux) {
+                    (true, _) => None,
+                    (false, Some(a)) => Some(&a[..]),
+                    (false, None) => bail!("{}: {} needs the auxiliary inputs {:?}", e.name, model.dir.display(), head.aux),
+                };
+                let out = model.graph_probabilities(&batch, aux, opts).map_err(|err| anyhow::anyhow!("{}: {err}", model.dir.display()))?;
                 out.probabilities[gpu_class] >= 0.5
             }
         };
-        confusion.record(predicted, row.gpu);
-        errors += (predicted != row.gpu) as usize;
+        confusion.record(predicted, e.gpu);
+        errors += (predicted != e.gpu) as usize;
     }
-    let n = rows.len() as f64;
-    let figures = serde_json::json!({
-        "task": model.config.task, "data": csv.display().to_string(), "input": input.name(), "rows": rows.len(), "rows_failed": failed,
-        "error": errors as f64 / n, "accuracy": 1.0 - errors as f64 / n, "static_error": static_errors as f64 / n,
+    let d = n.max(1) as f64;
+    Ok(serde_json::json!({
+        "task": model.config.task, "rows": n, "rows_failed": failed,
+        "error": errors as f64 / d, "accuracy": 1.0 - errors as f64 / d, "static_error": static_errors as f64 / d,
         "precision": confusion.precision(), "recall": confusion.recall(), "f1": confusion.f1(),
-        "kernels": kernels.graphs.len(), "kernel_failures": kernels.failures,
-    });
+    }))
+}
+
+fn print_eval(model: &programl_infer::Model, f: &serde_json::Value, json: bool) {
     if json {
-        println!("{figures}");
-    } else {
-        println!(
-            "{}: {} on {} rows ({} kernels, {} rows failed to compile): error {:.1}% (static mapping {:.1}%), GPU precision {:.3} recall {:.3} F1 {:.3}",
+        println!("{f}");
+        return;
+    }
+    let pct = |k: &str| 100.0 * f[k].as_f64().unwrap_or(f64::NAN);
+    let num = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "{}: {} on {} rows ({} input, {} kernels, {} rows failed to compile): error {:.1}% (static mapping {:.1}%), GPU precision {:.3} recall {:.3} F1 {:.3}",
+        model.dir.display(),
+        model.config.task,
+        f["rows"],
+        f["input"].as_str().unwrap_or("?"),
+        f["kernels"],
+        f["rows_failed"],
+        pct("error"),
+        pct("static_error"),
+        num("precision"),
+        num("recall"),
+        num("f1")
+    );
+}
+
+/// `programl-train eval` of a device-mapping bundle on a directory of
+/// OpenCL files labelled by their subdirectory, `DIR/cpu/*.cl` and
+/// `DIR/gpu/*.cl`: each file compiled as `devmap` compiles the programs'
+/// sources (from its own directory, `-I.`), each of its kernels an example
+/// with its file's label and its own graph (the kernel and its callees).
+/// There are no transfer or work-group sizes, so the bundle must be one
+/// without auxiliary inputs (a `noaux/` bundle).
+pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options, dir: &Path, json: bool) -> Result<()> {
+    let head = model.config.hyper.graph.as_ref().with_context(|| format!("{}: not a graph-level bundle", model.dir.display()))?;
+    if !head.aux.is_empty() {
+        bail!(
+            "{}: needs the auxiliary inputs {:?}, which a directory of kernels does not give; use a bundle without them (its noaux/) or a DevMap CSV",
             model.dir.display(),
-            model.config.task,
-            rows.len(),
-            kernels.graphs.len(),
-            failed,
-            100.0 * errors as f64 / n,
-            100.0 * static_errors as f64 / n,
-            confusion.precision(),
-            confusion.recall(),
-            confusion.f1()
+            head.aux
         );
     }
+    let cache = programl::fsutil::cache_dir().join("devmap").join("sources");
+    let mut files = Vec::new();
+    for (label, gpu) in [("cpu", false), ("gpu", true)] {
+        let sub = dir.join(label);
+        let Ok(entries) = std::fs::read_dir(&sub) else { continue };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".cl"))
+            .collect();
+        names.sort();
+        files.extend(names.into_iter().map(|n| (label, n, gpu)));
+    }
+    if files.is_empty() {
+        bail!("{}: no DIR/cpu/*.cl or DIR/gpu/*.cl files", dir.display());
+    }
+    let clang = clang();
+    let mut graphs: Vec<(String, Option<ProgramGraph>, bool)> = Vec::new();
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    for (label, file, gpu) in &files {
+        let name = format!("{label}/{file}");
+        let unit = sources::Unit { dir: label.to_string(), file: file.clone(), options: vec!["-I.".into()], embedded: false, kernel: String::new() };
+        match sources::module_graph(&unit, dir, &cache, &clang)? {
+            Err(cause) => {
+                *failures.entry(cause).or_default() += 1;
+                graphs.push((name, None, *gpu));
+            }
+            Ok((graph, kernels)) if kernels.is_empty() => {
+                *failures.entry("no kernel in the file".into()).or_default() += 1;
+                graphs.push((name, None, *gpu));
+                drop(graph);
+            }
+            Ok((graph, kernels)) => {
+                for k in &kernels {
+                    graphs.push((format!("{name}:{k}"), sources::kernel_subgraph(&graph, k, &kernels), *gpu));
+                }
+            }
+        }
+    }
+    let examples: Vec<Example<'_>> =
+        graphs.iter().map(|(name, g, gpu)| Example { name: name.clone(), graph: g.as_ref(), aux: None, gpu: *gpu }).collect();
+    let mut figures = score(model, opts, &examples)?;
+    figures["data"] = dir.display().to_string().into();
+    figures["input"] = "directory".into();
+    figures["files"] = files.len().into();
+    figures["kernels"] = graphs.len().into();
+    figures["kernel_failures"] = serde_json::to_value(&failures)?;
+    print_eval(model, &figures, json);
     Ok(())
 }

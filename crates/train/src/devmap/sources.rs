@@ -263,6 +263,21 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
     Ok(Module::Failed(cause))
 }
 
+/// The graph of `unit`'s module (compiled under `cache`) and its kernels'
+/// names, or why there is none.
+pub fn module_graph(unit: &Unit, root: &Path, cache: &Path, clang: &Path) -> Result<std::result::Result<(ProgramGraph, Vec<String>), String>> {
+    Ok(match compile(unit, root, cache, &cache.join("stubs"), clang)? {
+        Module::Failed(cause) => Err(cause),
+        Module::Ir(path) => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+            match build_file(&path, &BuildOptions::default()) {
+                Ok(g) => Ok((g, kernel_names(&text))),
+                Err(e) => Err(format!("IR does not load: {e}")),
+            }
+        }
+    })
+}
+
 /// The kernels (`spir_kernel` definitions) of a module's IR text.
 pub fn kernel_names(ir: &str) -> Vec<String> {
     static DEFINE: OnceLock<Regex> = OnceLock::new();
@@ -317,16 +332,7 @@ impl Kernels {
             .par_iter()
             .map(|m| {
                 let unit = Unit { kernel: m.kernel.clone(), ..m.clone() };
-                let out = match compile(&unit, root, cache, &stubs, clang)? {
-                    Module::Failed(cause) => Ok(Err(cause)),
-                    Module::Ir(path) => {
-                        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-                        match build_file(&path, &BuildOptions::default()) {
-                            Ok(g) => Ok(Ok((g, kernel_names(&text)))),
-                            Err(e) => Ok(Err(format!("IR does not load: {e}"))),
-                        }
-                    }
-                };
+                let out = module_graph(&unit, root, cache, clang);
                 progress.tick();
                 out
             })
