@@ -4,9 +4,12 @@
 #
 #   bash scripts/train-devmap.sh amd|nvidia
 #
-# 1. `programl-train devmap --json`: 10-fold cross-validation with the
-#    auxiliary inputs, stratified (the paper's protocol) and grouped by
-#    kernel; then without them (--no-aux), stratified;
+# 1. `programl-train devmap --json`: the three protocols with the
+#    auxiliary inputs (10-fold stratified, the paper's; 10-fold grouped by
+#    kernel; PERFOGRAPH's 10 random 67-row test sets), on the default
+#    input (each kernel from its program's own sources); then without them
+#    (--no-aux), stratified. Finished splits are kept: run it again after
+#    a kill and it resumes;
 # 2. a model trained on every row, with and without the auxiliary inputs:
 #    models/devmap-PLATFORM/ and its noaux/;
 # 3. the cross-validation figures beside them: cv.json in each.
@@ -37,4 +40,4 @@ ship="$root/models/devmap-$platform"
 cp "$out/$platform-aux.json" "$ship/cv.json"
 cp "$out/$platform-noaux.json" "$ship/noaux/cv.json"
 echo "[train-devmap] $platform: done ($(date +%H:%M:%S))"
-python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); n=json.load(open(sys.argv[2])); print("error %.4f grouped %.4f static %.4f F1 %.4f; noaux error %.4f; rows_failed %d" % (a["error"], a["error_grouped"], a["static_error"], a["f1"], n["error"], a["rows_failed"]))' "$ship/cv.json" "$ship/noaux/cv.json"
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); n=json.load(open(sys.argv[2])); print("error %.4f grouped %.4f perfograph %.4f static %.4f F1 %.4f; noaux error %.4f; rows_failed %d" % (a["error"], a["error_grouped"], a["error_perfograph"], a["static_error"], a["f1"], n["error"], a["rows_failed"]))' "$ship/cv.json" "$ship/noaux/cv.json"
