@@ -104,6 +104,22 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let minority = cpu.min(gpu) as f64 / rows as f64;
     assert!((j["static_error"].as_f64().unwrap() - minority).abs() < 1e-9, "{j}");
 
+    // Two splits at a time (--threads 2, each split on one thread) give
+    // the same figures, split for split.
+    let cache2 = tmp.path().join("cache2");
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .arg("devmap")
+        .args(["--platform", "amd", "--epochs", "2", "--steps", "2", "--threads", "2", "--device", "cpu", "--json", "--quiet"])
+        .args(["--input", "csv", "--data", d, "--cache", cache2.to_str().unwrap(), "--folds", "3"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let two: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["error", "error_grouped", "error_perfograph", "per_fold", "per_fold_grouped", "per_split_perfograph"] {
+        assert_eq!(two[key], j[key], "{key} with two workers");
+    }
+
     // Each finished split kept its test predictions: a second run reads
     // them instead of training (here they are rewritten to say "GPU" for
     // every row, so the rerun's error is the CPU rows' share).

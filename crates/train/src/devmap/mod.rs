@@ -515,8 +515,15 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         pool: s.pool,
     };
     let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
-    tch::manual_seed(programl::hash::mix(s.seed) as i64);
-    let model = Ggnn::new(&hyper, device);
+    // libtorch's generator is the process's: splits trained at once seed
+    // and initialise one at a time, so a model's start depends on its
+    // seed only (nothing after initialisation draws from it).
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let model = {
+        let _one = INIT.lock().unwrap_or_else(|e| e.into_inner());
+        tch::manual_seed(programl::hash::mix(s.seed) as i64);
+        Ggnn::new(&hyper, device)
+    };
     if let Some(b) = &source {
         transfer(&b.model, &model);
     }
@@ -719,9 +726,12 @@ pub fn splits(rows: &[Row], protocol: Protocol, k: usize, seed: u64) -> Vec<Spli
 }
 
 /// A model per split, trained on its training rows and tested on its test
-/// rows. Rows whose kernel failed to compile count as errors where they
-/// are tested. The static mapping predicts the training rows' majority
-/// device. Figures sum over every split's test rows.
+/// rows, `workers` splits at a time (each on one libtorch thread). Rows
+/// whose kernel failed to compile count as errors where they are tested.
+/// The static mapping predicts the training rows' majority device. Figures
+/// sum over every split's test rows; `progress` hears of each split as it
+/// finishes.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate_splits(
     rows: &[Row],
     kernels: &Kernels,
@@ -729,53 +739,79 @@ pub fn evaluate_splits(
     s: &Settings,
     device: Device,
     resume: Option<&Resume>,
+    workers: usize,
     mut progress: impl FnMut(usize, &FoldFigures),
 ) -> Result<Figures> {
     let mut total = Confusion::default();
     let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
     let mut per_fold = Vec::new();
-    for (f, split) in splits.iter().enumerate() {
-        let (train, test) = (&split.train, &split.test);
+    let split_probs = |f: usize| -> Result<HashMap<usize, f64>> {
+        let split = &splits[f];
         let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
         let kept = resume.map(|r| r.path(split, &settings));
-        let probs = match kept.as_deref().and_then(Resume::read) {
-            Some(probs) => probs,
-            None => {
-                let trained = train_model(rows, kernels, train, &settings, device);
-                let probs = predict(&trained, rows, kernels, test, s.batch_nodes);
-                if let Some(path) = &kept {
-                    Resume::write(path, &probs)?;
-                }
-                probs
-            }
-        };
-        let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
-        let mut fold = Confusion::default();
-        let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
-        for &r in test {
-            // A failed kernel: the wrong device.
-            let predicted = probs.get(&r).map_or(!rows[r].gpu, |&p| p >= 0.5);
-            fold.record(predicted, rows[r].gpu);
-            fold_errors += (predicted != rows[r].gpu) as usize;
-            fold_static += (majority_gpu != rows[r].gpu) as usize;
-            fold_failed += !probs.contains_key(&r) as usize;
+        if let Some(probs) = kept.as_deref().and_then(Resume::read) {
+            return Ok(probs);
         }
-        let figures = FoldFigures {
-            fold: f,
-            rows: test.len(),
-            rows_failed: fold_failed,
-            error: fold_errors as f64 / test.len() as f64,
-            static_error: fold_static as f64 / test.len() as f64,
-            f1: fold.f1(),
-        };
-        progress(f, &figures);
-        per_fold.push(figures);
-        total.add(&fold);
-        errors += fold_errors;
-        static_errors += fold_static;
-        failed += fold_failed;
-        tested += test.len();
-    }
+        let trained = train_model(rows, kernels, &split.train, &settings, device);
+        let probs = predict(&trained, rows, kernels, &split.test, s.batch_nodes);
+        if let Some(path) = &kept {
+            Resume::write(path, &probs)?;
+        }
+        Ok(probs)
+    };
+    let (send, done) = std::sync::mpsc::channel::<(usize, Result<HashMap<usize, f64>>)>();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| -> Result<()> {
+        for _ in 0..workers.clamp(1, splits.len().max(1)) {
+            let (send, next, split_probs) = (send.clone(), &next, &split_probs);
+            scope.spawn(move || loop {
+                let f = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if f >= splits.len() || send.send((f, split_probs(f))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(send);
+        for (f, probs) in done.iter() {
+            let probs = match probs {
+                Ok(p) => p,
+                Err(e) => {
+                    // Stop handing out splits; the running ones finish.
+                    next.store(splits.len(), std::sync::atomic::Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            let (train, test) = (&splits[f].train, &splits[f].test);
+            let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
+            let mut fold = Confusion::default();
+            let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
+            for &r in test {
+                // A failed kernel: the wrong device.
+                let predicted = probs.get(&r).map_or(!rows[r].gpu, |&p| p >= 0.5);
+                fold.record(predicted, rows[r].gpu);
+                fold_errors += (predicted != rows[r].gpu) as usize;
+                fold_static += (majority_gpu != rows[r].gpu) as usize;
+                fold_failed += !probs.contains_key(&r) as usize;
+            }
+            let figures = FoldFigures {
+                fold: f,
+                rows: test.len(),
+                rows_failed: fold_failed,
+                error: fold_errors as f64 / test.len() as f64,
+                static_error: fold_static as f64 / test.len() as f64,
+                f1: fold.f1(),
+            };
+            progress(f, &figures);
+            per_fold.push(figures);
+            total.add(&fold);
+            errors += fold_errors;
+            static_errors += fold_static;
+            failed += fold_failed;
+            tested += test.len();
+        }
+        Ok(())
+    })?;
+    per_fold.sort_by_key(|f: &FoldFigures| f.fold);
     let n = tested.max(1);
     Ok(Figures {
         rows: tested,
@@ -1014,20 +1050,29 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         }
     }
     let resume = Resume::new(cache.join("cv"), &rows, o.input, &kernels);
+    // On the CPU, --threads N trains N splits at once, each on one
+    // libtorch thread (a split's small graphs keep one thread busy, and
+    // training is the run's time).
+    let workers = if device == Device::Cpu { tch::get_num_threads().max(1) as usize } else { 1 };
+    if workers > 1 {
+        tch::set_num_threads(1);
+    }
     let mut results: Vec<(Protocol, Figures)> = Vec::new();
     if !o.no_cv {
         for &protocol in &protocols {
             let name = protocol.describe();
             let splits = splits(&rows, protocol, o.folds, s.seed);
             let t0 = std::time::Instant::now();
-            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, Some(&resume), |f, fig| {
+            let mut done = 0;
+            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, Some(&resume), workers, |f, fig| {
                 // Progress on stderr, also with --json (stdout).
+                done += 1;
                 if !o.quiet {
-                    let done = f + 1;
                     let per = t0.elapsed().as_secs_f64() / done as f64;
                     eprintln!(
-                        "devmap {} {name}: split {done}/{}: {} rows ({} failed), error {:.3}, static {:.3}, F1 {:.3} ({per:.0}s/split, ETA {:.0}s)",
+                        "devmap {} {name}: split {} ({done} of {} done): {} rows ({} failed), error {:.3}, static {:.3}, F1 {:.3} ({per:.0}s/split, ETA {:.0}s)",
                         o.platform,
+                        f + 1,
                         splits.len(),
                         fig.rows,
                         fig.rows_failed,
@@ -1102,6 +1147,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         });
         println!("{out}");
     }
+    tch::set_num_threads(workers as i32);
     if let Some(dir) = &o.out {
         let t0 = std::time::Instant::now();
         let all: Vec<usize> = (0..rows.len()).collect();
