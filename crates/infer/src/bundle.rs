@@ -65,6 +65,11 @@ pub struct SourceCompile {
     /// `using namespace std;`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prelude: Option<String>,
+    /// Device mapping: which input the training graphs came from
+    /// (`sources`, `csv` or `ncc`: `programl-train devmap --input`); a
+    /// bundle without it was trained on `csv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 /// What the model predicts on.

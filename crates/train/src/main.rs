@@ -247,8 +247,9 @@ enum Command {
         platform: String,
         /// Where the kernels come from: `sources` (each row's kernel
         /// compiled from its program's own file, headers and build options:
-        /// gpgpu-sources.tar.xz) or `csv` (the CSV's normalised `src`
-        /// column, repaired where clang fails).
+        /// gpgpu-sources.tar.xz), `csv` (the CSV's normalised `src` column,
+        /// repaired where clang fails) or `ncc` (the LLVM 9 IR of
+        /// ncc-task_devmap.zip that ProGraML's experiments used).
         #[arg(long, default_value = "sources")]
         input: String,
         /// The dataset directory (amd.csv, nvidia.csv, gpgpu-sources.tar.xz);

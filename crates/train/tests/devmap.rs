@@ -224,6 +224,41 @@ fn slice_programs(csv: &Path, out: &Path, programs: &[&str]) -> usize {
     n
 }
 
+/// The shipped build table resolves every row of both CSVs to a program
+/// file that exists in the sources (SHOC Triad's inside its host code).
+#[test]
+fn the_build_table_resolves_every_row_to_a_file() {
+    let Some(csv) = dataset() else { return };
+    let shared = csv.parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new("tar").arg("-xJf").arg(shared.join("gpgpu-sources.tar.xz")).arg("-C").arg(tmp.path()).status().unwrap();
+    assert!(status.success());
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/devmap-builds.json")).unwrap()).unwrap();
+    let programs = table["programs"].as_array().unwrap();
+    for platform in ["amd", "nvidia"] {
+        let mut reader = csv::Reader::from_path(shared.join(format!("{platform}.csv"))).unwrap();
+        let benchmark = reader.headers().unwrap().iter().position(|h| h == "benchmark").unwrap();
+        let mut rows = 0;
+        for record in reader.records() {
+            let b = record.unwrap()[benchmark].to_string();
+            let p = programs
+                .iter()
+                .filter(|p| b.strip_prefix(p["program"].as_str().unwrap()).is_some_and(|r| r.starts_with('-')))
+                .max_by_key(|p| p["program"].as_str().unwrap().len())
+                .unwrap_or_else(|| panic!("{platform}: {b}: no program"));
+            let kernel = &b[p["program"].as_str().unwrap().len() + 1..];
+            let file = p["kernels"][kernel].as_str().unwrap_or_else(|| panic!("{platform}: {b}: no file for {kernel}"));
+            let path = tmp.path().join("gpgpu").join(p["dir"].as_str().unwrap()).join(file);
+            let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).into_owned();
+            let defined = regex::Regex::new(&format!(r"void\s+{}\s*\(", regex::escape(kernel))).unwrap();
+            assert!(defined.is_match(&text), "{}: no kernel {kernel}", path.display());
+            rows += 1;
+        }
+        assert_eq!(rows, 680, "{platform}");
+    }
+}
+
 /// The default input: each row's kernel from its program's own file, with
 /// the build options of the shipped table (NPB's class per row, a
 /// program of several kernels each with its own graph); and NCC's IR.

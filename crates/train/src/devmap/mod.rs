@@ -749,8 +749,13 @@ pub fn evaluate_splits(
         let split = &splits[f];
         let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
         let kept = resume.map(|r| r.path(split, &settings));
+        // A kept file counts only if it holds exactly the split's compiled
+        // test rows.
+        let compiled: Vec<usize> = split.test.iter().copied().filter(|&r| kernels.compiled(r)).collect();
         if let Some(probs) = kept.as_deref().and_then(Resume::read) {
-            return Ok(probs);
+            if probs.len() == compiled.len() && compiled.iter().all(|r| probs.contains_key(r)) {
+                return Ok(probs);
+            }
         }
         let trained = train_model(rows, kernels, &split.train, &settings, device);
         let probs = predict(&trained, rows, kernels, &split.test, s.batch_nodes);
@@ -837,16 +842,44 @@ pub struct Resume {
     base: u64,
 }
 
+/// Bumped when what a kept split's predictions depend on changes in code.
+const RESUME_FORMAT: &str = "devmap-split v1";
+
 impl Resume {
-    pub fn new(dir: PathBuf, rows: &[Row], input: Input, kernels: &Kernels) -> Resume {
+    /// `init`: the `--init` bundle, whose files are hashed (a retrained
+    /// bundle at the same path is another start).
+    pub fn new(dir: PathBuf, rows: &[Row], input: Input, kernels: &Kernels, init: Option<&Path>, device: Device) -> Resume {
         let mut h = Fnv1a::default();
+        h.write(RESUME_FORMAT.as_bytes());
+        h.write(format!("{device:?}").as_bytes());
         h.write(rows_hash(rows, input).as_bytes());
-        for (g, k) in kernels.graphs.iter().zip(0u64..) {
-            h.write(&k.to_le_bytes());
-            h.write(&g.as_ref().map_or(0u64, |g| (g.node_count() as u64) << 32 | g.edge_count() as u64).to_le_bytes());
+        // The graphs themselves: node texts and edges, in order.
+        for g in &kernels.graphs {
+            match g {
+                None => h.write_u8(0),
+                Some(g) => {
+                    h.write_u8(1);
+                    for n in g.graph.node_weights() {
+                        h.write(n.text.as_bytes());
+                        h.write_u8(0);
+                    }
+                    for e in g.graph.edge_references() {
+                        use petgraph::visit::EdgeRef;
+                        h.write(&(e.source().index() as u64).to_le_bytes());
+                        h.write(&(e.target().index() as u64).to_le_bytes());
+                        h.write(&[e.weight().flow as u8]);
+                        h.write(&e.weight().position.to_le_bytes());
+                    }
+                }
+            }
         }
         for &k in &kernels.row_kernel {
             h.write(&(k as u64).to_le_bytes());
+        }
+        if let Some(init) = init {
+            for f in ["config.json", "vocabulary.json", "weights.safetensors"] {
+                h.write(&std::fs::read(init.join(f)).unwrap_or_default());
+            }
         }
         Resume { dir, base: h.finish() }
     }
@@ -921,7 +954,13 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input:
             dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
-        source: Some(SourceCompile { compiler: CLANG.into(), flags: CLANG_FLAGS.iter().map(|f| f.to_string()).collect(), prelude: None }),
+        // NCC's IR was compiled by its authors (Apple LLVM 9.1), not by us.
+        source: Some(SourceCompile {
+            compiler: if input == Input::Ncc { "Apple LLVM 9.1 (NCC's archive)".into() } else { CLANG.into() },
+            flags: if input == Input::Ncc { Vec::new() } else { CLANG_FLAGS.iter().map(|f| f.to_string()).collect() },
+            prelude: None,
+            input: Some(input.name().into()),
+        }),
     };
     Bundle::save(dir, &config, &t.model, &t.vocabulary).with_context(|| format!("{}: cannot save the bundle", dir.display()))
 }
@@ -1049,11 +1088,12 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             );
         }
     }
-    let resume = Resume::new(cache.join("cv"), &rows, o.input, &kernels);
+    let resume = Resume::new(cache.join("cv"), &rows, o.input, &kernels, s.init.as_deref(), device);
     // On the CPU, --threads N trains N splits at once, each on one
     // libtorch thread (a split's small graphs keep one thread busy, and
     // training is the run's time).
-    let workers = if device == Device::Cpu { tch::get_num_threads().max(1) as usize } else { 1 };
+    let threads = tch::get_num_threads();
+    let workers = if device == Device::Cpu { threads.max(1) as usize } else { 1 };
     if workers > 1 {
         tch::set_num_threads(1);
     }
@@ -1147,7 +1187,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         });
         println!("{out}");
     }
-    tch::set_num_threads(workers as i32);
+    tch::set_num_threads(threads);
     if let Some(dir) = &o.out {
         let t0 = std::time::Instant::now();
         let all: Vec<usize> = (0..rows.len()).collect();
@@ -1240,7 +1280,8 @@ mod tests {
     /// leaves what it lacks (new rows, a state pooling) as initialised.
     #[test]
     fn transfer_copies_what_matches_and_keeps_the_rest() {
-        let from = Ggnn::new(&Hyper::spec(3), Device::Cpu);
+        let other = GraphHead { aux: vec!["x".into(), "y".into()], aux_hidden: 4, pool: Pool::Mean };
+        let from = Ggnn::new(&Hyper { graph: Some(other), ..Hyper::spec(3) }, Device::Cpu);
         let head = GraphHead { aux: vec!["a".into()], aux_hidden: 4, pool: Pool::Gated };
         let to = Ggnn::new(&Hyper { graph: Some(head), ..Hyper::spec(5) }, Device::Cpu);
         let before: HashMap<&str, Tensor> = to.named_parameters().into_iter().map(|(n, t)| (n, t.copy())).collect();
@@ -1248,7 +1289,11 @@ mod tests {
         for name in ["embedding.weight", "messages.weight", "gate.weight", "gru.weight_ih", "gru.bias_hh", "readout.gate.weight"] {
             assert!(copied.contains(&name), "{name}: {copied:?}");
         }
-        assert!(!copied.iter().any(|n| n.starts_with("pool.") || n.starts_with("aux.")), "{copied:?}");
+        // Same name and shape only: two auxiliary inputs' normalisation is
+        // not one's, while the hidden layer's bias (4 wide in both) is.
+        assert!(!copied.iter().any(|n| n.starts_with("pool.")), "{copied:?}");
+        assert!(!copied.contains(&"aux.norm.weight") && !copied.contains(&"aux.hidden.weight"), "{copied:?}");
+        assert!(copied.contains(&"aux.hidden.bias"), "{copied:?}");
         let get = |m: &Ggnn, name: &str| m.named_parameters().into_iter().find(|(n, _)| *n == name).unwrap().1.copy();
         let (e_from, e_to) = (get(&from, "embedding.weight"), get(&to, "embedding.weight"));
         assert!(e_to.narrow(0, 0, 3).equal(&e_from));
@@ -1281,11 +1326,11 @@ mod tests {
 
 /// `programl-train eval` of a device-mapping bundle on a DevMap CSV (the
 /// dataset's columns: benchmark, dataset, transfer, wgsize, oracle, src):
-/// every row's kernel compiled as `devmap` compiles it (from the programs'
-/// own sources where `gpgpu-sources.tar.xz` or `gpgpu/` sits beside the
-/// CSV, else from its `src` column with the same cache and repairs; the
-/// JSON's `input` says which), its graph run through the torch-free CPU
-/// inference with the
+/// every row's kernel graph from the input the bundle was trained on
+/// (`source.input`; the programs' sources, `gpgpu-sources.tar.xz` or
+/// `gpgpu/`, and NCC's archive are read beside the CSV; a bundle without a
+/// record used the `src` column, with the same cache and repairs), run
+/// through the torch-free CPU inference with the
 /// row's transfer and work-group size, the decision against the oracle. A
 /// kernel that does not compile counts as the wrong device, as in the
 /// cross-validation. Keys: `error`, `accuracy`, `rows`, `rows_failed`,
@@ -1298,16 +1343,21 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
         bail!("{}: auxiliary inputs {:?}; a DevMap CSV gives transfer and wgsize", model.dir.display(), head.aux);
     }
     let cache = programl::fsutil::cache_dir().join("devmap");
-    // The programs' own sources where they sit beside the CSV (the
-    // dataset's directory), else the CSV's `src` column.
+    // The input the bundle was trained on (one without a record: the CSV's
+    // `src` column, the only input before there were others); the
+    // programs' sources are read beside the CSV.
     let dir = csv.parent().unwrap_or(Path::new("."));
-    let input = if dir.join("gpgpu").is_dir() || dir.join(sources::TARBALL).is_file() { Input::Sources } else { Input::Csv };
+    let input: Input = match model.config.source.as_ref().and_then(|s| s.input.as_deref()) {
+        None => Input::Csv,
+        Some(name) => name.parse().with_context(|| format!("{}: source.input", model.dir.display()))?,
+    };
     let kernels = match input {
         Input::Sources => {
             let root = sources::sources_root(dir, &cache)?;
             Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), json)?
         }
-        _ => Kernels::build(&rows, &cache, json)?,
+        Input::Csv => Kernels::build(&rows, &cache, json)?,
+        Input::Ncc => Kernels::from_ncc(&rows, &ncc::ir_dir(dir, &cache)?)?,
     };
     let examples: Vec<Example<'_>> = rows
         .iter()

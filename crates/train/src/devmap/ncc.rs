@@ -84,6 +84,11 @@ pub fn ir_dir(data: &Path, cache: &Path) -> Result<PathBuf> {
 
 /// The file of `row`: `<benchmark>_<dataset>.ll`, else `<benchmark>.ll`.
 pub fn file_of(dir: &Path, row: &Row) -> Option<PathBuf> {
+    // A name, never a path out of the directory.
+    let plain = |s: &str| !s.contains(['/', '\\']) && !s.contains("..");
+    if !plain(&row.benchmark) || !plain(&row.dataset) {
+        return None;
+    }
     [format!("{}_{}.ll", row.benchmark, row.dataset), format!("{}.ll", row.benchmark)]
         .into_iter()
         .map(|f| dir.join(f))

@@ -17,10 +17,10 @@
 //!
 //! **One kernel's graph.** A program's kernels share a module; a row's graph
 //! is its kernel and what that kernel calls, the module's other kernels left
-//! out ([`ProgramGraph::call_closure`]). That is what the learned pass sees
-//! inside clang, where each kernel of a module gets its own decision from
-//! the same subgraph, and it keeps the real helper functions, which the
-//! normalised `src` column lost.
+//! out ([`ProgramGraph::call_closure`]), and a module of one kernel is
+//! taken whole. That is what the learned pass sees inside clang, where each
+//! kernel of a module gets its own decision from the same rule, and it
+//! keeps the real helper functions, which the normalised `src` column lost.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -202,7 +202,10 @@ enum Module {
 /// Compiles `unit`'s file under `cache` (`<key>.ll`, or `<key>.fail` with
 /// the cause); the key hashes the file's text, the options and the flags.
 fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -> Result<Module> {
-    let dir = root.join(&unit.dir);
+    // Absolute: clang runs in the program's directory.
+    let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("{}: no absolute path", p.display()));
+    let (dir, cache, stubs) = (absolute(&root.join(&unit.dir))?, absolute(cache)?, absolute(stubs)?);
+    let (cache, stubs) = (cache.as_path(), stubs.as_path());
     let path = dir.join(&unit.file);
     // Bytes: some sources are Latin-1, which clang reads as it is.
     let bytes = match std::fs::read(&path) {
@@ -285,11 +288,16 @@ pub fn kernel_names(ir: &str) -> Vec<String> {
     define.captures_iter(ir).map(|c| c[2].to_string()).collect()
 }
 
-/// The graph of `kernel` in `graph`: the kernel and what it calls, the
-/// module's other kernels left out.
+/// The graph of `kernel` in `graph`: in a module of several kernels, the
+/// kernel and what it calls, the module's other kernels left out; in a
+/// module of one, the whole module. That is the learned pass's rule
+/// (`kernel_graphs` in the plugin), so training sees what the pass sees.
 pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -> Option<ProgramGraph> {
     let id_of = |name: &str| graph.functions.iter().position(|f| f.name == name).map(|i| i as u32);
     let k = id_of(kernel)?;
+    if kernels.len() < 2 {
+        return Some(graph.clone());
+    }
     let others: Vec<u32> = kernels.iter().filter(|n| *n != kernel).filter_map(|n| id_of(n)).collect();
     let keep: BTreeSet<u32> = graph.call_closure(k, &others);
     Some(graph.functions_subgraph(&keep))
@@ -404,7 +412,10 @@ mod tests {
     /// build are counted by cause; the second build comes from the cache.
     #[test]
     fn each_row_gets_its_own_kernel_from_its_programs_file() {
-        let root = tempfile::tempdir().unwrap();
+        // Under the current directory, given as a relative path: clang runs
+        // in the program's directory, so every path it gets is absolute.
+        let root = tempfile::Builder::new().prefix(".devmap-test-").tempdir_in(".").unwrap();
+        let relative = PathBuf::from(root.path().file_name().unwrap());
         let dir = root.path().join("suite/prog");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("defs.h"), "#define SCALE 3\n").unwrap();
@@ -434,7 +445,7 @@ mod tests {
         ];
         let cache = tempfile::tempdir().unwrap();
         let clang = Path::new(programl::LLVM_BINDIR).join("clang");
-        let k = Kernels::from_sources(&rows, &builds, root.path(), cache.path(), &clang, true).unwrap();
+        let k = Kernels::from_sources(&rows, &builds, &relative, cache.path(), &clang, true).unwrap();
         assert_eq!(k.row_kernel[0], k.row_kernel[2], "one graph per (unit, kernel)");
         assert_ne!(k.row_kernel[0], k.row_kernel[3], "another option value is another build");
         let names = |r: usize| -> Vec<String> {
@@ -455,7 +466,7 @@ mod tests {
         assert!(k.failures.keys().any(|c| c.contains("LSIZE unset")), "{:?}", k.failures);
         assert!(k.failures.contains_key("no program in the build table"), "{:?}", k.failures);
         // The cache answers the second time, with no clang to run.
-        let again = Kernels::from_sources(&rows, &builds, root.path(), cache.path(), Path::new("/no/clang"), true).unwrap();
+        let again = Kernels::from_sources(&rows, &builds, &relative, cache.path(), Path::new("/no/clang"), true).unwrap();
         assert_eq!(again.failures, k.failures);
         assert_eq!(
             again.graphs[again.row_kernel[1]].as_ref().map(|g| g.node_count()),

@@ -411,7 +411,7 @@ pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>
             dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
-        source: Some(SourceCompile { compiler: compile::CLANG.into(), flags: level_flags, prelude: Some(compile::PRELUDE.into()) }),
+        source: Some(SourceCompile { compiler: compile::CLANG.into(), flags: level_flags, prelude: Some(compile::PRELUDE.into()), input: None }),
     }
 }
 
@@ -450,7 +450,10 @@ fn programs_dir(o: &Options, cache: &Path) -> Result<PathBuf> {
 }
 
 fn unpack(tar: &Path, cache: &Path) -> Result<PathBuf> {
-    crate::harness::unpack_tar(tar, cache, "poj104").context("give --data DIR with DIR/<class>/<n>.cpp")
+    if !tar.is_file() && !cache.join("poj104").is_dir() {
+        bail!("{}: not found (give --data DIR with DIR/<class>/<n>.cpp)", tar.display());
+    }
+    crate::harness::unpack_tar(tar, cache, "poj104")
 }
 
 pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
