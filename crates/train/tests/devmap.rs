@@ -70,6 +70,19 @@ fn devmap(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// `programl-train eval --model MODEL --data DATA` on the CPU at FP32 with
+/// `PROGRAML_CACHE` set to `cache` (if given): its last JSON line.
+fn eval_json(model: &Path, data: &Path, cache: Option<&Path>) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_programl-train"));
+    cmd.args(["eval", "--model"]).arg(model).arg("--data").arg(data).args(["--device", "cpu", "--dtype", "f32", "--json"]);
+    if let Some(c) = cache {
+        cmd.env("PROGRAML_CACHE", c);
+    }
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap()
+}
+
 #[test]
 fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let Some(csv) = dataset() else { return };
@@ -144,15 +157,7 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     // eval on the CSV: every row through the torch-free inference, the
     // failed row counted as the wrong device, the static mapping the CSV's
     // majority.
-    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
-        .args(["eval", "--model", b, "--data"])
-        .arg(data.join("amd.csv"))
-        .args(["--device", "cpu", "--dtype", "f32", "--json"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    let e = eval_json(&bundle, &data.join("amd.csv"), None);
     assert_eq!(
         (e["rows"].as_u64(), e["rows_failed"].as_u64(), e["task"].as_str()),
         (Some(rows as u64), Some(1), Some("devmap-amd")),
@@ -190,14 +195,7 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     .unwrap();
     std::fs::write(kernels.join("cpu/one.cl"), "__kernel void c(__global int *q) { for (int i = 0; i < 64; i++) q[i] *= q[i]; }\n").unwrap();
     std::fs::write(kernels.join("cpu/broken.cl"), "__kernel void d(__global int *q) { q[0] = ; }\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
-        .args(["eval", "--model", noaux.to_str().unwrap(), "--data", kernels.to_str().unwrap(), "--device", "cpu", "--dtype", "f32", "--json"])
-        .env("PROGRAML_CACHE", &cache)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    let e = eval_json(&noaux, &kernels, Some(&cache));
     assert_eq!((e["input"].as_str(), e["files"].as_u64(), e["rows"].as_u64(), e["rows_failed"].as_u64()), (Some("directory"), Some(3), Some(4), Some(1)), "{e}");
     assert_eq!(e["kernel_failures"]["expected expression"].as_u64(), Some(1), "{e}");
     // 2 GPU and 2 CPU examples: the static mapping is wrong on half.
@@ -295,16 +293,7 @@ fn kernels_compile_from_their_programs_sources_and_from_ncc_ir() {
     };
     assert!(j["kernels"].as_u64().unwrap() > names, "{j} ({names} kernel names)");
     // eval reads the sources beside the CSV, as the bundle was trained.
-    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
-        .args(["eval", "--model", b, "--data"])
-        .arg(data.join("amd.csv"))
-        .args(["--device", "cpu", "--dtype", "f32", "--json"])
-        .env("PROGRAML_CACHE", &cache)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e: serde_json::Value = serde_json::from_slice(out.stdout.split(|&c| c == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    let e = eval_json(&bundle, &data.join("amd.csv"), Some(&cache));
     assert_eq!((e["input"].as_str(), e["rows"].as_u64(), e["rows_failed"].as_u64()), (Some("sources"), Some(rows as u64), Some(0)), "{e}");
     let n = devmap(&["--input", "ncc", "--data", d, "--cache", c, "--no-cv"]);
     assert_eq!((n["input"].as_str(), n["rows_failed"].as_u64()), (Some("ncc"), Some(0)), "{n}");
