@@ -1506,7 +1506,11 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
             }
             Ok((graph, kernels)) => {
                 for k in &kernels {
-                    graphs.push((format!("{name}:{k}"), sources::kernel_subgraph(&graph, k, &kernels), *gpu));
+                    let sub = sources::kernel_subgraph(&graph, k, &kernels);
+                    if sub.is_none() {
+                        *failures.entry("kernel not in its module's graph".into()).or_default() += 1;
+                    }
+                    graphs.push((format!("{name}:{k}"), sub, *gpu));
                 }
             }
         }
