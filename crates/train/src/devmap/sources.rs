@@ -146,21 +146,19 @@ pub fn embedded_source(host: &str, name: &str) -> Option<String> {
     static LITERAL: OnceLock<Regex> = OnceLock::new();
     let literal = LITERAL.get_or_init(|| Regex::new(r#""((?:[^"\\\n]|\\.)*)""#).unwrap());
     let marker = Regex::new(&format!(r"kernel\s+void\s+{}\s*\(", regex::escape(name))).ok()?;
-    let hit = literal.captures_iter(host).find(|c| marker.is_match(&c[1]))?;
-    let at = hit.get(0)?.start();
-    // The initializer around it: its literals, from the first after the
-    // `{` or `=` before, as long as only commas and white space part them.
-    let start = host[..at].rfind(['{', '=']).map_or(at, |i| i + 1);
-    let mut src = String::new();
-    let mut end = start;
-    for c in literal.captures_iter(&host[start..]) {
-        let m = c.get(0)?;
-        if !host[end..start + m.start()].chars().all(|ch| ch.is_whitespace() || ch == ',') {
-            break;
-        }
-        src.push_str(&unescape(&c[1]));
-        end = start + m.end();
+    let spans: Vec<(usize, usize)> = literal.find_iter(host).map(|m| (m.start(), m.end())).collect();
+    let hit = spans.iter().position(|&(a, b)| marker.is_match(&host[a + 1..b - 1]))?;
+    // The run of literals around it that only commas and white space part.
+    let joined = |x: (usize, usize), y: (usize, usize)| host[x.1..y.0].chars().all(|c| c.is_whitespace() || c == ',');
+    let mut first = hit;
+    while first > 0 && joined(spans[first - 1], spans[first]) {
+        first -= 1;
     }
+    let mut last = hit;
+    while last + 1 < spans.len() && joined(spans[last], spans[last + 1]) {
+        last += 1;
+    }
+    let src: String = spans[first..=last].iter().map(|&(a, b)| unescape(&host[a + 1..b - 1])).collect();
     Some(src)
 }
 
@@ -403,6 +401,10 @@ mod tests {
     fn an_embedded_kernel_is_its_joined_literals() {
         let host = "int x;\nconst char *src[] = {\n \"__kernel void Triad(__global float *a, \",\n \"float s)\",\n \"{ a[0] = s; }\"\n};\nfoo(\"other\");\n";
         assert_eq!(embedded_source(host, "Triad").unwrap(), "__kernel void Triad(__global float *a, float s){ a[0] = s; }");
+        // The kernel in a later literal of the run; an earlier string with
+        // an `=` in it does not cut the run.
+        let later = "log(\"a = b\");\nconst char *k[] = {\"// header = 1\\n\",\n \"__kernel void T(int x) {}\"};\n";
+        assert_eq!(embedded_source(later, "T").unwrap(), "// header = 1\n__kernel void T(int x) {}");
         assert!(embedded_source(host, "Other").is_none());
     }
 
