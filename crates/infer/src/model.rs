@@ -592,7 +592,7 @@ impl Model {
     fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
         let gate = (&self.readout_gate, self.weights.get("readout.gate.bias"));
         let transform = (&self.readout_transform, self.weights.get("readout.transform.bias"));
-        self.gated(h_t, h0, gate, transform, false, threads)
+        self.gated::<false>(h_t, h0, gate, transform, threads)
     }
 
     /// The gated state pooling's per-node terms, `σ(W_g [h_T; h_0] + b_g)
@@ -600,21 +600,21 @@ impl Model {
     fn gated_states(&self, h_t: &[f32], h0: &[f32], gate_w: &gemm::Packed, transform_w: &gemm::Packed, threads: usize) -> Vec<f32> {
         let gate = (gate_w, self.weights.get("pool.gate.bias"));
         let transform = (transform_w, self.weights.get("pool.transform.bias"));
-        self.gated(h_t, h0, gate, transform, true, threads)
+        self.gated::<true>(h_t, h0, gate, transform, threads)
     }
 
     /// `σ(G [h_T; h_0] + g) ⊙ t(T h_T + b)` per node, `t` tanh where
-    /// `squash`, else the identity: two products (`[h_T; h_0]` by the
+    /// `SQUASH` (a constant: the readout's loop has no branch), else the
+    /// identity: two products (`[h_T; h_0]` by the
     /// gate's packed weights, `h_T` by the transform's) on the kernels'
     /// FP32 products (POJ-104's 104 classes make the readout as large as a
     /// step), then the gate and its product. Its width is the biases'.
-    fn gated(
+    fn gated<const SQUASH: bool>(
         &self,
         h_t: &[f32],
         h0: &[f32],
         gate: (&gemm::Packed, &[f32]),
         transform: (&gemm::Packed, &[f32]),
-        squash: bool,
         threads: usize,
     ) -> Vec<f32> {
         let ((gw, gb), (tw, tb)) = (gate, transform);
@@ -631,7 +631,7 @@ impl Model {
         for (g, v) in out.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
             for k in 0..c {
                 let t = v[k] + tb[k];
-                g[k] = sigmoid(g[k] + gb[k]) * if squash { t.tanh() } else { t };
+                g[k] = sigmoid(g[k] + gb[k]) * if SQUASH { t.tanh() } else { t };
             }
         }
         out

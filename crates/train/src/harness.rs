@@ -42,6 +42,22 @@ impl Progress {
     }
 }
 
+/// Runs `clang FLAGS OPTIONS -o OUTPUT INPUT` (in `cwd` if given) and
+/// returns its output; an error only when clang cannot be started.
+pub fn run_clang(clang: &Path, cwd: Option<&Path>, flags: &[&str], options: &[String], output: &Path, input: &Path) -> Result<std::process::Output> {
+    let mut cmd = std::process::Command::new(clang);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    cmd.args(flags)
+        .args(options)
+        .arg("-o")
+        .arg(output)
+        .arg(input)
+        .output()
+        .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))
+}
+
 /// The first `error:` of clang's output, quoted names replaced by `X`: a
 /// failure's cause, counted across sources.
 pub fn first_error(stderr: &str) -> String {

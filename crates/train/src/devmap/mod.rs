@@ -26,7 +26,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
@@ -165,13 +164,7 @@ pub fn compile_kernel(src: &str, cache: &Path, clang: &Path) -> Result<Compiled>
     for round in 0..REPAIR_ROUNDS {
         let text = format!("{}\n#line 1 \"kernel.cl\"\n{src}", prelude.join("\n"));
         std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
-        let run = Command::new(clang)
-            .args(CLANG_FLAGS)
-            .arg("-o")
-            .arg(&output)
-            .arg(&input)
-            .output()
-            .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))?;
+        let run = crate::harness::run_clang(clang, None, CLANG_FLAGS, &[], &output, &input)?;
         if run.status.success() {
             let repaired = round > 0;
             if repaired {

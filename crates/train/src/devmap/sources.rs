@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
@@ -245,15 +244,8 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
     } else {
         path.clone()
     };
-    let run = Command::new(clang)
-        .current_dir(&dir)
-        .args(CLANG_FLAGS)
-        .args(unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())))
-        .arg("-o")
-        .arg(&output)
-        .arg(&input)
-        .output()
-        .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))?;
+    let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
+    let run = crate::harness::run_clang(clang, Some(&dir), CLANG_FLAGS, &options, &output, &input)?;
     if run.status.success() {
         std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
         return Ok(Module::Ir(ir));
