@@ -12,9 +12,11 @@
 //! ```
 
 mod bench;
+mod checkpoint;
 mod data;
 mod devmap;
 mod engine;
+mod graphtask;
 mod harness;
 mod metrics;
 mod optim;

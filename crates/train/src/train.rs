@@ -33,8 +33,9 @@ use programl_dataset::{Dataset, Split, Subset};
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
 use programl_model::{Ggnn, Hyper, Prepared};
 use serde::{Deserialize, Serialize};
-use tch::{Device, Tensor};
+use tch::Device;
 
+use crate::checkpoint::Checkpoint;
 use crate::data::Examples;
 use crate::engine::{evaluate, train_step};
 use crate::optim::AdamW;
@@ -249,7 +250,12 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         let v = if args.extend_vocab {
             let (store, _) = programl_dataset::vocab::build(&dataset, 1, None)?;
             let v = b.vocabulary.extended(&store);
-            say(&format!("vocabulary: {} ids from {}, {} added from the training split", b.vocabulary.len(), b.dir.display(), v.len() - b.vocabulary.len()));
+            say(&format!(
+                "vocabulary: {} ids from {}, {} added from the training split",
+                b.vocabulary.len(),
+                b.dir.display(),
+                v.len() - b.vocabulary.len()
+            ));
             v
         } else {
             b.vocabulary.clone()
@@ -296,8 +302,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     tch::manual_seed(mix(args.seed) as i64);
     let model = Ggnn::new(&hyper, device);
     let mut opt = AdamW::new(&model.parameters(), args.lr);
-    let names: Vec<&str> = hyper.parameter_shapes().iter().map(|(n, _)| *n).collect();
-    let ckpt = out.join("checkpoint");
+    let ckpt = Checkpoint::new(out, &model);
     if let Some(b) = &init {
         if args.extend_vocab {
             bundle::load_weights_grown(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
@@ -313,10 +318,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
     }
     let mut state = if !fresh {
-        let s: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?).context("checkpoint/state.json")?;
-        if s.version != STATE_VERSION {
-            bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), s.version);
-        }
+        let s: State = ckpt.state(STATE_VERSION)?;
         if serde_json::to_value(&s.args)? != serde_json::to_value(args)? {
             bail!(
                 "{}: this run was started with other arguments ({}); use another --out or the same arguments",
@@ -331,9 +333,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
                 s.data_hash
             );
         }
-        bundle::load_weights(&model, &ckpt.join(bundle::WEIGHTS_FILE))?;
-        let saved = Tensor::read_safetensors(ckpt.join("optimizer.safetensors"))?;
-        opt.restore(&names, saved, s.adam_step).map_err(anyhow::Error::msg)?;
+        ckpt.restore(&model, &mut opt, s.adam_step)?;
         say(&format!("resuming at {} examples ({:.0} s of training so far)", s.examples_seen, s.wall_s));
         s
     } else {
@@ -384,13 +384,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let checkpoint = |state: &mut State, model: &Ggnn, opt: &AdamW| -> Result<()> {
         state.wall_s = wall(state);
         state.adam_step = opt.step;
-        bundle::replace_dir(&ckpt, |dir| {
-            std::fs::write(dir.join("state.json"), serde_json::to_string_pretty(state).unwrap())
-                .map_err(|source| bundle::BundleError::Io { path: dir.join("state.json"), source })?;
-            bundle::save_weights(model, &dir.join(bundle::WEIGHTS_FILE))?;
-            Tensor::write_safetensors(&opt.named_state(&names), dir.join("optimizer.safetensors"))
-                .map_err(|e| bundle::BundleError::Invalid { path: dir.join("optimizer.safetensors"), detail: e.to_string() })
-        })?;
+        ckpt.save(state, model, opt)?;
         write_log(out, &state.history)?;
         Ok(())
     };

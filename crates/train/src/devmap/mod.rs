@@ -2,10 +2,16 @@
 //! the CPU or the GPU? A graph-level GGNN over each kernel's program graph,
 //! with the row's transfer size and work-group size as auxiliary inputs.
 //!
-//! The data is the DevMap dataset (`amd.csv`, `nvidia.csv`: 680 rows per
-//! platform, 256 kernels) read in place. Each row's `src` is compiled to
-//! LLVM IR with clang ([`CLANG`] and [`CLANG_FLAGS`]); the IR goes to a
-//! cache keyed by the source's hash, so a second run compiles nothing.
+//! The rows are the DevMap dataset's (`amd.csv`, `nvidia.csv`: 680 rows per
+//! platform, 256 kernels), read in place. A row's kernel comes from one of
+//! three inputs ([`Input`]): its program's own sources ([`sources`], the
+//! default), NCC's LLVM 9 IR ([`ncc`]), or the CSV's `src` column (this
+//! file). Training and prediction go through [`crate::graphtask`]: one
+//! graph per kernel, one item per row.
+//!
+//! For the CSV input, each row's `src` is compiled to LLVM IR with clang
+//! ([`CLANG`] and [`CLANG_FLAGS`]); the IR goes to a cache keyed by the
+//! source's hash, so a second run compiles nothing.
 //!
 //! **Sources that do not compile as given.** The dataset's sources were
 //! normalised (identifiers renamed to `A`, `B`, …, `a`, `b`, …) and lost
@@ -29,19 +35,20 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
-use programl::batch::{plan, Batch, GraphInput, Sample};
+use programl::batch::{Batch, GraphInput, Sample};
 use programl::builder::{build_file, BuildOptions};
 use programl::hash::Fnv1a;
 use programl::metrics::Confusion;
 use programl::vocab::{Counts, Vocabulary};
 use programl::ProgramGraph;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
-use programl_model::{Ggnn, GraphHead, Hyper, Pool, Prepared};
+use programl_model::{Ggnn, GraphHead, Hyper, Pool};
 use rayon::prelude::*;
 use regex::Regex;
 use serde::Serialize;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
+use crate::graphtask;
 use crate::optim::AdamW;
 
 pub mod ncc;
@@ -476,32 +483,50 @@ pub struct Trained {
     pub rows_seen: u64,
 }
 
-fn aux_tensor(rows: &[&Row], device: Device) -> Tensor {
-    let values: Vec<f32> = rows.iter().flat_map(|r| [r.transfer as f32, r.wgsize as f32]).collect();
-    Tensor::from_slice(&values).view([rows.len() as i64, AUX.len() as i64]).to_device(device)
+/// The examples of `rows` (indices) whose kernels compiled, featurised with
+/// `vocabulary`: one graph per kernel, one item per row (its device and,
+/// for an aux head, its transfer and work-group sizes).
+fn examples(rows: &[Row], kernels: &Kernels, ids: &[usize], vocabulary: &Vocabulary) -> graphtask::Examples {
+    let ids: Vec<usize> = ids.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let mut kernel_ids: Vec<usize> = ids.iter().map(|&r| kernels.row_kernel[r]).collect();
+    kernel_ids.sort_unstable();
+    kernel_ids.dedup();
+    let inputs = kernel_ids
+        .iter()
+        .map(|&k| GraphInput::new(kernels.graphs[k].as_ref().unwrap(), vocabulary).expect("a built graph is a valid input"))
+        .collect();
+    let items = ids
+        .iter()
+        .map(|&r| graphtask::Item {
+            graph: kernel_ids.binary_search(&kernels.row_kernel[r]).unwrap(),
+            label: rows[r].gpu as usize,
+            aux: vec![rows[r].transfer as f32, rows[r].wgsize as f32],
+        })
+        .collect();
+    graphtask::Examples { inputs, items }
 }
 
 /// Trains on the compiled rows among `train` (row indices).
-pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Settings, device: Device) -> Trained {
-    let train: Vec<usize> = train.iter().copied().filter(|&r| kernels.compiled(r)).collect();
-    let mut kernel_ids: Vec<usize> = train.iter().map(|&r| kernels.row_kernel[r]).collect();
-    kernel_ids.sort_unstable();
-    kernel_ids.dedup();
-    let vocabulary = vocabulary_of(kernel_ids.iter().filter_map(|&k| kernels.graphs[k].as_ref()));
+pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Settings, device: Device) -> Result<Trained> {
+    let compiled: Vec<usize> = train.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let vocabulary = vocabulary_of(
+        compiled
+            .iter()
+            .map(|&r| kernels.row_kernel[r])
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|k| kernels.graphs[k].as_ref()),
+    );
     // Transfer: the source's ids first, so its embedding rows carry over.
-    let source = s.init.as_ref().map(|dir| Bundle::load(dir, Device::Cpu).expect("--init was checked before training"));
+    let source = match &s.init {
+        Some(dir) => Some(Bundle::load(dir, Device::Cpu).with_context(|| format!("--init {}", dir.display()))?),
+        None => None,
+    };
     let vocabulary = match &source {
         Some(b) => b.vocabulary.extended(&vocabulary),
         None => vocabulary,
     };
-    let inputs: HashMap<usize, GraphInput> = kernel_ids
-        .iter()
-        .map(|&k| (k, GraphInput::new(kernels.graphs[k].as_ref().unwrap(), &vocabulary).expect("a built graph is a valid input")))
-        .collect();
-    let mut rows_of: HashMap<usize, Vec<usize>> = HashMap::new();
-    for &r in &train {
-        rows_of.entry(kernels.row_kernel[r]).or_default().push(r);
-    }
+    let data = examples(rows, kernels, &compiled, &vocabulary);
     let head = GraphHead {
         aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() },
         aux_hidden: s.aux_hidden,
@@ -523,36 +548,15 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     let params = model.parameters();
     let mut opt = AdamW::new(&params, s.lr);
     let mut rows_seen = 0;
+    let items: Vec<usize> = (0..data.items.len()).collect();
     for epoch in 0..s.epochs {
-        let order: Vec<usize> = programl::batch::permutation(kernel_ids.len(), programl::hash::mix(s.seed ^ (epoch as u64 + 1)))
-            .into_iter()
-            .map(|i| kernel_ids[i])
-            .collect();
-        for range in plan(order.iter().map(|k| inputs[k].node_count()), s.batch_nodes) {
-            let batch_kernels = &order[range];
-            let batch_rows: Vec<(i64, usize)> =
-                batch_kernels.iter().enumerate().flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r))).collect();
-            if batch_rows.len() < 2 {
-                continue; // batch statistics need two rows
-            }
-            let samples: Vec<Sample<'_>> =
-                batch_kernels.iter().map(|k| Sample { graph: &inputs[k], root: None, positives: None }).collect();
-            let batch = Batch::from_samples(&samples).expect("valid inputs");
-            let prepared = Prepared::new(&batch, &hyper, device);
-            let pooled = model.pooled_logits(&prepared, hyper.steps, true);
-            let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);
-            let picked: Vec<&Row> = batch_rows.iter().map(|&(_, r)| &rows[r]).collect();
-            let aux = s.aux.then(|| aux_tensor(&picked, device));
-            let logits = model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), true);
-            let labels = Tensor::from_slice(&picked.iter().map(|r| r.gpu as i64).collect::<Vec<_>>()).to_device(device);
-            let loss = logits.cross_entropy_for_logits(&labels);
-            AdamW::zero_grad(&params);
-            loss.backward();
-            opt.step(&params);
-            rows_seen += picked.len() as u64;
+        // Batch statistics (the aux inputs' normalisation) need two rows.
+        for batch in graphtask::epoch_batches(&data, &items, s.seed, epoch, s.batch_nodes, 2) {
+            graphtask::train_step(&model, &mut opt, &params, &data, &batch).with_context(|| format!("devmap: epoch {}", epoch + 1))?;
+            rows_seen += batch.len() as u64;
         }
     }
-    Trained { model, vocabulary, hyper, rows_seen }
+    Ok(Trained { model, vocabulary, hyper, rows_seen })
 }
 
 /// Copies into `to` every parameter of `from` with the same name and shape,
@@ -580,35 +584,11 @@ pub fn transfer(from: &Ggnn, to: &Ggnn) -> Vec<&'static str> {
 /// GPU probabilities of `rows` (indices) whose kernels compiled. Each
 /// kernel's graph runs once; its rows differ only in their auxiliary inputs.
 pub fn predict(t: &Trained, rows: &[Row], kernels: &Kernels, ids: &[usize], batch_nodes: usize) -> HashMap<usize, f64> {
-    let device = t.model.device();
-    let mut rows_of: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for &r in ids.iter().filter(|&&r| kernels.compiled(r)) {
-        rows_of.entry(kernels.row_kernel[r]).or_default().push(r);
-    }
-    let kernel_ids: Vec<usize> = rows_of.keys().copied().collect();
-    let inputs: Vec<GraphInput> = kernel_ids
-        .iter()
-        .map(|&k| GraphInput::new(kernels.graphs[k].as_ref().unwrap(), &t.vocabulary).expect("a built graph is a valid input"))
-        .collect();
-    let mut out = HashMap::new();
-    let _guard = tch::no_grad_guard();
-    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
-        let samples: Vec<Sample<'_>> = inputs[range.clone()].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
-        let batch = Batch::from_samples(&samples).expect("valid inputs");
-        let prepared = Prepared::new(&batch, &t.hyper, device);
-        let pooled = t.model.pooled_inference(&prepared, t.hyper.steps);
-        let batch_rows: Vec<(i64, usize)> =
-            kernel_ids[range].iter().enumerate().flat_map(|(g, k)| rows_of[k].iter().map(move |&r| (g as i64, r))).collect();
-        let index = Tensor::from_slice(&batch_rows.iter().map(|&(g, _)| g).collect::<Vec<_>>()).to_device(device);
-        let picked: Vec<&Row> = batch_rows.iter().map(|&(_, r)| &rows[r]).collect();
-        let aux = (t.hyper.aux_inputs() > 0).then(|| aux_tensor(&picked, device));
-        let logits = t.model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), false);
-        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
-        for (i, &(_, r)) in batch_rows.iter().enumerate() {
-            out.insert(r, probs.double_value(&[i as i64, 1]));
-        }
-    }
-    out
+    let compiled: Vec<usize> = ids.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let data = examples(rows, kernels, &compiled, &t.vocabulary);
+    let items: Vec<usize> = (0..compiled.len()).collect();
+    let probs = graphtask::probabilities(&t.model, &data, &items, t.hyper.steps, batch_nodes);
+    compiled.into_iter().zip(probs).map(|(r, p)| (r, p[1] as f64)).collect()
 }
 
 /// Figures of one protocol.
@@ -750,7 +730,7 @@ pub fn evaluate_splits(
                 return Ok(probs);
             }
         }
-        let trained = train_model(rows, kernels, &split.train, &settings, device);
+        let trained = train_model(rows, kernels, &split.train, &settings, device)?;
         let probs = predict(&trained, rows, kernels, &split.test, s.batch_nodes);
         if let Some(path) = &kept {
             Resume::write(path, &probs)?;
@@ -1184,7 +1164,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     if let Some(dir) = &o.out {
         let t0 = std::time::Instant::now();
         let all: Vec<usize> = (0..rows.len()).collect();
-        let trained = train_model(&rows, &kernels, &all, s, device);
+        let trained = train_model(&rows, &kernels, &all, s, device)?;
         save_bundle(dir, &trained, &o.platform, &rows, o.input, t0.elapsed().as_secs_f64())?;
         if !o.json {
             println!("saved {} (trained on every compiled row, {:.0}s)", dir.display(), t0.elapsed().as_secs_f64());
@@ -1470,11 +1450,8 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
     for (label, gpu) in [("cpu", false), ("gpu", true)] {
         let sub = dir.join(label);
         let Ok(entries) = std::fs::read_dir(&sub) else { continue };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".cl"))
-            .collect();
+        let mut names: Vec<String> =
+            entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".cl")).collect();
         names.sort();
         files.extend(names.into_iter().map(|n| (label, n, gpu)));
     }
@@ -1486,7 +1463,13 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
     let mut failures: BTreeMap<String, usize> = BTreeMap::new();
     for (label, file, gpu) in &files {
         let name = format!("{label}/{file}");
-        let unit = sources::Unit { dir: label.to_string(), file: file.clone(), options: vec!["-I.".into()], embedded: false, kernel: String::new() };
+        let unit = sources::Unit {
+            dir: label.to_string(),
+            file: file.clone(),
+            options: vec!["-I.".into()],
+            embedded: false,
+            kernel: String::new(),
+        };
         match sources::module_graph(&unit, dir, &cache, &clang)? {
             Err(cause) => {
                 *failures.entry(cause).or_default() += 1;

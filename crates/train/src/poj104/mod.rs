@@ -24,18 +24,18 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use programl::batch::{plan, Batch, GraphInput, Sample};
+use programl::batch::GraphInput;
 use programl::builder::{build_file, BuildOptions};
 use programl::graph::Edge;
 use programl::hash::Fnv1a;
 use programl::vocab::{Counts, Vocabulary};
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
-use programl_model::{Ggnn, GraphHead, Hyper, Pool, Prepared};
+use programl_model::{Ggnn, GraphHead, Hyper, Pool};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use tch::{Device, Kind, Tensor};
+use tch::Device;
 
-use crate::optim::AdamW;
+use crate::graphtask::{self, RunSettings};
 use compile::{Compiled, Harness};
 
 /// The task name in bundles.
@@ -302,76 +302,15 @@ pub struct Settings {
     pub seed: u64,
 }
 
-/// `RUN/checkpoint/state.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct State {
-    version: u32,
-    settings: Settings,
-    data_hash: String,
-    epoch: usize,
-    /// Batches of `epoch` already trained.
-    batch: usize,
-    examples_seen: u64,
-    wall_s: f64,
-    adam_step: i64,
-    best_val: f64,
-    log: Vec<LogRow>,
-}
-
-const STATE_VERSION: u32 = 1;
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct LogRow {
-    epoch: usize,
-    examples: u64,
-    wall_s: f64,
-    train_loss: f64,
-    val_accuracy: f64,
-}
-
-/// Class predictions (argmax) and their probabilities for `graphs`.
-pub fn predict(model: &Ggnn, hyper: &Hyper, inputs: &[GraphInput], steps: i64, batch_nodes: usize) -> Vec<(usize, f32)> {
-    let device = model.device();
-    let _guard = tch::no_grad_guard();
-    let mut out = Vec::with_capacity(inputs.len());
-    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
-        let samples: Vec<Sample<'_>> = inputs[range].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
-        let batch = Batch::from_samples(&samples).expect("valid inputs");
-        let prepared = Prepared::new(&batch, hyper, device);
-        let logits = model.graph_logits(&model.pooled_inference(&prepared, steps), None, false);
-        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
-        let (best_p, best) = probs.max_dim(1, false);
-        let best: Vec<i64> = Vec::try_from(best).expect("class ids");
-        let best_p: Vec<f32> = Vec::try_from(best_p).expect("probabilities");
-        out.extend(best.into_iter().map(|c| c as usize).zip(best_p));
+impl RunSettings for Settings {
+    /// Everything but the epoch count (a target: a run can be extended).
+    fn continues(&self, saved: &Settings) -> bool {
+        Settings { epochs: self.epochs, ..saved.clone() } == *self
     }
-    out
 }
 
-/// [`predict`] through the torch-free inference (what the learned pass runs
-/// on the CPU): each graph's class and its probability.
-pub fn predict_cpu(
-    model: &programl_infer::Model,
-    options: &programl_infer::Options,
-    inputs: &[GraphInput],
-    batch_nodes: usize,
-) -> Result<Vec<(usize, f32)>> {
-    let c = model.classes();
-    let mut out = Vec::with_capacity(inputs.len());
-    for range in plan(inputs.iter().map(GraphInput::node_count), batch_nodes) {
-        let samples: Vec<Sample<'_>> = inputs[range].iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
-        let batch = Batch::from_samples(&samples).expect("valid inputs");
-        let probs = model.graph_probabilities(&batch, None, options).map_err(anyhow::Error::msg)?.probabilities;
-        out.extend(probs.chunks_exact(c).map(|row| {
-            let (best, p) = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bp), (i, &p)| if p > bp { (i, p) } else { (bi, bp) });
-            (best, p)
-        }));
-    }
-    Ok(out)
-}
-
-fn accuracy(predicted: &[(usize, f32)], labels: &[usize]) -> f64 {
-    let right = predicted.iter().zip(labels).filter(|((p, _), l)| p == *l).count();
+fn accuracy(predicted: &[usize], labels: &[usize]) -> f64 {
+    let right = predicted.iter().zip(labels).filter(|(p, l)| p == l).count();
     right as f64 / labels.len().max(1) as f64
 }
 
@@ -411,7 +350,12 @@ pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>
             dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
-        source: Some(SourceCompile { compiler: compile::CLANG.into(), flags: level_flags, prelude: Some(compile::PRELUDE.into()), input: None }),
+        source: Some(SourceCompile {
+            compiler: compile::CLANG.into(),
+            flags: level_flags,
+            prelude: Some(compile::PRELUDE.into()),
+            input: None,
+        }),
     }
 }
 
@@ -545,183 +489,84 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         );
     }
 
-    // The run: resume or start.
-    std::fs::create_dir_all(&o.out).with_context(|| format!("{}: cannot create", o.out.display()))?;
-    let ckpt = o.out.join("checkpoint");
+    // The run: resume or start, then epochs until the target.
+    let data = graphtask::Examples {
+        inputs,
+        items: examples
+            .iter()
+            .enumerate()
+            .map(|(i, &(p, _))| graphtask::Item { graph: i, label: corpus.programs[p].class, aux: Vec::new() })
+            .collect(),
+    };
+    let val_data = graphtask::Examples {
+        inputs: val_inputs,
+        items: val_labels.iter().enumerate().map(|(i, &label)| graphtask::Item { graph: i, label, aux: Vec::new() }).collect(),
+    };
+    let val_items: Vec<usize> = (0..val_data.items.len()).collect();
     tch::manual_seed(programl::hash::mix(s.seed) as i64);
     let model = Ggnn::new(&hyper, device);
-    let params = model.parameters();
-    let names: Vec<&str> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
-    let mut opt = AdamW::new(&params, s.lr);
-    let mut state = if ckpt.join("state.json").exists() {
-        let text = std::fs::read_to_string(ckpt.join("state.json")).with_context(|| format!("{}: cannot read", ckpt.display()))?;
-        let st: State = serde_json::from_str(&text).with_context(|| format!("{}/state.json: not a checkpoint", ckpt.display()))?;
-        if st.version != STATE_VERSION {
-            bail!("{}: checkpoint version {}, this build writes {STATE_VERSION}", ckpt.display(), st.version);
-        }
-        // Everything but the epoch count (a target: a run can be extended).
-        if (Settings { epochs: s.epochs, ..st.settings.clone() }) != *s {
-            bail!(
-                "{}: the run was started with other settings ({:?}); use another --out or the same settings (--epochs may change)",
-                o.out.display(),
-                st.settings
-            );
-        }
-        if st.data_hash != hash {
-            bail!("{}: the run was trained on other data (hash {} here {hash})", o.out.display(), st.data_hash);
-        }
-        bundle::load_weights(&model, &ckpt.join("weights.safetensors"))?;
-        let saved =
-            Tensor::read_safetensors(ckpt.join("optimizer.safetensors")).with_context(|| format!("{}: optimizer state", ckpt.display()))?;
-        opt.restore(&names, saved, st.adam_step).map_err(anyhow::Error::msg)?;
-        if !o.quiet {
-            eprintln!("poj104: resuming {} at epoch {}, batch {} (of {} epochs)", o.out.display(), st.epoch + 1, st.batch, s.epochs);
-        }
-        State { settings: s.clone(), ..st }
-    } else {
-        State {
-            version: STATE_VERSION,
-            settings: s.clone(),
-            data_hash: hash.clone(),
-            epoch: 0,
-            batch: 0,
-            examples_seen: 0,
-            wall_s: 0.0,
-            adam_step: 0,
-            best_val: -1.0,
-            log: Vec::new(),
-        }
-    };
     let level_flags = compile::flags(&s.levels[0]);
-    let save_checkpoint = |state: &mut State, model: &Ggnn, opt: &AdamW, wall0: f64, run_start: Instant| -> Result<()> {
-        state.wall_s = wall0 + run_start.elapsed().as_secs_f64();
-        state.adam_step = opt.step;
-        let tmp = tempfile::tempdir_in(&o.out).with_context(|| format!("{}: cannot write", o.out.display()))?;
-        bundle::save_weights(model, &tmp.path().join("weights.safetensors"))?;
-        Tensor::write_safetensors(&opt.named_state(&names), tmp.path().join("optimizer.safetensors"))
-            .with_context(|| format!("{}: cannot write the optimizer state", o.out.display()))?;
-        std::fs::write(tmp.path().join("state.json"), serde_json::to_string_pretty(state).unwrap())
-            .with_context(|| format!("{}: cannot write", tmp.path().display()))?;
-        let old = o.out.join("checkpoint.old");
-        let _ = std::fs::remove_dir_all(&old);
-        if ckpt.exists() {
-            std::fs::rename(&ckpt, &old).with_context(|| format!("{}: cannot replace", ckpt.display()))?;
-        }
-        std::fs::rename(tmp.keep(), &ckpt).with_context(|| format!("{}: cannot write", ckpt.display()))?;
-        let _ = std::fs::remove_dir_all(&old);
-        Ok(())
+    let run = graphtask::Run {
+        name: TASK,
+        out: &o.out,
+        settings: s.clone(),
+        data_hash: hash.clone(),
+        epochs: s.epochs,
+        seed: s.seed,
+        batch_nodes: s.batch_nodes,
+        min_items: 1,
+        budget_s: o.budget_s,
+        checkpoint_every_s: o.checkpoint_every_s,
+        quiet: o.quiet,
     };
-    if state.epoch < s.epochs {
+    if o.out.join("checkpoint").exists() || !o.out.join("results.json").exists() {
         // Test figures describe a finished run's bundle: none while training.
         let _ = std::fs::remove_file(o.out.join("results.json"));
     }
-    let run_start = Instant::now();
-    let wall0 = state.wall_s;
-    let mut last_checkpoint = Instant::now();
-    let mut stopped = false;
-    let examples_at_start = state.examples_seen;
-    while state.epoch < s.epochs {
-        let order = programl::batch::permutation(examples.len(), programl::hash::mix(s.seed ^ (state.epoch as u64 + 1)));
-        let batches = plan(order.iter().map(|&i| inputs[i].node_count()), s.batch_nodes);
-        let epoch_start = Instant::now();
-        let first_batch = state.batch;
-        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
-        for (b, range) in batches.iter().enumerate().skip(state.batch) {
-            // At least one batch per session, so that any budget makes progress.
-            let trained = state.examples_seen > examples_at_start;
-            if trained && o.budget_s.is_some_and(|budget| run_start.elapsed().as_secs_f64() > budget) {
-                stopped = true;
-                break;
-            }
-            let picked = &order[range.clone()];
-            let samples: Vec<Sample<'_>> = picked.iter().map(|&i| Sample { graph: &inputs[i], root: None, positives: None }).collect();
-            let batch = Batch::from_samples(&samples).expect("valid inputs");
-            let prepared = Prepared::new(&batch, &hyper, device);
-            let logits = model.graph_logits(&model.pooled_logits(&prepared, hyper.steps, true), None, true);
-            let labels: Vec<i64> = picked.iter().map(|&i| corpus.programs[examples[i].0].class as i64).collect();
-            let loss = logits.cross_entropy_for_logits(&Tensor::from_slice(&labels).to_device(device));
-            let value = loss.double_value(&[]);
-            if !value.is_finite() {
-                bail!("the training loss is {value} at epoch {}, batch {b}: stopping (checkpoint at the last good state)", state.epoch + 1);
-            }
-            AdamW::zero_grad(&params);
-            loss.backward();
-            opt.step(&params);
-            loss_sum += value * labels.len() as f64;
-            loss_n += labels.len();
-            state.examples_seen += labels.len() as u64;
-            state.batch = b + 1;
-            if !o.quiet && (b + 1) % 50 == 0 {
-                let done = b + 1 - first_batch;
-                let per = epoch_start.elapsed().as_secs_f64() / done as f64;
-                eprintln!(
-                    "poj104: epoch {}/{} batch {}/{} loss {:.3} ({:.1} graphs/s, epoch ETA {:.0}s)",
-                    state.epoch + 1,
-                    s.epochs,
-                    b + 1,
-                    batches.len(),
-                    loss_sum / loss_n.max(1) as f64,
-                    loss_n as f64 / epoch_start.elapsed().as_secs_f64(),
-                    per * (batches.len() - b - 1) as f64
-                );
-            }
-            if last_checkpoint.elapsed().as_secs_f64() >= o.checkpoint_every_s {
-                save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
-                last_checkpoint = Instant::now();
-            }
-        }
-        if stopped {
-            break;
-        }
-        // The epoch's end: validate, keep the best bundle.
-        let predicted = predict(&model, &hyper, &val_inputs, hyper.steps, s.batch_nodes);
-        let val_accuracy = accuracy(&predicted, &val_labels);
-        let wall = wall0 + run_start.elapsed().as_secs_f64();
-        state.log.push(LogRow {
-            epoch: state.epoch + 1,
-            examples: state.examples_seen,
-            wall_s: wall,
-            train_loss: loss_sum / loss_n.max(1) as f64,
-            val_accuracy,
-        });
-        if !o.quiet {
+    let train_items: Vec<usize> = (0..data.items.len()).collect();
+    let ending = graphtask::fit(
+        &run,
+        &model,
+        s.lr,
+        &data,
+        &train_items,
+        |m| {
+            let predicted: Vec<usize> =
+                graphtask::probabilities(m, &val_data, &val_items, s.steps, s.batch_nodes).iter().map(|p| graphtask::argmax(p).0).collect();
+            accuracy(&predicted, &val_labels)
+        },
+        |m, state| {
+            let config = bundle_config(&corpus.classes, &hyper, level_flags.clone(), &hash, state.examples_seen, state.wall_s);
+            Bundle::save(&o.out.join("model"), &config, m, &vocabulary)?;
+            Ok(())
+        },
+    )?;
+    let state = match ending {
+        graphtask::Ending::Finished(state) => state,
+        graphtask::Ending::Stopped(state) => {
             eprintln!(
-                "poj104: epoch {}/{}: train loss {:.4}, val accuracy {:.4} ({} programs), {:.0}s in all",
+                "poj104: the budget ran out at epoch {}, batch {} ({} examples); run the same command again to continue",
                 state.epoch + 1,
-                s.epochs,
-                loss_sum / loss_n.max(1) as f64,
-                val_accuracy,
-                val_labels.len(),
-                wall
+                state.batch,
+                state.examples_seen
             );
+            return Ok(());
         }
-        if val_accuracy > state.best_val {
-            state.best_val = val_accuracy;
-            let config = bundle_config(&corpus.classes, &hyper, level_flags.clone(), &hash, state.examples_seen, wall);
-            Bundle::save(&o.out.join("model"), &config, &model, &vocabulary)?;
-        }
-        state.epoch += 1;
-        state.batch = 0;
-        write_log(&o.out, &state.log)?;
-        save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
-        last_checkpoint = Instant::now();
-    }
-    if stopped {
-        save_checkpoint(&mut state, &model, &opt, wall0, run_start)?;
-        eprintln!(
-            "poj104: the budget ran out at epoch {}, batch {} ({} examples); run the same command again to continue",
-            state.epoch + 1,
-            state.batch,
-            state.examples_seen
-        );
-        return Ok(());
-    }
+    };
     // Test: the best bundle on the test programs (compile failures are errors in error_all).
     let best = Bundle::load(&o.out.join("model"), device)?;
     let test_ok: Vec<usize> = test.iter().copied().filter(|&p| corpus.graph(0, p).is_some()).collect();
     let test_inputs: Vec<GraphInput> = test_ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &best.vocabulary)).collect();
     let labels: Vec<usize> = test_ok.iter().map(|&p| corpus.programs[p].class).collect();
-    let predicted = predict(&best.model, best.model.hyper(), &test_inputs, best.model.hyper().steps, s.batch_nodes);
+    let test_data = graphtask::Examples {
+        inputs: test_inputs,
+        items: labels.iter().enumerate().map(|(i, &label)| graphtask::Item { graph: i, label, aux: Vec::new() }).collect(),
+    };
+    let predicted: Vec<usize> =
+        graphtask::probabilities(&best.model, &test_data, &(0..labels.len()).collect::<Vec<_>>(), best.model.hyper().steps, s.batch_nodes)
+            .iter()
+            .map(|p| graphtask::argmax(p).0)
+            .collect();
     let acc = accuracy(&predicted, &labels);
     let right = (acc * labels.len() as f64).round() as usize;
     let results = serde_json::json!({
@@ -759,15 +604,6 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             1.0 - right as f64 / test.len().max(1) as f64
         );
     }
-    Ok(())
-}
-
-fn write_log(out: &Path, rows: &[LogRow]) -> Result<()> {
-    let mut text = String::from("epoch,examples,wall_s,train_loss,val_accuracy\n");
-    for r in rows {
-        text.push_str(&format!("{},{},{:.1},{:.6},{:.6}\n", r.epoch, r.examples, r.wall_s, r.train_loss, r.val_accuracy));
-    }
-    programl::fsutil::write_bytes_atomically(&out.join("log.csv"), programl::fsutil::Durability::Atomic, text.as_bytes())?;
     Ok(())
 }
 
@@ -845,14 +681,21 @@ pub fn eval_dir(
     let ok: Vec<usize> = (0..corpus.programs.len()).filter(|&p| corpus.graph(0, p).is_some()).collect();
     let inputs: Vec<GraphInput> = ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &bundle.vocabulary)).collect();
     let labels: Vec<usize> = ok.iter().map(|&p| class_of[corpus.programs[p].class]).collect();
-    let hyper = bundle.model.hyper();
-    let steps = steps.unwrap_or(hyper.steps);
-    let predicted = match cpu {
-        Some((model, options)) => predict_cpu(model, &programl_infer::Options { steps: Some(steps), ..options }, &inputs, batch_nodes)?,
-        None => predict(&bundle.model, hyper, &inputs, steps, batch_nodes),
+    let steps = steps.unwrap_or(bundle.model.hyper().steps);
+    let data = graphtask::Examples {
+        inputs,
+        items: labels.iter().enumerate().map(|(i, &label)| graphtask::Item { graph: i, label, aux: Vec::new() }).collect(),
     };
+    let items: Vec<usize> = (0..labels.len()).collect();
+    let probabilities = match cpu {
+        Some((model, options)) => {
+            graphtask::probabilities_cpu(model, &programl_infer::Options { steps: Some(steps), ..options }, &data, &items, batch_nodes)?
+        }
+        None => graphtask::probabilities(&bundle.model, &data, &items, steps, batch_nodes),
+    };
+    let predicted: Vec<usize> = probabilities.iter().map(|p| graphtask::argmax(p).0).collect();
     let acc = accuracy(&predicted, &labels);
-    let right = predicted.iter().zip(&labels).filter(|((p, _), l)| p == *l).count();
+    let right = predicted.iter().zip(&labels).filter(|(p, l)| p == l).count();
     let n = corpus.programs.len();
     let failed = n - ok.len();
     let error_all = 1.0 - right as f64 / n as f64;

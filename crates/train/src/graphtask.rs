@@ -1,0 +1,475 @@
+//! What every graph-level task shares (device mapping, POJ-104, and the next
+//! one): one label per example, read from a graph and, optionally, from
+//! auxiliary inputs beside it.
+//!
+//! A task turns its data into [`Examples`]: the graphs, and the items over
+//! them (an item is a graph, a label and its auxiliary inputs; several
+//! items may share a graph, as DevMap's rows share a kernel). Then:
+//! - [`epoch_batches`] and [`train_step`] train a model on items, each
+//!   graph run once per batch whatever the number of its items;
+//! - [`probabilities`] (libtorch) and [`probabilities_cpu`] (the torch-free
+//!   inference the learned pass runs) predict them;
+//! - [`fit`] is one run: epochs over the training items, a checkpoint
+//!   every few minutes and at each epoch's end ([`crate::checkpoint`]), a
+//!   resume from it, validation at each epoch's end, the best model by
+//!   validation handed back to be saved, and `log.csv`.
+//!
+//! What stays in the task's own file: reading its data, compiling its
+//! sources ([`crate::harness`]), its labels and auxiliary inputs, its
+//! protocol (DevMap's cross-validation, POJ-104's fixed split) and metrics.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use programl::batch::{plan, Batch, GraphInput, Sample};
+use programl_model::{Ggnn, Prepared};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use crate::checkpoint::Checkpoint;
+use crate::optim::AdamW;
+
+/// One example: a graph (an index into [`Examples::inputs`]), its class,
+/// and its auxiliary inputs (as many as the head's `aux`; none without).
+#[derive(Clone, Debug)]
+pub struct Item {
+    pub graph: usize,
+    pub label: usize,
+    pub aux: Vec<f32>,
+}
+
+/// A graph-level task's examples, featurised with one vocabulary.
+pub struct Examples {
+    pub inputs: Vec<GraphInput>,
+    pub items: Vec<Item>,
+}
+
+impl Examples {
+    /// `items`' graphs in ascending order, each with its items in the order given.
+    fn by_graph(&self, items: &[usize]) -> BTreeMap<usize, Vec<usize>> {
+        let mut by: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &i in items {
+            by.entry(self.items[i].graph).or_default().push(i);
+        }
+        by
+    }
+}
+
+/// One epoch's batches of `items`: their graphs in an order drawn from
+/// `seed` and `epoch`, packed to at most `batch_nodes` nodes, each batch
+/// holding its graphs' items, graph by graph. Batches of fewer than
+/// `min_items` items are left out (a head with auxiliary inputs normalises
+/// them over the batch, which needs two).
+pub fn epoch_batches(data: &Examples, items: &[usize], seed: u64, epoch: usize, batch_nodes: usize, min_items: usize) -> Vec<Vec<usize>> {
+    let by = data.by_graph(items);
+    let graphs: Vec<usize> = by.keys().copied().collect();
+    let order: Vec<usize> =
+        programl::batch::permutation(graphs.len(), programl::hash::mix(seed ^ (epoch as u64 + 1))).into_iter().map(|i| graphs[i]).collect();
+    plan(order.iter().map(|&g| data.inputs[g].node_count()), batch_nodes)
+        .into_iter()
+        .map(|range| order[range].iter().flat_map(|g| by[g].iter().copied()).collect::<Vec<usize>>())
+        .filter(|batch| batch.len() >= min_items)
+        .collect()
+}
+
+/// A batch of items as the model reads it: each distinct graph once (in the
+/// order of first appearance), and for each item the row of its graph.
+fn assemble(data: &Examples, items: &[usize]) -> (Batch, Vec<i64>) {
+    let mut graphs: Vec<usize> = Vec::new();
+    let mut rows = Vec::with_capacity(items.len());
+    for &i in items {
+        let g = data.items[i].graph;
+        let row = graphs.iter().position(|&x| x == g).unwrap_or_else(|| {
+            graphs.push(g);
+            graphs.len() - 1
+        });
+        rows.push(row as i64);
+    }
+    let samples: Vec<Sample<'_>> = graphs.iter().map(|&g| Sample { graph: &data.inputs[g], root: None, positives: None }).collect();
+    (Batch::from_samples(&samples).expect("featurised inputs make a valid batch"), rows)
+}
+
+fn aux_tensor(model: &Ggnn, data: &Examples, items: &[usize]) -> Option<Tensor> {
+    let a = model.hyper().aux_inputs();
+    (a > 0).then(|| {
+        let values: Vec<f32> = items.iter().flat_map(|&i| data.items[i].aux.iter().copied()).collect();
+        assert_eq!(values.len(), items.len() * a as usize, "every item has the head's auxiliary inputs");
+        Tensor::from_slice(&values).view([items.len() as i64, a]).to_device(model.device())
+    })
+}
+
+/// One optimiser step on `items` (cross-entropy over their labels).
+/// Returns the batch's mean loss; a loss that is not finite is an error and
+/// the model is left unchanged.
+pub fn train_step(model: &Ggnn, opt: &mut AdamW, params: &[&Tensor], data: &Examples, items: &[usize]) -> Result<f64> {
+    let device = model.device();
+    let (batch, rows) = assemble(data, items);
+    let prepared = Prepared::new(&batch, model.hyper(), device);
+    let pooled = model.pooled_logits(&prepared, model.hyper().steps, true);
+    let index = Tensor::from_slice(&rows).to_device(device);
+    let aux = aux_tensor(model, data, items);
+    let logits = model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), true);
+    let labels: Vec<i64> = items.iter().map(|&i| data.items[i].label as i64).collect();
+    let loss = logits.cross_entropy_for_logits(&Tensor::from_slice(&labels).to_device(device));
+    let value = loss.double_value(&[]);
+    if !value.is_finite() {
+        bail!("the training loss is {value}");
+    }
+    AdamW::zero_grad(params);
+    loss.backward();
+    opt.step(params);
+    Ok(value)
+}
+
+/// Class probabilities of `items` (in their order) through the libtorch
+/// forward at `steps` message-passing steps; each graph runs once.
+pub fn probabilities(model: &Ggnn, data: &Examples, items: &[usize], steps: i64, batch_nodes: usize) -> Vec<Vec<f32>> {
+    let device = model.device();
+    let by = data.by_graph(items);
+    let graphs: Vec<usize> = by.keys().copied().collect();
+    let mut out: Vec<Vec<f32>> = vec![Vec::new(); items.len()];
+    let position: std::collections::HashMap<usize, usize> = items.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let _guard = tch::no_grad_guard();
+    for range in plan(graphs.iter().map(|&g| data.inputs[g].node_count()), batch_nodes) {
+        let batch_items: Vec<usize> = graphs[range].iter().flat_map(|g| by[g].iter().copied()).collect();
+        let (batch, rows) = assemble(data, &batch_items);
+        let prepared = Prepared::new(&batch, model.hyper(), device);
+        let pooled = model.pooled_inference(&prepared, steps);
+        let index = Tensor::from_slice(&rows).to_device(device);
+        let aux = aux_tensor(model, data, &batch_items);
+        let logits = model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), false);
+        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
+        let c = probs.size()[1] as usize;
+        let flat: Vec<f32> = Vec::try_from(probs.flatten(0, -1)).expect("probabilities");
+        for (k, &i) in batch_items.iter().enumerate() {
+            out[position[&i]] = flat[k * c..(k + 1) * c].to_vec();
+        }
+    }
+    out
+}
+
+/// [`probabilities`] through the torch-free CPU inference, the learned
+/// pass's arithmetic: each item is its own sample (items that share a
+/// graph differ in their auxiliary inputs).
+pub fn probabilities_cpu(
+    model: &programl_infer::Model,
+    options: &programl_infer::Options,
+    data: &Examples,
+    items: &[usize],
+    batch_nodes: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let c = model.classes();
+    let a = model.config.hyper.aux_inputs() as usize;
+    let mut out = Vec::with_capacity(items.len());
+    for range in plan(items.iter().map(|&i| data.inputs[data.items[i].graph].node_count()), batch_nodes) {
+        let picked = &items[range];
+        let samples: Vec<Sample<'_>> =
+            picked.iter().map(|&i| Sample { graph: &data.inputs[data.items[i].graph], root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).expect("featurised inputs make a valid batch");
+        let aux: Vec<f32> = picked.iter().flat_map(|&i| data.items[i].aux.iter().copied()).collect();
+        let aux = (a > 0).then_some(&aux[..]);
+        let probs =
+            model.graph_probabilities(&batch, aux, options).map_err(|e| anyhow::anyhow!("{}: {e}", model.dir.display()))?.probabilities;
+        out.extend(probs.chunks_exact(c).map(<[f32]>::to_vec));
+    }
+    Ok(out)
+}
+
+/// The most likely class and its probability.
+pub fn argmax(probabilities: &[f32]) -> (usize, f32) {
+    probabilities.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bp), (i, &p)| if p > bp { (i, p) } else { (bi, bp) })
+}
+
+/// Settings of a graph-level run, recorded in its checkpoint.
+pub trait RunSettings: Clone + std::fmt::Debug + Serialize + DeserializeOwned {
+    /// Whether a checkpoint written with `saved` may continue under these
+    /// settings (the epoch count, a target, may usually change).
+    fn continues(&self, saved: &Self) -> bool;
+}
+
+/// `RUN/checkpoint/state.json` of a graph-level run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State<S> {
+    pub version: u32,
+    pub settings: S,
+    pub data_hash: String,
+    /// Epochs finished.
+    pub epoch: usize,
+    /// Batches of `epoch` already trained.
+    pub batch: usize,
+    pub examples_seen: u64,
+    pub wall_s: f64,
+    pub adam_step: i64,
+    /// The best validation figure so far (-1 before the first).
+    pub best_val: f64,
+    pub log: Vec<LogRow>,
+}
+
+/// The state's format. Version 1 is POJ-104's own, which this one reads.
+pub const STATE_VERSION: u32 = 1;
+
+/// One line of `log.csv`: an epoch's end.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LogRow {
+    pub epoch: usize,
+    pub examples: u64,
+    pub wall_s: f64,
+    pub train_loss: f64,
+    /// The validation figure (the task's; accuracy for POJ-104).
+    pub val_accuracy: f64,
+}
+
+/// One run of a graph-level task.
+pub struct Run<'a, S> {
+    /// The task's name, in progress lines.
+    pub name: &'static str,
+    pub out: &'a Path,
+    pub settings: S,
+    /// Identifies the training data; a checkpoint of other data is refused.
+    pub data_hash: String,
+    pub epochs: usize,
+    pub seed: u64,
+    pub batch_nodes: usize,
+    pub min_items: usize,
+    /// Seconds of training this session; then checkpoint and stop.
+    pub budget_s: Option<f64>,
+    pub checkpoint_every_s: f64,
+    pub quiet: bool,
+}
+
+/// How [`fit`] ended.
+pub enum Ending<S> {
+    /// Every epoch trained.
+    Finished(State<S>),
+    /// The session's budget ran out; the same run continues from the checkpoint.
+    Stopped(State<S>),
+}
+
+/// Trains `model` on the items `train` for the run's epochs, resuming from
+/// `run.out/checkpoint` when there is one. After each epoch, `validate`
+/// scores the model (higher is better) and, when the score is the best so
+/// far, `keep` receives the model and the run's state (to save a bundle).
+/// Writes `run.out/log.csv` at each epoch's end.
+pub fn fit<S: RunSettings>(
+    run: &Run<'_, S>,
+    model: &Ggnn,
+    lr: f64,
+    data: &Examples,
+    train: &[usize],
+    mut validate: impl FnMut(&Ggnn) -> f64,
+    mut keep: impl FnMut(&Ggnn, &State<S>) -> Result<()>,
+) -> Result<Ending<S>> {
+    if run.epochs == 0 || run.batch_nodes == 0 {
+        bail!("--epochs and --batch-nodes must be at least 1");
+    }
+    std::fs::create_dir_all(run.out).map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", run.out.display()))?;
+    let params = model.parameters();
+    let mut opt = AdamW::new(&params, lr);
+    let ckpt = Checkpoint::new(run.out, model);
+    let mut state = if ckpt.exists() {
+        let st: State<S> = ckpt.state(STATE_VERSION)?;
+        if !run.settings.continues(&st.settings) {
+            bail!(
+                "{}: the run was started with other settings ({:?}); use another --out or the same settings (--epochs may change)",
+                run.out.display(),
+                st.settings
+            );
+        }
+        if st.data_hash != run.data_hash {
+            bail!("{}: the run was trained on other data (hash {} here {})", run.out.display(), st.data_hash, run.data_hash);
+        }
+        ckpt.restore(model, &mut opt, st.adam_step)?;
+        if !run.quiet {
+            eprintln!(
+                "{}: resuming {} at epoch {}, batch {} (of {} epochs)",
+                run.name,
+                run.out.display(),
+                st.epoch + 1,
+                st.batch,
+                run.epochs
+            );
+        }
+        State { settings: run.settings.clone(), ..st }
+    } else {
+        State {
+            version: STATE_VERSION,
+            settings: run.settings.clone(),
+            data_hash: run.data_hash.clone(),
+            epoch: 0,
+            batch: 0,
+            examples_seen: 0,
+            wall_s: 0.0,
+            adam_step: 0,
+            best_val: -1.0,
+            log: Vec::new(),
+        }
+    };
+    let session = Instant::now();
+    let wall0 = state.wall_s;
+    let save = |state: &mut State<S>, opt: &AdamW| -> Result<()> {
+        state.wall_s = wall0 + session.elapsed().as_secs_f64();
+        state.adam_step = opt.step;
+        ckpt.save(state, model, opt)
+    };
+    let mut last_checkpoint = Instant::now();
+    let examples_at_start = state.examples_seen;
+    while state.epoch < run.epochs {
+        let batches = epoch_batches(data, train, run.seed, state.epoch, run.batch_nodes, run.min_items);
+        let epoch_start = Instant::now();
+        let first_batch = state.batch;
+        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        for (b, items) in batches.iter().enumerate().skip(state.batch) {
+            // At least one batch per session, so that any budget makes progress.
+            let trained = state.examples_seen > examples_at_start;
+            if trained && run.budget_s.is_some_and(|budget| session.elapsed().as_secs_f64() > budget) {
+                save(&mut state, &opt)?;
+                return Ok(Ending::Stopped(state));
+            }
+            let loss = train_step(model, &mut opt, &params, data, items).map_err(|e| {
+                anyhow::anyhow!("{e} at epoch {}, batch {}: stopping (the checkpoint holds the last good state)", state.epoch + 1, b + 1)
+            })?;
+            loss_sum += loss * items.len() as f64;
+            loss_n += items.len();
+            state.examples_seen += items.len() as u64;
+            state.batch = b + 1;
+            if !run.quiet && (b + 1) % 50 == 0 {
+                let per = epoch_start.elapsed().as_secs_f64() / (b + 1 - first_batch) as f64;
+                eprintln!(
+                    "{}: epoch {}/{} batch {}/{} loss {:.3} ({:.1} examples/s, epoch ETA {:.0}s)",
+                    run.name,
+                    state.epoch + 1,
+                    run.epochs,
+                    b + 1,
+                    batches.len(),
+                    loss_sum / loss_n.max(1) as f64,
+                    loss_n as f64 / epoch_start.elapsed().as_secs_f64(),
+                    per * (batches.len() - b - 1) as f64
+                );
+            }
+            if last_checkpoint.elapsed().as_secs_f64() >= run.checkpoint_every_s {
+                save(&mut state, &opt)?;
+                last_checkpoint = Instant::now();
+            }
+        }
+        let val = validate(model);
+        let wall = wall0 + session.elapsed().as_secs_f64();
+        let train_loss = loss_sum / loss_n.max(1) as f64;
+        state.log.push(LogRow { epoch: state.epoch + 1, examples: state.examples_seen, wall_s: wall, train_loss, val_accuracy: val });
+        if !run.quiet {
+            eprintln!(
+                "{}: epoch {}/{}: train loss {train_loss:.4}, validation {val:.4}, {wall:.0}s in all",
+                run.name,
+                state.epoch + 1,
+                run.epochs
+            );
+        }
+        state.wall_s = wall;
+        if val > state.best_val {
+            state.best_val = val;
+            keep(model, &state)?;
+        }
+        state.epoch += 1;
+        state.batch = 0;
+        write_log(run.out, &state.log)?;
+        save(&mut state, &opt)?;
+        last_checkpoint = Instant::now();
+    }
+    Ok(Ending::Finished(state))
+}
+
+fn write_log(out: &Path, rows: &[LogRow]) -> Result<()> {
+    let mut text = String::from("epoch,examples,wall_s,train_loss,val_accuracy\n");
+    for r in rows {
+        text.push_str(&format!("{},{},{:.1},{:.6},{:.6}\n", r.epoch, r.examples, r.wall_s, r.train_loss, r.val_accuracy));
+    }
+    programl::fsutil::write_bytes_atomically(&out.join("log.csv"), programl::fsutil::Durability::Atomic, text.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use programl::builder::{build_file, BuildOptions};
+    use programl_model::{GraphHead, Hyper, Pool};
+
+    /// Three real graphs; graph 0 has two items that differ only in their
+    /// auxiliary inputs, as two DevMap rows of one kernel do.
+    fn examples() -> (Examples, programl::vocab::Vocabulary) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data");
+        let graphs: Vec<_> =
+            ["branches.ll", "calls.ll", "invoke.ll"].iter().map(|f| build_file(&root.join(f), &BuildOptions::default()).unwrap()).collect();
+        let vocabulary = crate::devmap::vocabulary_of(&graphs);
+        let inputs = graphs.iter().map(|g| GraphInput::new(g, &vocabulary).unwrap()).collect();
+        let item = |graph, label, aux: [f32; 2]| Item { graph, label, aux: aux.to_vec() };
+        let items = vec![item(0, 1, [1.0, 2.0]), item(1, 0, [3.0, 1.0]), item(0, 0, [-2.0, 0.5]), item(2, 1, [0.0, 4.0])];
+        (Examples { inputs, items }, vocabulary)
+    }
+
+    #[test]
+    fn an_epoch_holds_every_item_once_with_a_graphs_items_together() {
+        let (data, _) = examples();
+        let all = [0, 1, 2, 3];
+        let whole = epoch_batches(&data, &all, 7, 0, 100_000, 1);
+        assert_eq!(whole.len(), 1);
+        let mut seen = whole[0].clone();
+        let at = |i: usize| whole[0].iter().position(|&x| x == i).unwrap();
+        assert_eq!(at(0).abs_diff(at(2)), 1, "graph 0's items are adjacent: {:?}", whole[0]);
+        assert!(at(0) < at(2), "in the order given");
+        seen.sort_unstable();
+        assert_eq!(seen, all);
+        // One graph per batch: graph 0's batch has both its items; with two
+        // items at least, the one-item batches are left out.
+        let one = epoch_batches(&data, &all, 7, 0, 1, 1);
+        assert_eq!(one.len(), 3);
+        assert!(one.contains(&vec![0, 2]));
+        assert_eq!(epoch_batches(&data, &all, 7, 0, 1, 2), vec![vec![0, 2]]);
+        // The order depends on the epoch (over a few epochs, not always the same).
+        let orders: std::collections::BTreeSet<_> = (0..8).map(|e| epoch_batches(&data, &all, 7, e, 1, 1)).collect();
+        assert!(orders.len() > 1);
+    }
+
+    #[test]
+    fn training_fits_a_batch_and_both_forwards_agree_on_shared_graphs() {
+        let (data, vocabulary) = examples();
+        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated };
+        let hyper = Hyper { steps: 3, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
+        tch::manual_seed(3);
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        let params = model.parameters();
+        let mut opt = AdamW::new(&params, 0.01);
+        let all = [0, 1, 2, 3];
+        let first = train_step(&model, &mut opt, &params, &data, &all).unwrap();
+        let mut last = first;
+        for _ in 0..40 {
+            last = train_step(&model, &mut opt, &params, &data, &all).unwrap();
+        }
+        assert!(last < 0.5 * first, "the loss falls on a batch it trains on: {first} then {last}");
+
+        // Batched with its graph run once, or each item alone: the same.
+        let together = probabilities(&model, &data, &all, hyper.steps, 100_000);
+        for (k, &i) in all.iter().enumerate() {
+            let alone = probabilities(&model, &data, &[i], hyper.steps, 100_000);
+            for (a, b) in together[k].iter().zip(&alone[0]) {
+                assert!((a - b).abs() < 1e-5, "item {i}: {:?} against {:?}", together[k], alone[0]);
+            }
+        }
+        // The two items of graph 0 read their own auxiliary inputs, and the
+        // model learnt their labels.
+        assert_eq!(argmax(&together[0]).0, 1);
+        assert_eq!(argmax(&together[2]).0, 0);
+
+        // The torch-free inference (the learned pass's) gives the same.
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::poj104::bundle_config(&["cpu".into(), "gpu".into()], &hyper, Vec::new(), "test", 0, 0.0);
+        programl_model::bundle::Bundle::save(dir.path(), &config, &model, &vocabulary).unwrap();
+        let cpu = programl_infer::Model::open(dir.path()).unwrap();
+        let options = programl_infer::Options { dtype: programl_infer::Dtype::F32, ..Default::default() };
+        let torch_free = probabilities_cpu(&cpu, &options, &data, &all, 100_000).unwrap();
+        for (a, b) in together.iter().flatten().zip(torch_free.iter().flatten()) {
+            assert!((a - b).abs() < 1e-5, "{together:?} against {torch_free:?}");
+        }
+    }
+}
