@@ -22,6 +22,7 @@ mod metrics;
 mod optim;
 mod plot;
 mod poj104;
+mod predict_graph;
 mod recipe;
 mod train;
 
@@ -222,7 +223,10 @@ enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
-    /// Per-node probabilities for roots of one IR file.
+    /// Predictions for one file: a node-level bundle's per-node
+    /// probabilities for roots of an IR file; a graph-level bundle's class
+    /// for each graph of an IR, OpenCL (.cl) or source file (per kernel for
+    /// device mapping).
     Predict {
         #[arg(long)]
         model: PathBuf,
@@ -230,6 +234,10 @@ enum Command {
         /// sample (the dataset's rule), all (every eligible root), or node ids.
         #[arg(long, default_value = "sample")]
         roots: String,
+        /// A graph head's auxiliary inputs, e.g. transfer=4194304,wgsize=256
+        /// (device mapping); without them, the bundle's noaux/ decides.
+        #[arg(long)]
+        aux: Option<String>,
         #[arg(long)]
         steps: Option<i64>,
         #[arg(long, default_value_t = 0)]
@@ -621,8 +629,15 @@ fn run(cli: Cli) -> Result<()> {
             };
             poj104::run(&options, &settings, device)
         }
-        Command::Predict { model, file, roots, steps, seed, json, runtime } => {
+        Command::Predict { model, file, roots, aux, steps, seed, json, runtime } => {
             let device = runtime.apply_inference()?;
+            if programl_infer::bundle::read_config(&model).is_ok_and(|c| c.hyper.graph.is_some()) {
+                let cpu = if runtime.on_cpu(device) { Some(runtime.infer_options()?) } else { None };
+                return predict_graph::run(&model, &file, aux.as_deref(), steps, cpu, device, json);
+            }
+            if aux.is_some() {
+                bail!("--aux: {} is a node-level bundle (no graph head)", model.display());
+            }
             let bundle = Bundle::load(&model, device)?;
             let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
             let predictor = match &cpu_model {

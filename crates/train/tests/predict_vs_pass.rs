@@ -258,3 +258,86 @@ fn pass_predict_and_eval_agree() {
         }
     }
 }
+
+/// Graph-level bundles: `predict` gives each graph the pass's decision, with
+/// its probabilities within 1e-5: device mapping per kernel of a module
+/// with two (with the auxiliary inputs, and without them through the
+/// bundle's `noaux/`), and POJ-104 per module. `predict` on the `.cl`
+/// file itself compiles it as the pass's lit test does, to the same
+/// decisions.
+#[test]
+fn graph_level_predict_gives_the_pass_decisions() {
+    let plugin = built("libprograml_passes.so");
+    let root = workspace();
+    let tmp = tempfile::tempdir().unwrap();
+    let inputs = root.join("llvm-tests/Inputs/infer");
+    let (two, sort) = (tmp.path().join("two.ll"), tmp.path().join("sort.ll"));
+    run(Command::new(tool("clang"))
+        .args(["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1", "-S", "-emit-llvm"])
+        .arg(inputs.join("two_kernels.cl"))
+        .arg("-o")
+        .arg(&two));
+    run(Command::new(tool("clang")).args(["-O0", "-S", "-emit-llvm"]).arg(inputs.join("sort.cpp")).arg("-o").arg(&sort));
+    let devmap = tmp.path().join("models/devmap-amd");
+    copy_dir(&root.join("models/devmap-amd"), &devmap);
+    copy_dir(&root.join("models/devmap-amd/noaux"), &devmap.join("noaux"));
+    let poj = tmp.path().join("models/poj104");
+    copy_dir(&root.join("models/poj104"), &poj);
+
+    // (bundle, pass parameters beyond the model, predict's --aux, file, decisions expected)
+    let cases: [(&Path, &str, Option<&str>, &Path, usize); 3] = [
+        (&devmap, "transfer=4096;wgsize=256", Some("transfer=4096,wgsize=256"), &two, 2),
+        (&devmap, "", None, &two, 2),
+        (&poj, "", None, &sort, 1),
+    ];
+    let mut seen_classes = BTreeMap::new();
+    for (bundle, params, aux, file, expected) in cases {
+        let sidecar = tmp.path().join("side.jsonl");
+        let _ = std::fs::remove_file(&sidecar);
+        let params = if params.is_empty() { String::new() } else { format!(";{params}") };
+        let pass =
+            format!("programl-infer<model={};device=cpu;threads=1;dtype=f32;sidecar={}{params}>", bundle.display(), sidecar.display());
+        let out = run(Command::new(tool("opt"))
+            .arg(format!("-load-pass-plugin={}", plugin.display()))
+            .arg(format!("-passes={pass}"))
+            .arg(file)
+            .args(["-S", "-o", "/dev/null"]));
+        assert!(out.stderr.is_empty(), "the pass said: {}", String::from_utf8_lossy(&out.stderr));
+        let decisions = json_lines(&std::fs::read(&sidecar).unwrap());
+        assert_eq!(decisions.len(), expected, "{decisions:?}");
+
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_programl-train"));
+        cmd.args(["predict", "--json", "--device", "cpu", "--threads", "1", "--dtype", "f32", "--model"]).arg(bundle).arg(file);
+        if let Some(a) = aux {
+            cmd.args(["--aux", a]);
+        }
+        let predicted = json_lines(&run(&mut cmd).stdout).remove(0);
+        let graphs = predicted["graphs"].as_array().unwrap();
+        assert_eq!(graphs.len(), expected, "{predicted}");
+        for (d, g) in decisions.iter().zip(graphs) {
+            let name = g["name"].as_str().unwrap();
+            if let Some(k) = d["kernel"].as_str() {
+                assert!(name.ends_with(&format!(":{k}")), "the pass decided {k}, predict {name}");
+            }
+            assert_eq!(d["class"], g["class"], "{name}");
+            let (theirs, ours) = (d["probabilities"].as_object().unwrap(), g["probabilities"].as_object().unwrap());
+            assert_eq!(theirs.len(), ours.len());
+            for (class, p) in ours {
+                let q = theirs[class].as_f64().unwrap();
+                assert!((p.as_f64().unwrap() - q).abs() <= TOLERANCE, "{name} class {class}: predict {p}, pass {q}");
+            }
+            seen_classes.insert(format!("{name} {aux:?}"), g["class"].clone());
+        }
+    }
+    // The .cl file itself: compiled as the lit test compiles it, the same decisions.
+    let out = run(Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .args(["predict", "--json", "--device", "cpu", "--threads", "1", "--dtype", "f32", "--aux", "transfer=4096,wgsize=256", "--model"])
+        .arg(&devmap)
+        .arg(inputs.join("two_kernels.cl")));
+    let from_source = json_lines(&out.stdout).remove(0);
+    for g in from_source["graphs"].as_array().unwrap() {
+        let kernel = g["name"].as_str().unwrap().rsplit(':').next().unwrap().to_string();
+        let key = format!("{}:{kernel} {:?}", two.display(), Some("transfer=4096,wgsize=256"));
+        assert_eq!(seen_classes.get(&key), Some(&g["class"]), "{kernel}");
+    }
+}
