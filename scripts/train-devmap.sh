@@ -28,7 +28,7 @@ mkdir -p "$out"
 common=(devmap --platform "$platform" --folds 10 --epochs 20 --steps 6 --lr 1e-3 --pool mean --seed 0 --threads 1 --device cpu)
 log="$out/$platform.log"
 echo "[train-devmap] $platform: cross-validation with aux ($(date +%H:%M:%S)); log $log"
-"$train" "${common[@]}" --json >"$out/$platform-aux.json.tmp" 2>>"$log"
+"$train" "${common[@]}" --protocol all --json >"$out/$platform-aux.json.tmp" 2>>"$log"
 mv "$out/$platform-aux.json.tmp" "$out/$platform-aux.json"
 echo "[train-devmap] $platform: cross-validation without aux ($(date +%H:%M:%S))"
 "$train" "${common[@]}" --no-aux --protocol stratified --json >"$out/$platform-noaux.json.tmp" 2>>"$log"

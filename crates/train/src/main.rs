@@ -296,7 +296,9 @@ enum Command {
         /// shape (transfer).
         #[arg(long)]
         init: Option<PathBuf>,
-        /// Only this protocol (stratified, grouped or perfograph).
+        /// The protocols, comma-separated (stratified, grouped, perfograph)
+        /// or all; default stratified,grouped (PERFOGRAPH's 10 random
+        /// 67-row test sets take as long again).
         #[arg(long)]
         protocol: Option<String>,
         /// Train a final model on every compiled row and save it here.

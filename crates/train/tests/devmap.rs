@@ -95,7 +95,7 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let bundle = tmp.path().join("bundle");
     let (d, c, b) = (data.to_str().unwrap(), cache.to_str().unwrap(), bundle.to_str().unwrap());
 
-    let j = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--out", b]);
+    let j = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--protocol", "all", "--out", b]);
     assert_eq!((j["platform"].as_str(), j["folds"].as_u64(), j["aux"].as_bool()), (Some("amd"), Some(3), Some(true)));
     assert_eq!(j["rows"].as_u64(), Some(rows as u64));
     assert_eq!((j["rows_failed"].as_u64(), j["kernels_failed"].as_u64()), (Some(1), Some(1)), "{j}");
@@ -123,7 +123,7 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
         .arg("devmap")
         .args(["--platform", "amd", "--epochs", "2", "--steps", "2", "--threads", "2", "--device", "cpu", "--json", "--quiet"])
-        .args(["--input", "csv", "--data", d, "--cache", cache2.to_str().unwrap(), "--folds", "3"])
+        .args(["--input", "csv", "--data", d, "--cache", cache2.to_str().unwrap(), "--folds", "3", "--protocol", "all"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -145,6 +145,8 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     }
     let again = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3"]);
     assert!((again["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "{again}");
+    // By default: the stratified and grouped protocols, not PERFOGRAPH's.
+    assert!(again["error_grouped"].is_f64() && again["error_perfograph"].is_null(), "{again}");
 
     let loaded = Bundle::load(&bundle, programl_model::tch::Device::Cpu).unwrap();
     assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));

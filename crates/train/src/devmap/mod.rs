@@ -651,6 +651,28 @@ impl std::str::FromStr for Protocol {
     }
 }
 
+/// `--protocol`: a comma-separated list of protocols, or `all`. Without
+/// it, the two the JSON's contract keys need: stratified (`error`) and
+/// kernel-grouped (`error_grouped`); PERFOGRAPH's sets take as long again.
+pub fn protocols(list: Option<&str>) -> Result<Vec<Protocol>> {
+    let all = [Protocol::Stratified, Protocol::Grouped, Protocol::Perfograph];
+    let Some(list) = list else { return Ok(all[..2].to_vec()) };
+    if list.trim() == "all" {
+        return Ok(all.to_vec());
+    }
+    let mut out: Vec<Protocol> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let p: Protocol = name.parse()?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        bail!("--protocol: name at least one of stratified, grouped, perfograph (or all)");
+    }
+    Ok(out)
+}
+
 impl Protocol {
     pub fn name(self) -> &'static str {
         match self {
@@ -1010,10 +1032,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     if s.epochs == 0 || s.steps < 1 {
         bail!("--epochs and --steps must be at least 1");
     }
-    let protocols: Vec<Protocol> = match o.protocol.as_deref() {
-        None => vec![Protocol::Stratified, Protocol::Grouped, Protocol::Perfograph],
-        Some(name) => vec![name.parse()?],
-    };
+    let protocols = protocols(o.protocol.as_deref())?;
     if let Some(dir) = &s.init {
         let b = Bundle::load(dir, Device::Cpu).with_context(|| format!("--init {}", dir.display()))?;
         if b.model.hyper().hidden != programl_model::HIDDEN {
@@ -1273,6 +1292,16 @@ mod tests {
         assert!(e_to.narrow(0, 3, 2).equal(&before["embedding.weight"].narrow(0, 3, 2)), "new rows keep their initialisation");
         assert!(get(&to, "messages.weight").equal(&get(&from, "messages.weight")));
         assert!(get(&to, "pool.gate.weight").equal(&before["pool.gate.weight"]));
+    }
+
+    #[test]
+    fn protocol_lists_default_to_the_contracts_two() {
+        use Protocol::*;
+        assert_eq!(protocols(None).unwrap(), [Stratified, Grouped]);
+        assert_eq!(protocols(Some("all")).unwrap(), [Stratified, Grouped, Perfograph]);
+        assert_eq!(protocols(Some("perfograph, stratified,perfograph")).unwrap(), [Perfograph, Stratified]);
+        assert!(protocols(Some("random")).unwrap_err().to_string().contains("'random'"));
+        assert!(protocols(Some(",")).is_err());
     }
 
     #[test]
