@@ -140,6 +140,14 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
         });
     }
     let config: Config = serde_json::from_value(value).map_err(|e| invalid(&path, e.to_string()))?;
+    check_config(dir, &config)?;
+    Ok(config)
+}
+
+/// The checks [`read_config`] makes of a config it read, for a config built
+/// or edited in memory (errors name `dir`'s config file).
+pub fn check_config(dir: &Path, config: &Config) -> Result<(), BundleError> {
+    let path = dir.join(CONFIG_FILE);
     if config.hyper.classes as usize != config.classes.len() {
         return Err(invalid(&path, format!("{} class names for {} classes", config.classes.len(), config.hyper.classes)));
     }
@@ -179,6 +187,5 @@ pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
             return Err(invalid(&path, format!("hyper.stop.max_steps {} is outside 1..={MAX_STEPS}", stop.max_steps)));
         }
     }
-    Ok(config)
+    Ok(())
 }
-

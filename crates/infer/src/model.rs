@@ -274,6 +274,22 @@ impl Model {
         Ok(Model::from_parts(config, vocabulary, weights, dir.to_path_buf()))
     }
 
+    /// [`Model::open`] with `edit` applied to the bundle's config before the
+    /// model is built, for settings that are the reader's to choose (a
+    /// stopping rule, `hyper.stop`, to evaluate a fixed-T bundle with
+    /// adaptive depth). The edited config is checked as a read one is.
+    pub fn open_with(dir: &Path, edit: impl FnOnce(&mut Config)) -> Result<Model, BundleError> {
+        let m = Model::open(dir)?;
+        let mut config = m.config.clone();
+        edit(&mut config);
+        if config == m.config {
+            return Ok(m);
+        }
+        crate::bundle::check_config(dir, &config)?;
+        let weights = Weights::read(&dir.join(WEIGHTS_FILE), &config.hyper)?;
+        Ok(Model::from_parts(config, m.vocabulary, weights, dir.to_path_buf()))
+    }
+
     /// A model from checked parts (what [`Model::open`] read).
     pub fn from_parts(config: Config, vocabulary: Vocabulary, weights: Weights, dir: PathBuf) -> Model {
         let hidden = config.hyper.hidden as usize;
@@ -392,6 +408,13 @@ impl Model {
     /// and path used.
     pub fn node_logits(&self, batch: &Batch, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
         self.node_logits_with(batch, None, opts)
+    }
+
+    /// [`Model::node_logits`] with the steps each graph of the batch ran
+    /// (all alike without a stopping rule).
+    pub fn node_logits_per_graph(&self, batch: &Batch, opts: &Options) -> (Vec<f32>, Vec<i64>) {
+        let run = self.run(batch, None, opts);
+        (run.logits, run.steps_per_graph)
     }
 
     /// [`Model::node_logits`] with the root selector `selector` (one 0/1

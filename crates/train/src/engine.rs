@@ -97,6 +97,19 @@ impl Predictor<'_> {
         }
     }
 
+    /// [`Predictor::node_logits`] at `steps`, or (`None`, the torch-free
+    /// inference only) at the bundle's stopping rule, with the steps each
+    /// graph of the batch ran.
+    pub fn node_logits_per_graph(&self, batch: &Batch, steps: Option<i64>) -> (Vec<f32>, Vec<i64>) {
+        match (self, steps) {
+            (Predictor::Cpu(model, options), _) => {
+                model.node_logits_per_graph(batch, &programl_infer::Options { steps, ..options.clone() })
+            }
+            (Predictor::Torch(_), Some(t)) => (self.node_logits(batch, t), vec![t; batch.graph_count()]),
+            (Predictor::Torch(_), None) => panic!("a stopping rule runs on the torch-free inference only"),
+        }
+    }
+
     /// The probability of the positive class (class 1) per node, \[N\].
     pub fn positive_probabilities(&self, batch: &Batch, steps: i64) -> Vec<f32> {
         let logits = self.node_logits(batch, steps);
@@ -121,20 +134,25 @@ pub struct Evaluation {
     pub buckets: [(u64, Confusion); 4],
     /// Mean cross-entropy over the batches' nodes (batch-weighted by nodes).
     pub loss: f64,
+    /// Per [`BUCKETS`] entry: the message-passing steps the examples' graphs
+    /// ran, summed, and the steps their analysis took (the dataset's
+    /// record), summed: with a stopping rule the two differ per example.
+    pub steps: [(u64, u64); 4],
 }
 
 /// Evaluates examples `ids` (in order) at `steps`, in batches of at most
 /// `max_nodes` nodes (a larger graph alone), on the libtorch model.
 pub fn evaluate(model: &Ggnn, data: &Examples, ids: &[usize], steps: i64, max_nodes: usize, progress: impl FnMut(usize)) -> Evaluation {
-    evaluate_with(&Predictor::Torch(model), data, ids, steps, max_nodes, progress)
+    evaluate_with(&Predictor::Torch(model), data, ids, Some(steps), max_nodes, progress)
 }
 
-/// [`evaluate`] on any [`Predictor`].
+/// [`evaluate`] on any [`Predictor`]; `steps` `None`: the bundle's
+/// stopping rule (the torch-free inference).
 pub fn evaluate_with(
     predictor: &Predictor<'_>,
     data: &Examples,
     ids: &[usize],
-    steps: i64,
+    steps: Option<i64>,
     max_nodes: usize,
     mut progress: impl FnMut(usize),
 ) -> Evaluation {
@@ -145,7 +163,7 @@ pub fn evaluate_with(
     for range in programl::batch::plan(ids.iter().map(|&i| data.size(i)), max_nodes) {
         let chunk = &ids[range];
         let batch = data.batch(chunk);
-        let logits = predictor.node_logits(&batch, steps);
+        let (logits, ran) = predictor.node_logits_per_graph(&batch, steps);
         let labels = batch.labels().unwrap();
         let c = logits.len() / batch.node_count().max(1);
         // Cross-entropy over the batch's nodes, as libtorch's mean.
@@ -172,6 +190,8 @@ pub fn evaluate_with(
             let b = bucket_of(e.steps);
             out.buckets[b].0 += 1;
             out.buckets[b].1.add(&c);
+            out.steps[b].0 += ran[g].max(0) as u64;
+            out.steps[b].1 += u64::from(e.steps);
             out.examples += 1;
         }
         progress(chunk.len());

@@ -202,9 +202,16 @@ enum Command {
         /// ddf-30, ddf-60, ddf-200 or ddf.
         #[arg(long, default_value = "ddf")]
         subset: String,
-        /// Message-passing steps (default: the bundle's).
+        /// Message-passing steps (default: the bundle's T, or its stopping
+        /// rule); with --stop, the cap on steps (default 200).
         #[arg(long)]
         steps: Option<i64>,
+        /// Adaptive depth for a DeepDataFlow bundle: each graph runs until
+        /// no state entry moves by more than this in one step (or the cap,
+        /// --steps), on the torch-free inference. The steps each example
+        /// ran are reported beside its analysis's own step count.
+        #[arg(long)]
+        stop: Option<f64>,
         /// Dataset split to evaluate.
         #[arg(long, default_value = "test")]
         split: String,
@@ -452,8 +459,32 @@ fn run(cli: Cli) -> Result<()> {
             let options = recipe::Options { data, runs, fresh, threads: tch::get_num_threads(), quiet };
             recipe::run(&dir, &options, device)
         }
-        Command::Eval { model, data, subset, steps, split, seed, batch_nodes, limit, json, runtime } => {
+        Command::Eval { model, data, subset, steps, stop, split, seed, batch_nodes, limit, json, runtime } => {
             let device = runtime.apply_inference()?;
+            let config = programl_infer::bundle::read_config(&model)?;
+            if stop.is_some() || config.hyper.stop.is_some() {
+                // A stopping rule runs on the torch-free inference only (the
+                // libtorch model refuses such bundles).
+                if !runtime.on_cpu(device) {
+                    bail!("{}: adaptive depth (a stopping rule) evaluates on the CPU; use --device cpu", model.display());
+                }
+                if config.head != programl_infer::bundle::Head::Node {
+                    bail!("--stop: {} is a graph-level bundle; adaptive depth evaluates DeepDataFlow bundles", model.display());
+                }
+                if let Some(t) = stop.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+                    bail!("--stop {t}: the tolerance is a finite value ≥ 0");
+                }
+                let cpu = match stop {
+                    Some(tolerance) => programl_infer::Model::open_with(&model, |c| {
+                        c.hyper.stop = Some(programl_infer::config::Stop { tolerance, max_steps: steps.unwrap_or(200) })
+                    })?,
+                    None => programl_infer::Model::open(&model)?,
+                };
+                let steps = if stop.is_some() { None } else { steps };
+                let predictor = engine::Predictor::Cpu(&cpu, runtime.infer_options()?);
+                let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, json };
+                return ddf.run(&cpu.config.task, &cpu.vocabulary, &predictor, steps, cpu.config.hyper.stop.as_ref());
+            }
             let bundle = Bundle::load(&model, device)?;
             if bundle.config.task == poj104::TASK {
                 if data.join(programl_dataset::MANIFEST).exists() || !data.is_dir() {
@@ -482,81 +513,13 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 return devmap::eval_csv(&cpu, &runtime.infer_options()?, &data, json);
             }
-            let task = train::parse_task(&bundle.config.task)?;
-            let subset = parse_subset(&subset)?;
-            let steps = steps.unwrap_or(bundle.model.hyper().steps);
-            let examples = if data.join(programl_dataset::MANIFEST).exists() {
-                let split = Split::parse(&split).with_context(|| format!("split '{split}': expected train, val or test"))?;
-                let dataset = Dataset::open(&data)?;
-                Examples::from_dataset(&dataset, task, split, subset, &bundle.vocabulary)?
-            } else if data.exists() {
-                Examples::from_ir(&data, task, subset, &bundle.vocabulary, seed)?
-            } else {
-                bail!("{}: no such dataset or IR directory", data.display());
-            };
-            if limit == Some(0) {
-                bail!("--limit 0: evaluate at least one example");
-            }
-            let available = examples.examples.len();
-            let ids: Vec<usize> = match limit {
-                Some(n) if n < available => {
-                    let mut ids = programl::batch::permutation(available, programl::hash::mix(seed ^ 0x6576_616c));
-                    ids.truncate(n);
-                    ids.sort_unstable();
-                    ids
-                }
-                _ => (0..available).collect(),
-            };
-            let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(ids.len() as u64) };
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec}, ETA {eta})")
-                    .unwrap(),
-            );
             let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
             let predictor = match &cpu_model {
                 Some(m) => engine::Predictor::Cpu(m, runtime.infer_options()?),
                 None => engine::Predictor::Torch(&bundle.model),
             };
-            let e = engine::evaluate_with(&predictor, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
-            bar.finish_and_clear();
-            let t = e.total;
-            if json {
-                println!(
-                    "{}",
-                    json!({
-                        "task": task.to_string(), "subset": subset.name().to_lowercase(), "steps": steps, "examples": e.examples,
-                        "precision": t.precision(), "recall": t.recall(), "f1": t.f1(),
-                        "tp": t.tp, "fp": t.fp, "fn": t.fn_, "vocab_coverage": examples.vocab_coverage(),
-                        "examples_available": available,
-                    })
-                );
-            } else {
-                let sample = if ids.len() < available { format!(" (a seeded sample of {available})") } else { String::new() };
-                println!("{task} {} at T={steps}: {} examples{sample}, {} labelled nodes", subset.name(), e.examples, t.labelled());
-                println!(
-                    "  precision {:.4}  recall {:.4}  F1 {:.4}  (tp {} fp {} fn {})",
-                    t.precision(),
-                    t.recall(),
-                    t.f1(),
-                    t.tp,
-                    t.fp,
-                    t.fn_
-                );
-                println!("  by step count:");
-                for (i, (name, _, _)) in BUCKETS.iter().enumerate() {
-                    let (n, c) = e.buckets[i];
-                    if n > 0 {
-                        println!(
-                            "    {name:>7} steps: {n:6} examples  precision {:.4}  recall {:.4}  F1 {:.4}",
-                            c.precision(),
-                            c.recall(),
-                            c.f1()
-                        );
-                    }
-                }
-                println!("  vocabulary coverage: {:.2}% of {} graph nodes", 100.0 * examples.vocab_coverage(), examples.all_nodes);
-            }
-            Ok(())
+            let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, json };
+            ddf.run(&bundle.config.task, &bundle.vocabulary, &predictor, Some(steps.unwrap_or(bundle.model.hyper().steps)), None)
         }
         Command::Devmap {
             platform,
@@ -708,6 +671,124 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// `eval` of a DeepDataFlow bundle on a dataset split or IR files.
+struct DdfEval<'a> {
+    data: &'a Path,
+    subset: &'a str,
+    split: &'a str,
+    seed: u64,
+    batch_nodes: usize,
+    limit: Option<usize>,
+    json: bool,
+}
+
+impl DdfEval<'_> {
+    /// `steps`: a fixed T, or `None` for `stop`, the model's stopping rule.
+    fn run(
+        &self,
+        task: &str,
+        vocabulary: &programl::vocab::Vocabulary,
+        predictor: &engine::Predictor<'_>,
+        steps: Option<i64>,
+        stop: Option<&programl_infer::config::Stop>,
+    ) -> Result<()> {
+        let DdfEval { data, subset, split, seed, batch_nodes, limit, json } = *self;
+        let task = train::parse_task(task)?;
+        let subset = parse_subset(subset)?;
+        let examples = if data.join(programl_dataset::MANIFEST).exists() {
+            let split = Split::parse(split).with_context(|| format!("split '{split}': expected train, val or test"))?;
+            let dataset = Dataset::open(data)?;
+            Examples::from_dataset(&dataset, task, split, subset, vocabulary)?
+        } else if data.exists() {
+            Examples::from_ir(data, task, subset, vocabulary, seed)?
+        } else {
+            bail!("{}: no such dataset or IR directory", data.display());
+        };
+        if limit == Some(0) {
+            bail!("--limit 0: evaluate at least one example");
+        }
+        let available = examples.examples.len();
+        let ids: Vec<usize> = match limit {
+            Some(n) if n < available => {
+                let mut ids = programl::batch::permutation(available, programl::hash::mix(seed ^ 0x6576_616c));
+                ids.truncate(n);
+                ids.sort_unstable();
+                ids
+            }
+            _ => (0..available).collect(),
+        };
+        let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(ids.len() as u64) };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec}, ETA {eta})").unwrap(),
+        );
+        let e = engine::evaluate_with(predictor, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
+        bar.finish_and_clear();
+        let t = e.total;
+        let depth = match (steps, stop) {
+            (Some(t), _) => format!("T={t}"),
+            (None, Some(s)) => format!("adaptive depth (tolerance {}, at most {} steps)", s.tolerance, s.max_steps),
+            (None, None) => unreachable!("a fixed T or a stopping rule"),
+        };
+        let mean = |(sum, n): (u64, u64)| if n > 0 { sum as f64 / n as f64 } else { 0.0 };
+        if json {
+            let by_steps: Vec<serde_json::Value> = BUCKETS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| e.buckets[*i].0 > 0)
+                .map(|(i, (name, _, _))| {
+                    let (n, c) = e.buckets[i];
+                    json!({
+                        "steps": name, "examples": n, "precision": c.precision(), "recall": c.recall(), "f1": c.f1(),
+                        "mean_steps_run": mean((e.steps[i].0, n)), "mean_steps_needed": mean((e.steps[i].1, n)),
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                json!({
+                    "task": task.to_string(), "subset": subset.name().to_lowercase(), "steps": steps,
+                    "stop": stop.map(|s| json!({"tolerance": s.tolerance, "max_steps": s.max_steps})),
+                    "examples": e.examples,
+                    "precision": t.precision(), "recall": t.recall(), "f1": t.f1(),
+                    "tp": t.tp, "fp": t.fp, "fn": t.fn_, "vocab_coverage": examples.vocab_coverage(),
+                    "examples_available": available, "by_steps": by_steps,
+                })
+            );
+        } else {
+            let sample = if ids.len() < available { format!(" (a seeded sample of {available})") } else { String::new() };
+            println!("{task} {} at {depth}: {} examples{sample}, {} labelled nodes", subset.name(), e.examples, t.labelled());
+            println!(
+                "  precision {:.4}  recall {:.4}  F1 {:.4}  (tp {} fp {} fn {})",
+                t.precision(),
+                t.recall(),
+                t.f1(),
+                t.tp,
+                t.fp,
+                t.fn_
+            );
+            println!("  by step count:");
+            for (i, (name, _, _)) in BUCKETS.iter().enumerate() {
+                let (n, c) = e.buckets[i];
+                if n > 0 {
+                    let ran = if steps.is_none() {
+                        format!("  steps run {:.1} (the analysis's {:.1})", mean((e.steps[i].0, n)), mean((e.steps[i].1, n)))
+                    } else {
+                        String::new()
+                    };
+                    println!(
+                        "    {name:>7} steps: {n:6} examples  precision {:.4}  recall {:.4}  F1 {:.4}{ran}",
+                        c.precision(),
+                        c.recall(),
+                        c.f1()
+                    );
+                }
+            }
+            println!("  vocabulary coverage: {:.2}% of {} graph nodes", 100.0 * examples.vocab_coverage(), examples.all_nodes);
+        }
+        Ok(())
     }
 }
 

@@ -488,14 +488,30 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
         c
     };
     run(&mut cmd(&runs));
-    for f in ["config.json", "weights.safetensors", "vocabulary.json", "recipe.json", "README.md", "log.csv", "checkpoint/state.json", "polish/log.csv", "polish/checkpoint/state.json"] {
+    for f in [
+        "config.json",
+        "weights.safetensors",
+        "vocabulary.json",
+        "recipe.json",
+        "README.md",
+        "log.csv",
+        "checkpoint/state.json",
+        "polish/log.csv",
+        "polish/checkpoint/state.json",
+    ] {
         assert!(model.join(f).exists(), "{f} not shipped");
     }
-    let state = |p: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(p.join("checkpoint/state.json")).unwrap()).unwrap() };
+    let state = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p.join("checkpoint/state.json")).unwrap()).unwrap()
+    };
     assert!(state(&model)["examples_seen"].as_u64().unwrap() >= 200);
     assert!(state(&model.join("polish"))["examples_seen"].as_u64().unwrap() >= 100);
     assert_eq!(state(&model.join("polish"))["args"]["lr"].as_f64(), Some(0.002));
-    assert!(state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"), "{}", state(&model.join("polish"))["init"]);
+    assert!(
+        state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
+        "{}",
+        state(&model.join("polish"))["init"]
+    );
     let bundle = programl_infer::Model::open(&model).unwrap();
     assert_eq!(bundle.config.task, "datadep");
     let weights = std::fs::read(model.join("weights.safetensors")).unwrap();
@@ -534,7 +550,8 @@ fn extending_the_vocabulary_keeps_the_bundles_ids_and_rows() {
     // The first run's bundle, less its last three texts.
     let small = dir.path().join("small");
     std::fs::create_dir_all(&small).unwrap();
-    let mut vocab: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(first.join("model/vocabulary.json")).unwrap()).unwrap();
+    let mut vocab: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(first.join("model/vocabulary.json")).unwrap()).unwrap();
     let tokens = vocab["tokens"].as_array_mut().unwrap();
     let cut: Vec<String> = tokens.split_off(tokens.len() - 3).iter().map(|t| t["text"].as_str().unwrap().to_string()).collect();
     let rows = tokens.len() as i64 + 1;
@@ -572,4 +589,52 @@ fn extending_the_vocabulary_keeps_the_bundles_ids_and_rows() {
     assert_eq!(e.size()[0], grown.len() as i64);
     assert!(e.narrow(0, 0, rows).equal(&embedding), "the bundle's rows kept");
     assert!(programl_infer::Model::open(&second.join("model")).is_ok());
+}
+
+/// `eval --stop`: adaptive depth on the torch-free inference. A tolerance
+/// no step exceeds stops every graph after one step, so the figures are
+/// those of T = 1, and each example reports one step run beside its
+/// analysis's own count; a tolerance of 0 runs to the cap unless a graph's
+/// states stop moving exactly. A graph-level bundle or CUDA is refused.
+#[test]
+fn eval_with_a_stopping_rule_reports_the_steps_each_example_ran() {
+    let (ir, _) = fixture();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/reachability");
+    let eval = |extra: &[&str]| -> serde_json::Value {
+        let out = run(trainer()
+            .args(["eval", "--model"])
+            .arg(&model)
+            .arg("--data")
+            .arg(ir.join("proj0"))
+            .args(["--json", "--device", "cpu", "--threads", "1", "--dtype", "f32"])
+            .args(extra));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let one = eval(&["--steps", "1"]);
+    let loose = eval(&["--stop", "1e30", "--steps", "40"]);
+    for k in ["tp", "fp", "fn", "examples"] {
+        assert_eq!(one[k], loose[k], "{k}: T=1 {one} against stop {loose}");
+    }
+    assert_eq!(loose["steps"], serde_json::Value::Null);
+    assert_eq!(loose["stop"]["max_steps"], 40);
+    let buckets = loose["by_steps"].as_array().unwrap();
+    assert!(!buckets.is_empty());
+    for b in buckets {
+        assert_eq!(b["mean_steps_run"].as_f64(), Some(1.0), "{b}");
+        assert!(b["mean_steps_needed"].as_f64().unwrap() >= 1.0, "{b}");
+    }
+    let tight = eval(&["--stop", "0", "--steps", "6"]);
+    for b in tight["by_steps"].as_array().unwrap() {
+        let ran = b["mean_steps_run"].as_f64().unwrap();
+        assert!((1.0..=6.0).contains(&ran), "{b}");
+    }
+    let refused = |model: &Path, extra: &[&str]| {
+        let out = trainer().args(["eval", "--model"]).arg(model).arg("--data").arg(ir.join("proj0")).args(extra).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let poj = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/poj104");
+    assert!(refused(&poj, &["--stop", "0.01", "--device", "cpu"]).contains("graph-level bundle"));
+    assert!(refused(&model, &["--stop=-1", "--device", "cpu"]).contains("--stop -1: the tolerance is a finite value"));
+    assert!(refused(&model, &["--stop", "0.01", "--steps", "0", "--device", "cpu"]).contains("hyper.stop.max_steps 0"));
 }
