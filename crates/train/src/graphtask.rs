@@ -79,15 +79,17 @@ pub fn epoch_batches(data: &Examples, items: &[usize], seed: u64, epoch: usize, 
 /// order of first appearance), and for each item the row of its graph.
 fn assemble(data: &Examples, items: &[usize]) -> (Batch, Vec<i64>) {
     let mut graphs: Vec<usize> = Vec::new();
-    let mut rows = Vec::with_capacity(items.len());
-    for &i in items {
-        let g = data.items[i].graph;
-        let row = graphs.iter().position(|&x| x == g).unwrap_or_else(|| {
-            graphs.push(g);
-            graphs.len() - 1
-        });
-        rows.push(row as i64);
-    }
+    let mut row_of: std::collections::HashMap<usize, i64> = std::collections::HashMap::new();
+    let rows: Vec<i64> = items
+        .iter()
+        .map(|&i| {
+            let g = data.items[i].graph;
+            *row_of.entry(g).or_insert_with(|| {
+                graphs.push(g);
+                graphs.len() as i64 - 1
+            })
+        })
+        .collect();
     let samples: Vec<Sample<'_>> = graphs.iter().map(|&g| Sample { graph: &data.inputs[g], root: None, positives: None }).collect();
     (Batch::from_samples(&samples).expect("featurised inputs make a valid batch"), rows)
 }

@@ -41,17 +41,6 @@ fn aux_values(text: &str, names: &[String]) -> Result<Vec<f32>> {
         .collect()
 }
 
-/// The IR text of `path` (`.ll` as it is, `.bc` printed).
-fn ir_text(path: &Path) -> Result<String> {
-    if path.extension().is_some_and(|e| e == "bc") {
-        let context = inkwell::context::Context::create();
-        let module = programl::ir::load_module(&context, path).map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(module.print_to_string().to_string())
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
-    }
-}
-
 /// The graphs to decide for `file`, each with its name.
 fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
     let ext = file.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
@@ -60,8 +49,11 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
     let cache = programl::fsutil::cache_dir();
     let (graph, kernels) = match ext.as_str() {
         "ll" | "bc" => {
-            let graph = build_file(file, &BuildOptions::default()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-            let kernels = if per_kernel { sources::kernel_names(&ir_text(file)?) } else { Vec::new() };
+            // One load: the graph and, for device mapping, the kernels' names.
+            let context = inkwell::context::Context::create();
+            let module = programl::ir::load_module(&context, file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let graph = programl::builder::build(&module, &BuildOptions::default());
+            let kernels = if per_kernel { sources::kernel_names(&module.print_to_string().to_string()) } else { Vec::new() };
             (graph, kernels)
         }
         "cl" => {
