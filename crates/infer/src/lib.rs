@@ -29,8 +29,8 @@
 pub mod bundle;
 pub mod config;
 mod model;
-mod wide;
 pub mod weights;
+mod wide;
 
 use std::fmt;
 use std::str::FromStr;
@@ -100,7 +100,9 @@ impl fmt::Display for Precision {
 /// How one prediction runs. Per call: nothing here is process-wide.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Message-passing steps (`None`: the bundle's).
+    /// Message-passing steps (`None`: the bundle's T, or its stopping
+    /// rule). With a bundle that has a stopping rule (`hyper.stop`),
+    /// `Some(T)` caps the rule at T steps.
     pub steps: Option<i64>,
     /// Threads for this call's loops (1: the calling thread alone, the
     /// default inside a compiler).

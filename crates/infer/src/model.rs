@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Pool, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::weights::Weights;
 use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
@@ -430,12 +430,16 @@ impl Model {
     fn run(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> Run {
         let isa = opts.isa.unwrap_or(Isa::Vnni);
         cpu::with_cap(isa, || {
-            // `steps` given: that many; else the bundle's stopping rule, or
-            // its T.
-            let depth = match (opts.steps, &self.config.hyper.stop) {
-                (Some(s), _) => Depth::Fixed(s.max(0) as usize),
-                (None, Some(stop)) => Depth::Adaptive(stop),
-                (None, None) => Depth::Fixed(self.config.hyper.steps.max(0) as usize),
+            // The bundle's stopping rule, capped at `steps` where given;
+            // without a rule, `steps` or the bundle's T.
+            let capped = match (opts.steps, &self.config.hyper.stop) {
+                (Some(s), Some(stop)) => Some(Stop { tolerance: stop.tolerance, max_steps: s.clamp(0, stop.max_steps) }),
+                _ => None,
+            };
+            let depth = match (&capped, &self.config.hyper.stop, opts.steps) {
+                (Some(stop), _, _) | (None, Some(stop), _) => Depth::Adaptive(stop),
+                (None, None, Some(s)) => Depth::Fixed(s.max(0) as usize),
+                (None, None, None) => Depth::Fixed(self.config.hyper.steps.max(0) as usize),
             };
             // The 34-wide kernels run a fixed T at any precision; the
             // general step (another width, adaptive depth) is FP32.

@@ -30,8 +30,8 @@
 
 use tch::{Kind, Tensor};
 
-use programl_kernels::{self as kernels, gemm};
 use crate::ggnn::{floats, state_dropout_mask, view, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
+use programl_kernels::{self as kernels, gemm};
 
 /// What the backward pass keeps of one step.
 struct Step {
@@ -68,7 +68,8 @@ struct Head {
 
 /// The loss of one training step and the gradient of every parameter.
 pub struct Gradients {
-    /// Mean cross-entropy over the batch's nodes (a scalar tensor).
+    /// Mean cross-entropy over the batch's nodes (a scalar tensor), plus
+    /// the settling term where one was asked for.
     pub loss: Tensor,
     /// One tensor per parameter, in [`Ggnn::parameters`] order.
     pub grads: Vec<Tensor>,
@@ -171,6 +172,18 @@ pub fn class_weights(classes: i64, pos_weight: f64, device: tch::Device) -> Tens
     Tensor::from_slice(&w).to_device(device)
 }
 
+/// The settling term of [`Ggnn::settling_loss_and_gradients`]: its loss
+/// (a scalar) and its gradient with respect to `h_T` (that with respect
+/// to `h_{T−1}` is the negation), or `None` when it is off or there was no
+/// step.
+fn settling(h_t: &Tensor, h_before: Option<&Tensor>, stability: f64) -> Option<(Tensor, Tensor)> {
+    let before = h_before.filter(|_| stability > 0.0)?;
+    let diff = h_t - before;
+    let loss = diff.square().mean(Kind::Float) * stability;
+    let grad = diff * (2.0 * stability / h_t.numel().max(1) as f64);
+    Some((loss, grad))
+}
+
 /// `1 − t`.
 fn one_minus(t: &Tensor) -> Tensor {
     t.neg() + 1.0
@@ -188,18 +201,37 @@ impl Ggnn {
         self.loss_and_gradients_with(input, steps, dropout, pos_weight, self.device() == tch::Device::Cpu)
     }
 
+    /// [`Ggnn::loss_and_gradients`] with a settling term added to the
+    /// loss: `stability` × the mean over the batch's state entries of
+    /// `(h_T − h_{T−1})²`, the last step's movement. Trained at step
+    /// counts past what each example needs, it teaches the states to
+    /// reach a fixed point once the answer is known, which is what an
+    /// adaptive-depth bundle's stopping rule (`hyper.stop`) tests.
+    /// `stability` 0 is [`Ggnn::loss_and_gradients`].
+    pub fn settling_loss_and_gradients(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+        self.settling_with(input, steps, dropout, pos_weight, stability, self.device() == tch::Device::Cpu)
+    }
+
     /// [`Ggnn::loss_and_gradients`] with the CPU's fused loops
     /// ([`Ggnn::bptt_fused`], `fused`, CPU only) or libtorch's operations
     /// (every device): the CPU uses the first, and tests check it against
     /// the second and against autograd.
     #[doc(hidden)]
     pub fn loss_and_gradients_with(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, fused: bool) -> Gradients {
+        self.settling_with(input, steps, dropout, pos_weight, 0.0, fused)
+    }
+
+    /// [`Ggnn::settling_loss_and_gradients`] on either path, as
+    /// [`Ggnn::loss_and_gradients_with`].
+    #[doc(hidden)]
+    pub fn settling_with(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64, fused: bool) -> Gradients {
+        assert!(stability >= 0.0 && stability.is_finite(), "stability {stability} is not a finite weight >= 0");
         tch::no_grad(|| {
             if fused {
                 assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
-                self.bptt_fused(input, steps, dropout, pos_weight)
+                self.bptt_fused(input, steps, dropout, pos_weight, stability)
             } else {
-                self.bptt(input, steps, dropout, pos_weight)
+                self.bptt(input, steps, dropout, pos_weight, stability)
             }
         })
     }
@@ -215,7 +247,7 @@ impl Ggnn {
     /// gradient by row and the gate table's by position, without
     /// per-edge tensors) and the `W` products. Dropout masks are drawn
     /// as in [`Ggnn::bptt`].
-    fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
+    fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
         use crate::ggnn::{block_products, view_mut};
         use kernels::backward::{self, ByRow};
         use kernels::forward::{self, Edges, GruTape, Layout};
@@ -364,7 +396,11 @@ impl Ggnn {
         }
         let h_t = h;
         let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
-        let mut dh = head.dh_t.shallow_clone();
+        let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
+        let mut dh = match &settle {
+            Some((_, g)) => &head.dh_t + g,
+            None => head.dh_t.shallow_clone(),
+        };
 
         let by_row = ByRow::new(&rows, nodes);
         // The weight gradients by hand wherever the CPU has AVX-512 (FP32
@@ -377,7 +413,7 @@ impl Ggnn {
         // (`gru_sums`: the input gates' `b_ih`, then the hidden gates' `b_hh`.)
         let (mut d_b, mut gru_sums) = (vec![0f32; FUSED], vec![0f32; 2 * GATES]);
         let mut d_table = vec![0f32; positions as usize * 34];
-        for s in tape.iter().rev() {
+        for (k, s) in tape.iter().rev().enumerate() {
             let dh_new = match &s.mask {
                 Some(m) => dh * m,
                 None => dh,
@@ -448,6 +484,9 @@ impl Ggnn {
                 Some(packs) => by_hand(&d_fused, FUSED, &packs[4]).g_add_(&dh_direct),
                 None => pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op)),
             };
+            if let (0, Some((_, g))) = (k, &settle) {
+                dh -= g; // the settling term's part through h_{T−1}
+            }
         }
         let hm = EDGE_TYPES * HIDDEN;
         for (d, s) in d_b[hm as usize..].iter_mut().zip(&gru_sums[GATES..]) {
@@ -476,10 +515,14 @@ impl Ggnn {
             head.d_b,
         ];
         debug_assert!(grads.iter().zip(self.parameters()).all(|(g, p)| g.size() == p.size()));
-        Gradients { loss: head.loss, grads }
+        let loss = match settle {
+            Some((l, _)) => head.loss + l,
+            None => head.loss,
+        };
+        Gradients { loss, grads }
     }
 
-    fn bptt(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64) -> Gradients {
+    fn bptt(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let device = self.device();
@@ -525,7 +568,11 @@ impl Ggnn {
         let h_t = h;
 
         let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
-        let mut dh = head.dh_t.shallow_clone();
+        let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
+        let mut dh = match &settle {
+            Some((_, g)) => &head.dh_t + g,
+            None => head.dh_t.shallow_clone(),
+        };
 
         // The scatter-add onto the rows of the fused product viewed as
         // [9N, 34], as one embedding bag (sum) per step: bag r holds the
@@ -541,7 +588,7 @@ impl Ggnn {
         let mut d_w_ih = zeros(&[3 * HIDDEN, HIDDEN]);
         let mut d_b_ih = zeros(&[3 * HIDDEN]);
         let mut d_gates = zeros(&[input.edges, HIDDEN]);
-        for s in tape.iter().rev() {
+        for (k, s) in tape.iter().rev().enumerate() {
             let dh_new = match &s.mask {
                 Some(m) => dh * m,
                 None => dh,
@@ -573,6 +620,9 @@ impl Ggnn {
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
             dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
+            if let (0, Some((_, g))) = (k, &settle) {
+                dh -= g;
+            }
         }
         let d_messages_w = d_w.narrow(0, 0, hm);
         let d_w_hh = d_w.narrow(0, hm, 3 * HIDDEN);
@@ -603,7 +653,11 @@ impl Ggnn {
             head.d_b,
         ];
         debug_assert!(grads.iter().zip(self.parameters()).all(|(g, p)| g.size() == p.size()));
-        Gradients { loss: head.loss, grads }
+        let loss = match settle {
+            Some((l, _)) => head.loss + l,
+            None => head.loss,
+        };
+        Gradients { loss, grads }
     }
 
     /// The readout and the loss, forward and backward, from the final and

@@ -23,10 +23,11 @@ use programl::vocab::Vocabulary;
 use tch::{Device, Kind, Tensor};
 
 pub use programl_infer::bundle::{
-    read_config, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION, VOCABULARY_FILE, WEIGHTS_FILE,
+    read_config, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION,
+    VOCABULARY_FILE, WEIGHTS_FILE,
 };
 
-use crate::{Ggnn, HIDDEN};
+use crate::{Ggnn, Hyper, HIDDEN};
 
 fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
     BundleError::Invalid { path: path.to_path_buf(), detail: detail.into() }
@@ -44,6 +45,18 @@ pub struct Bundle {
 impl Bundle {
     /// Reads and checks the bundle in `dir`, placing the model on `device`.
     pub fn load(dir: &Path, device: Device) -> Result<Bundle, BundleError> {
+        Bundle::load_as(dir, device, false)
+    }
+
+    /// [`Bundle::load`] for training to continue from (`train --init`):
+    /// a bundle with a stopping rule (`hyper.stop`) loads too, since
+    /// training runs the step counts it chooses. The rule stays in the
+    /// returned config; the libtorch model never applies it.
+    pub fn load_to_train(dir: &Path, device: Device) -> Result<Bundle, BundleError> {
+        Bundle::load_as(dir, device, true)
+    }
+
+    fn load_as(dir: &Path, device: Device, training: bool) -> Result<Bundle, BundleError> {
         let config = read_config(dir)?;
         let vocab_path = dir.join(VOCABULARY_FILE);
         let vocabulary = Vocabulary::load(&vocab_path).map_err(|source| BundleError::Vocabulary { path: vocab_path.clone(), source })?;
@@ -59,7 +72,7 @@ impl Bundle {
         }
         // This crate's GGNN (training, CUDA) is SPEC.md §3's shape with a
         // fixed T; programl-infer runs the rest on the CPU.
-        if config.hyper.hidden != HIDDEN || config.hyper.stop.is_some() {
+        if config.hyper.hidden != HIDDEN || (config.hyper.stop.is_some() && !training) {
             return Err(invalid(
                 &dir.join(CONFIG_FILE),
                 format!(
@@ -70,7 +83,7 @@ impl Bundle {
                 ),
             ));
         }
-        let model = Ggnn::new(&config.hyper, device);
+        let model = Ggnn::new(&Hyper { stop: None, ..config.hyper.clone() }, device);
         load_weights(&model, &dir.join(WEIGHTS_FILE))?;
         Ok(Bundle { config, model, vocabulary, dir: dir.to_path_buf() })
     }

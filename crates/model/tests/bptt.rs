@@ -218,3 +218,43 @@ fn fused_training_loops_match_libtorch_operations_at_any_thread_count() {
     }
     tch::set_num_threads(before);
 }
+
+/// The settling term (adaptive-depth training): `stability` × the mean of
+/// `(h_T − h_{T−1})²` added to the cross-entropy. Loss and every gradient
+/// match autograd through the same sum, on both paths (the CPU's fused
+/// loops and libtorch's operations), at T = 1 (where `h_{T−1}` is the
+/// initial state, so the term's gradient reaches the embedding directly)
+/// and at T = 7; and the term really moves them.
+#[test]
+fn settling_term_gradients_match_autograd() {
+    let _generator = generator();
+    let (vocab, batch) = random_batch(5);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(14);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let stability = 5.0;
+    for steps in [1, 7] {
+        for p in model.parameters() {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.detach_().zero_();
+            }
+        }
+        let h0 = model.initial_states(&prepared);
+        let before = model.propagate(&prepared, &h0, steps - 1, false);
+        let h_t = model.propagate(&prepared, &before, 1, false);
+        let logits = model.readout(&h_t, &h0);
+        let ce = logits.cross_entropy_for_logits(prepared.labels.as_ref().unwrap());
+        let loss = &ce + (&h_t - &before).square().mean(tch::Kind::Float) * stability;
+        loss.backward();
+        let theirs = (loss.double_value(&[]), model.parameters().iter().map(|p| p.grad().copy()).collect::<Vec<_>>());
+        assert!(loss.double_value(&[]) - ce.double_value(&[]) > 1e-4, "T = {steps}: the settling term adds nothing");
+        for fused in [true, false] {
+            let g = model.settling_with(&prepared, steps, false, 1.0, stability, fused);
+            compare(&model, &(g.loss.double_value(&[]), g.grads), &theirs, 1e-4);
+        }
+        let plain = by_hand(&model, &prepared, steps, false, 1);
+        assert!((plain.0 - theirs.0).abs() > 1e-4);
+    }
+}

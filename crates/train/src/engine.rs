@@ -46,8 +46,14 @@ pub fn tune_allocator() {
 /// gradients by hand ([`Ggnn::loss_and_gradients`], no autograd), AdamW
 /// update. Returns the loss.
 pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64) -> f64 {
+    settling_step(model, opt, input, steps, pos_weight, 0.0)
+}
+
+/// [`train_step`] with the settling term of adaptive-depth training
+/// ([`Ggnn::settling_loss_and_gradients`]) weighted `stability` (0: none).
+pub fn settling_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64) -> f64 {
     tune_allocator();
-    let g = model.loss_and_gradients(input, steps, true, pos_weight);
+    let g = model.settling_loss_and_gradients(input, steps, true, pos_weight, stability);
     opt.step_with(&model.parameters(), &g.grads);
     g.loss.double_value(&[])
 }

@@ -80,9 +80,27 @@ pub struct Phase {
     /// texts (`train --extend-vocab`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub extend_vocab: bool,
+    /// The examples trained and validated on (`train --subset`; default
+    /// `ddf-30`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
+    /// Adaptive depth (`train --stop-tolerance` and the flags beside it):
+    /// the phase trains, and ships, a bundle with a stopping rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<Adaptive>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
+}
+
+/// A phase's adaptive-depth settings (`train`'s flags of the same names).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Adaptive {
+    pub stop_tolerance: f64,
+    pub stop_max_steps: i64,
+    pub extra_steps: i64,
+    pub stability: f64,
 }
 
 impl Recipe {
@@ -152,6 +170,11 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             init: (i > 0).then(|| runs[i - 1].join("model")),
             extend_vocab: phase.extend_vocab && i > 0,
             steps: s.steps,
+            subset: phase.subset.clone().unwrap_or_else(|| "ddf-30".into()),
+            stop_tolerance: phase.adaptive.as_ref().map(|a| a.stop_tolerance),
+            stop_max_steps: phase.adaptive.as_ref().map_or(400, |a| a.stop_max_steps),
+            extra_steps: phase.adaptive.as_ref().map_or(10, |a| a.extra_steps),
+            stability: phase.adaptive.as_ref().map_or(1.0, |a| a.stability),
             state_dropout: s.state_dropout,
             pos_weight: s.pos_weight,
             batch_nodes: s.batch_nodes,
@@ -172,7 +195,15 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             continue;
         }
         if !o.quiet {
-            eprintln!("[recipe] {}: phase {} of {} ({}), lr {}, budget {}", recipe.task, i + 1, recipe.phases.len(), phase.name, phase.lr, phase.budget);
+            eprintln!(
+                "[recipe] {}: phase {} of {} ({}), lr {}, budget {}",
+                recipe.task,
+                i + 1,
+                recipe.phases.len(),
+                phase.name,
+                phase.lr,
+                phase.budget
+            );
         }
         train::run(&args, run, device).with_context(|| format!("{}: phase '{}'", dir.display(), phase.name))?;
     }

@@ -7,6 +7,7 @@
 //!   vocabulary.json   the vocabulary, built from the train split at the first start
 //!   checkpoint/       state.json, weights.safetensors, optimizer.safetensors (replaced whole)
 //!   model/            the best model so far by validation F1: a bundle
+//!   candidate/        adaptive depth: the model last validated, as a bundle
 //!   log.csv           one row per training-loss window and per validation
 //!   curves.png        loss and validation F1 against examples seen
 //! ```
@@ -30,6 +31,7 @@ use programl::batch::{permutation, plan};
 use programl::hash::mix;
 use programl::vocab::Vocabulary;
 use programl_dataset::{Dataset, Split, Subset};
+use programl_infer::config::Stop;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
 use programl_model::{Ggnn, Hyper, Prepared};
 use serde::{Deserialize, Serialize};
@@ -37,7 +39,7 @@ use tch::Device;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Examples;
-use crate::engine::{evaluate, train_step};
+use crate::engine::{evaluate, evaluate_with, settling_step, Evaluation, Predictor};
 use crate::optim::AdamW;
 
 /// A bound on a run: wall time or examples, cumulative across resumes.
@@ -104,6 +106,38 @@ pub struct TrainArgs {
     /// Message-passing steps T.
     #[arg(long, default_value_t = 30)]
     pub steps: i64,
+    /// The examples trained and validated on, by the step count each
+    /// needs: `ddf-30` (the paper's training set), `ddf-60`, `ddf-200` or
+    /// `ddf` (every one).
+    #[arg(long, default_value = "ddf-30")]
+    #[serde(default = "ddf30", skip_serializing_if = "is_ddf30")]
+    pub subset: String,
+    /// Adaptive depth: the bundle's stopping rule (`hyper.stop`) stops a
+    /// graph's message passing at the first step that moves no entry of
+    /// its states by more than this. Training then runs each batch for its
+    /// examples' recorded step counts plus up to `--extra-steps` more
+    /// (batches grouped by step count), adds the settling term
+    /// (`--stability`), and validates with the rule on the torch-free
+    /// inference the pass runs.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_tolerance: Option<f64>,
+    /// Adaptive depth: the cap on steps (`hyper.stop.max_steps`). Training
+    /// skips (and counts) examples that need more.
+    #[arg(long, default_value_t = 400)]
+    #[serde(default = "default_cap", skip_serializing_if = "is_default_cap")]
+    pub stop_max_steps: i64,
+    /// Adaptive depth: a batch runs its largest step count plus a number
+    /// of steps drawn from 0..=this (seeded by the batch), so that the
+    /// answer must hold, and the states rest, past the depth it needs.
+    #[arg(long, default_value_t = 10)]
+    #[serde(default = "default_extra", skip_serializing_if = "is_default_extra")]
+    pub extra_steps: i64,
+    /// Adaptive depth: the weight of the settling term, the mean of
+    /// `(h_T − h_{T−1})²` over the batch's state entries.
+    #[arg(long, default_value_t = 1.0)]
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub stability: f64,
     /// Dropout on the GRU state at every step in training. Upstream's
     /// DeepDataFlow runs set it to 0 (`tasks/dataflow/flags/programl.txt`,
     /// `--graph_state_dropout=0.0`; 0.2 is only its model's default, which
@@ -156,6 +190,58 @@ fn one() -> f64 {
 
 fn is_one(x: &f64) -> bool {
     *x == 1.0
+}
+
+fn ddf30() -> String {
+    "ddf-30".into()
+}
+
+fn is_ddf30(s: &String) -> bool {
+    s == "ddf-30"
+}
+
+fn default_cap() -> i64 {
+    400
+}
+
+fn is_default_cap(x: &i64) -> bool {
+    *x == default_cap()
+}
+
+fn default_extra() -> i64 {
+    10
+}
+
+fn is_default_extra(x: &i64) -> bool {
+    *x == default_extra()
+}
+
+impl TrainArgs {
+    /// The stopping rule the bundle gets (adaptive depth), checked.
+    pub fn stop(&self) -> Result<Option<Stop>> {
+        let Some(tolerance) = self.stop_tolerance else { return Ok(None) };
+        if !(tolerance.is_finite() && tolerance >= 0.0) {
+            bail!("--stop-tolerance {tolerance} is not a finite value >= 0");
+        }
+        if !(1..=programl_infer::bundle::MAX_STEPS).contains(&self.stop_max_steps) {
+            bail!("--stop-max-steps {} is outside 1..={}", self.stop_max_steps, programl_infer::bundle::MAX_STEPS);
+        }
+        if self.extra_steps < 0 {
+            bail!("--extra-steps {} is negative", self.extra_steps);
+        }
+        if !(self.stability.is_finite() && self.stability >= 0.0) {
+            bail!("--stability {} is not a finite weight >= 0", self.stability);
+        }
+        Ok(Some(Stop { tolerance, max_steps: self.stop_max_steps }))
+    }
+
+    /// The step count a batch of adaptive training runs: its examples'
+    /// largest, plus 0..=`extra_steps` drawn from the run's seed and the
+    /// batch's number, within the cap.
+    fn adaptive_steps(&self, needed: u32, batch_number: u64) -> i64 {
+        let extra = mix(self.seed ^ mix(batch_number ^ 0x5e77_1e00)) % (self.extra_steps as u64 + 1);
+        (i64::from(needed.max(1)) + extra as i64).min(self.stop_max_steps)
+    }
 }
 
 /// One line of `log.csv`.
@@ -238,7 +324,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let fresh = !out.join("checkpoint").join("state.json").exists();
     let init = match (&args.init, fresh) {
         (Some(dir), true) => {
-            let b = Bundle::load(dir, device).with_context(|| format!("--init {}", dir.display()))?;
+            let b = Bundle::load_to_train(dir, device).with_context(|| format!("--init {}", dir.display()))?;
             if b.config.task != task.to_string() || b.config.head != Head::Node {
                 bail!("--init {}: a {} bundle, not {task}", dir.display(), b.config.task);
             }
@@ -270,24 +356,34 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         v
     };
 
-    let train = Examples::from_dataset(&dataset, task, Split::Train, Subset::Ddf30, &vocab)?;
+    let subset =
+        Subset::parse(&args.subset).with_context(|| format!("--subset '{}': expected ddf-30, ddf-60, ddf-200 or ddf", args.subset))?;
+    let stop = args.stop()?;
+    let train = Examples::from_dataset(&dataset, task, Split::Train, subset, &vocab)?;
+    let cap = stop.as_ref().map_or(u32::MAX, |s| s.max_steps as u32);
     let kept: Vec<usize> = (0..train.examples.len()).filter(|&i| train.size(i) <= args.max_nodes).collect();
-    let skipped = train.examples.len() - kept.len();
+    let too_deep = kept.iter().filter(|&&i| train.examples[i].steps > cap).count();
+    let kept: Vec<usize> = kept.into_iter().filter(|&i| train.examples[i].steps <= cap).collect();
+    let skipped = train.examples.len() - kept.len() - too_deep;
     if kept.is_empty() {
-        bail!("{}: no {} DDF-30 training example has at most {} nodes", args.data.display(), task, args.max_nodes);
+        bail!("{}: no {} {subset} training example has at most {} nodes", args.data.display(), task, args.max_nodes);
     }
-    let val = Examples::from_dataset(&dataset, task, Split::Val, Subset::Ddf30, &vocab)?;
+    let val = Examples::from_dataset(&dataset, task, Split::Val, subset, &vocab)?;
     let hash = data_hash(&train, &val);
     let mut val_ids = permutation(val.examples.len(), mix(args.seed ^ 0x7661_6c00));
     val_ids.truncate(args.val_examples);
     val_ids.sort_unstable();
     let kept_nodes: usize = kept.iter().map(|&i| train.size(i)).sum();
     say(&format!(
-        "train: {task}, {} DDF-30 examples ({} graphs, {:.0} nodes per example), {skipped} skipped for more than --max-nodes {} nodes; val: {} examples; vocabulary {} ids",
+        "train: {task}, {} {subset} examples ({} graphs, {:.0} nodes per example), {skipped} skipped for more than --max-nodes {} nodes{}; val: {} examples; vocabulary {} ids",
         kept.len(),
         train.graphs.len(),
         kept_nodes as f64 / kept.len() as f64,
         args.max_nodes,
+        match &stop {
+            Some(s) => format!(", {too_deep} for needing more than --stop-max-steps {} steps", s.max_steps),
+            None => String::new(),
+        },
         val_ids.len(),
         vocab.len()
     ));
@@ -389,8 +485,17 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         Ok(())
     };
 
+    // The bundle's hyperparameters: the model's, with the stopping rule.
+    let bundle_hyper = Hyper { stop: stop.clone(), ..hyper.clone() };
+    let config_now = |state: &State| {
+        let (base_examples, base_wall) = state.init.as_ref().map_or((0, 0.0), |i| (i.examples, i.wall_s));
+        bundle_config(task, &bundle_hyper, &hash, vocab.id("ptr") != 0, base_examples + state.examples_seen, base_wall + wall(state))
+    };
     let validate = |state: &mut State, model: &Ggnn| -> Result<()> {
-        let e = evaluate(model, &val, &val_ids, args.steps, args.batch_nodes.max(1), |_| {});
+        let e = match &stop {
+            None => evaluate(model, &val, &val_ids, args.steps, args.batch_nodes.max(1), |_| {}),
+            Some(_) => validate_adaptive(&out.join("candidate"), &config_now(state), model, &vocab, &val, &val_ids, args)?,
+        };
         let t = e.total;
         state.history.push(Row {
             kind: "val".into(),
@@ -401,8 +506,16 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             recall: Some(t.recall()),
             f1: Some(t.f1()),
         });
+        let depth = match &stop {
+            Some(_) => {
+                let (ran, needed) = e.steps.iter().fold((0, 0), |(r, n), &(a, b)| (r + a, n + b));
+                let n = e.examples.max(1) as f64;
+                format!(", steps run {:.1} per example (needed {:.1})", ran as f64 / n, needed as f64 / n)
+            }
+            None => String::new(),
+        };
         let line = format!(
-            "val at {} examples: loss {:.4}, precision {:.4}, recall {:.4}, F1 {:.4} (best {:.4})",
+            "val at {} examples: loss {:.4}, precision {:.4}, recall {:.4}, F1 {:.4} (best {:.4}){depth}",
             state.examples_seen,
             e.loss,
             t.precision(),
@@ -413,10 +526,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         if t.f1() > state.best_f1 {
             state.best_f1 = t.f1();
             state.best_examples = state.examples_seen;
-            let (base_examples, base_wall) = state.init.as_ref().map_or((0, 0.0), |i| (i.examples, i.wall_s));
-            let config =
-                bundle_config(task, &hyper, &hash, vocab.id("ptr") != 0, base_examples + state.examples_seen, base_wall + wall(state));
-            Bundle::save(&out.join("model"), &config, model, &vocab)?;
+            Bundle::save(&out.join("model"), &config_now(state), model, &vocab)?;
         }
         if let Err(e) = crate::plot::curves(&out.join("curves.png"), &state.history, &format!("{task}")) {
             eprintln!("warning: {}: plot not drawn: {e}", out.join("curves.png").display());
@@ -432,9 +542,19 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     }
     let n = kept.len();
     'outer: while !exhausted(&state) {
-        let order: Vec<usize> =
+        let mut order: Vec<usize> =
             permutation(n, mix(args.seed ^ state.epoch.wrapping_mul(0x9E37_79B9))).into_iter().map(|i| kept[i]).collect();
-        let batches = plan(order.iter().map(|&i| train.size(i)), args.batch_nodes);
+        if stop.is_some() {
+            // Adaptive depth: a batch holds examples of like step counts
+            // (it runs as many steps as its deepest one needs), and the
+            // batches come in a shuffled order.
+            order.sort_by_key(|&i| train.examples[i].steps);
+        }
+        let mut batches = plan(order.iter().map(|&i| train.size(i)), args.batch_nodes);
+        if stop.is_some() {
+            let shuffle = permutation(batches.len(), mix(args.seed ^ 0xba7c_4e00 ^ state.epoch.wrapping_mul(0x9E37_79B9)));
+            batches = shuffle.into_iter().map(|k| batches[k].clone()).collect();
+        }
         while (state.batch_in_epoch as usize) < batches.len() {
             if exhausted(&state) {
                 break 'outer;
@@ -443,7 +563,14 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             let batch = train.batch(ids);
             let input = Prepared::new(&batch, &hyper, device);
             tch::manual_seed(mix(args.seed ^ mix(state.batches_total + 1)) as i64);
-            let loss = train_step(&model, &mut opt, &input, args.steps, args.pos_weight);
+            let (steps, stability) = match &stop {
+                Some(_) => {
+                    let needed = ids.iter().map(|&i| train.examples[i].steps).max().unwrap_or(1);
+                    (args.adaptive_steps(needed, state.batches_total + 1), args.stability)
+                }
+                None => (args.steps, 0.0),
+            };
+            let loss = settling_step(&model, &mut opt, &input, steps, args.pos_weight, stability);
             if !loss.is_finite() {
                 bail!("the training loss is {loss} at {} examples: stopping (checkpoint at the last good state)", state.examples_seen);
             }
@@ -545,6 +672,26 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
         },
         source: None,
     }
+}
+
+/// Validation of an adaptive-depth model: the model is saved as a bundle
+/// with its stopping rule (`dir`, replaced whole) and evaluated there by
+/// the torch-free inference the learned pass and `eval` run, in FP32, each
+/// graph stopping by the rule.
+fn validate_adaptive(
+    dir: &Path,
+    config: &Config,
+    model: &Ggnn,
+    vocab: &Vocabulary,
+    val: &Examples,
+    ids: &[usize],
+    args: &TrainArgs,
+) -> Result<Evaluation> {
+    Bundle::save(dir, config, model, vocab)?;
+    let cpu = programl_infer::Model::open(dir).with_context(|| format!("{}: the validation bundle", dir.display()))?;
+    let options =
+        programl_infer::Options { steps: None, threads: args.threads.max(1) as usize, dtype: programl_infer::Dtype::F32, isa: None };
+    Ok(evaluate_with(&Predictor::Cpu(&cpu, options), val, ids, None, args.batch_nodes.max(1), |_| {}))
 }
 
 fn write_log(out: &Path, rows: &[Row]) -> Result<()> {

@@ -638,3 +638,64 @@ fn eval_with_a_stopping_rule_reports_the_steps_each_example_ran() {
     assert!(refused(&model, &["--stop=-1", "--device", "cpu"]).contains("--stop -1: the tolerance is a finite value"));
     assert!(refused(&model, &["--stop", "0.01", "--steps", "0", "--device", "cpu"]).contains("hyper.stop.max_steps 0"));
 }
+
+/// Adaptive depth (`train --stop-tolerance`): a run on every example
+/// (`--subset ddf`) ships a bundle whose config carries the stopping rule,
+/// validates by it (the log's validation rows), and `eval` then runs the
+/// rule without `--steps`, each example's steps reported beside the ones
+/// its analysis needs, within the cap; `--steps T` caps the rule at T.
+/// Arguments out of range are refused by name.
+#[test]
+fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
+    let (ir, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut args = train_args(data, &out, "300");
+    args.extend(
+        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2"]
+            .map(String::from),
+    );
+    run(trainer().args(&args));
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("model/config.json")).unwrap()).unwrap();
+    assert_eq!(config["hyper"]["stop"], serde_json::json!({"tolerance": 0.05, "max_steps": 40}), "{config}");
+    let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
+    assert!(log.contains("\nval,"), "{log}");
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["subset"], "ddf");
+    assert_eq!(state["args"]["stop_tolerance"], 0.05);
+
+    let eval = |extra: &[&str]| -> serde_json::Value {
+        let o = run(trainer()
+            .args(["eval", "--model"])
+            .arg(out.join("model"))
+            .arg("--data")
+            .arg(ir.join("proj1"))
+            .args(["--json", "--device", "cpu", "--threads", "1"])
+            .args(extra));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ruled = eval(&[]);
+    assert_eq!(ruled["stop"]["max_steps"], 40, "{ruled}");
+    let buckets = ruled["by_steps"].as_array().unwrap();
+    assert!(!buckets.is_empty(), "{ruled}");
+    for b in buckets {
+        let ran = b["mean_steps_run"].as_f64().unwrap();
+        assert!((1.0..=40.0).contains(&ran), "{b}");
+    }
+    let capped = eval(&["--steps", "3"]);
+    for b in capped["by_steps"].as_array().unwrap() {
+        let ran = b["mean_steps_run"].as_f64().unwrap();
+        assert!((1.0..=3.0).contains(&ran), "--steps 3 caps the rule: {b}");
+    }
+
+    let refused = |extra: &[&str]| {
+        let mut a = train_args(data, &dir.path().join("bad"), "10");
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let o = trainer().args(&a).output().unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(refused(&["--stop-tolerance=-1"]).contains("--stop-tolerance -1"));
+    assert!(refused(&["--stop-tolerance", "0.1", "--stop-max-steps", "0"]).contains("--stop-max-steps 0"));
+    assert!(refused(&["--subset", "ddf-7"]).contains("--subset 'ddf-7'"));
+}
