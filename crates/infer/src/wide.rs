@@ -27,6 +27,8 @@ use programl_kernels::gemm;
 use programl_kernels::threads::{par_ranges, Rows};
 use programl_kernels::EDGE_TYPES;
 
+use std::ops::Range;
+
 use crate::config::Stop;
 use crate::weights::Weights;
 
@@ -101,10 +103,15 @@ impl Wide {
             if done.iter().all(|&d| d) && graphs > 0 {
                 break;
             }
-            gemm::product::<f32>(&cur, h, n, &self.fused, &mut f, 9 * h, threads);
-            self.aggregate(e, &f, gates, &mut m, threads);
-            gemm::product::<f32>(&m, h, n, &self.w_ih, &mut gi, 3 * h, threads);
-            self.cells(&gi, &f, &cur, &mut next, threads);
+            // Only the graphs still running are computed (a graph's edges
+            // stay inside its own rows): runs of consecutive ones at a time.
+            for rows in active_runs(e.graphs, &done, n) {
+                let (x, len) = (rows.start, rows.len());
+                gemm::product::<f32>(&cur[x * h..], h, len, &self.fused, &mut f[x * 9 * h..], 9 * h, threads);
+                self.aggregate(e, rows.clone(), &f, gates, &mut m, threads);
+                gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
+                self.cells(rows, &gi, &f, &cur, &mut next, threads);
+            }
             for g in 0..graphs {
                 let rows = e.graphs[g] * h..e.graphs[g + 1] * h;
                 if done[g] {
@@ -123,12 +130,14 @@ impl Wide {
         (cur, ran)
     }
 
-    /// `m[v] = (1/indeg v) Σ_e (F[source e, type e] + b_type) ⊙ gates[pos e]`.
-    fn aggregate(&self, e: &Edges<'_>, f: &[f32], gates: &[f32], m: &mut [f32], threads: usize) {
+    /// `m[v] = (1/indeg v) Σ_e (F[source e, type e] + b_type) ⊙ gates[pos e]`,
+    /// for the nodes `nodes`.
+    fn aggregate(&self, e: &Edges<'_>, nodes: Range<usize>, f: &[f32], gates: &[f32], m: &mut [f32], threads: usize) {
         let h = self.h;
         let out = Rows::new(m);
         let fma = cpu::allows(Isa::Avx2);
-        par_ranges(e.nodes, threads, |range| {
+        par_ranges(nodes.len(), threads, |range| {
+            let range = nodes.start + range.start..nodes.start + range.end;
             // SAFETY: each range writes its own rows of `m`.
             let rows = unsafe { out.get(range.start * h, range.len() * h) };
             #[cfg(target_arch = "x86_64")]
@@ -141,13 +150,14 @@ impl Wide {
         });
     }
 
-    /// The GRU cell of every node: `gi` \[N, 3h\], the hidden gates in
-    /// blocks 6..9 of `f` \[N, 9h\], the state `cur`; into `next`.
-    fn cells(&self, gi: &[f32], f: &[f32], cur: &[f32], next: &mut [f32], threads: usize) {
+    /// The GRU cell of the nodes `nodes`: `gi` \[N, 3h\], the hidden gates
+    /// in blocks 6..9 of `f` \[N, 9h\], the state `cur`; into `next`.
+    fn cells(&self, nodes: Range<usize>, gi: &[f32], f: &[f32], cur: &[f32], next: &mut [f32], threads: usize) {
         let h = self.h;
         let out = Rows::new(next);
         let fma = cpu::allows(Isa::Avx2);
-        par_ranges(cur.len() / h.max(1), threads, |range| {
+        par_ranges(nodes.len(), threads, |range| {
+            let range = nodes.start + range.start..nodes.start + range.end;
             // SAFETY: each range writes its own rows of `next`.
             let rows = unsafe { out.get(range.start * h, range.len() * h) };
             #[cfg(target_arch = "x86_64")]
@@ -159,6 +169,24 @@ impl Wide {
             cell_rows::<false>(self, gi, f, cur, range.start, rows)
         });
     }
+}
+
+/// The node ranges of the graphs not `done`, consecutive graphs merged
+/// (all `n` nodes when the batch has no graph boundaries).
+fn active_runs(graphs: &[usize], done: &[bool], n: usize) -> Vec<Range<usize>> {
+    if graphs.len() < 2 {
+        return vec![0..n];
+    }
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    for (g, _) in done.iter().enumerate().filter(|(_, &d)| !d) {
+        let r = graphs[g]..graphs[g + 1];
+        match runs.last_mut() {
+            Some(last) if last.end == r.start => last.end = r.end,
+            _ => runs.push(r),
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
 }
 
 #[inline(always)]

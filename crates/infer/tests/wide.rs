@@ -251,6 +251,13 @@ fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
         let fixed = model.node_probabilities(&alone, &fp32(Some(got.steps_per_graph[g]))).unwrap();
         assert_eq!(bits(&fixed.probabilities), bits(&one.probabilities), "graph {g}: a fixed run of its steps");
     }
+    // `steps` caps the rule: no graph runs more, one that stops earlier
+    // still stops where it did.
+    let least = *got.steps_per_graph.iter().min().unwrap();
+    let cap = least + 1;
+    let capped = model.node_probabilities(&batch, &fp32(Some(cap))).unwrap();
+    let want: Vec<i64> = got.steps_per_graph.iter().map(|&s| s.min(cap)).collect();
+    assert_eq!(capped.steps_per_graph, want, "capped at {cap}");
     // The tolerance decides: zero runs the cap.
     let strict = Hyper { stop: Some(Stop { tolerance: 0.0, max_steps: 12 }), ..hyper.clone() };
     let dir = synthetic_with(&strict, 3, 0.3);
