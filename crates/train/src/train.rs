@@ -256,6 +256,12 @@ pub struct Row {
     pub precision: Option<f64>,
     pub recall: Option<f64>,
     pub f1: Option<f64>,
+    /// Validation rows of adaptive depth: the mean steps run per example,
+    /// and the mean its analysis needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_run: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_needed: Option<f64>,
 }
 
 /// `checkpoint/state.json`.
@@ -497,6 +503,8 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             Some(_) => validate_adaptive(&out.join("candidate"), &config_now(state), model, &vocab, &val, &val_ids, args)?,
         };
         let t = e.total;
+        let (ran, needed) = e.steps.iter().fold((0, 0), |(r, n), &(a, b)| (r + a, n + b));
+        let per_example = |x: u64| stop.as_ref().map(|_| x as f64 / e.examples.max(1) as f64);
         state.history.push(Row {
             kind: "val".into(),
             examples: state.examples_seen,
@@ -505,14 +513,12 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             precision: Some(t.precision()),
             recall: Some(t.recall()),
             f1: Some(t.f1()),
+            steps_run: per_example(ran),
+            steps_needed: per_example(needed),
         });
-        let depth = match &stop {
-            Some(_) => {
-                let (ran, needed) = e.steps.iter().fold((0, 0), |(r, n), &(a, b)| (r + a, n + b));
-                let n = e.examples.max(1) as f64;
-                format!(", steps run {:.1} per example (needed {:.1})", ran as f64 / n, needed as f64 / n)
-            }
-            None => String::new(),
+        let depth = match (per_example(ran), per_example(needed)) {
+            (Some(r), Some(n)) => format!(", steps run {r:.1} per example (needed {n:.1})"),
+            _ => String::new(),
         };
         let line = format!(
             "val at {} examples: loss {:.4}, precision {:.4}, recall {:.4}, F1 {:.4} (best {:.4}){depth}",
@@ -588,6 +594,8 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
                     precision: None,
                     recall: None,
                     f1: None,
+                    steps_run: None,
+                    steps_needed: None,
                 });
                 bar.set_message(format!(
                     "loss {:.4}, best val F1 {:.4}",
@@ -697,10 +705,17 @@ fn validate_adaptive(
 fn write_log(out: &Path, rows: &[Row]) -> Result<()> {
     let path = out.join("log.csv");
     programl::fsutil::write_atomically(&path, programl::fsutil::Durability::Atomic, |w| {
-        writeln!(w, "kind,examples,wall_s,loss,precision,recall,f1")?;
+        // Adaptive-depth runs add the validations' mean steps run and needed.
+        let adaptive = rows.iter().any(|r| r.steps_run.is_some());
+        writeln!(w, "kind,examples,wall_s,loss,precision,recall,f1{}", if adaptive { ",steps_run,steps_needed" } else { "" })?;
         for r in rows {
             let f = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.6}"));
-            writeln!(w, "{},{},{:.1},{:.6},{},{},{}", r.kind, r.examples, r.wall_s, r.loss, f(r.precision), f(r.recall), f(r.f1))?;
+            write!(w, "{},{},{:.1},{:.6},{},{},{}", r.kind, r.examples, r.wall_s, r.loss, f(r.precision), f(r.recall), f(r.f1))?;
+            if adaptive {
+                let g = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.2}"));
+                write!(w, ",{},{}", g(r.steps_run), g(r.steps_needed))?;
+            }
+            writeln!(w)?;
         }
         Ok(())
     })

@@ -659,7 +659,11 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("model/config.json")).unwrap()).unwrap();
     assert_eq!(config["hyper"]["stop"], serde_json::json!({"tolerance": 0.05, "max_steps": 40}), "{config}");
     let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
-    assert!(log.contains("\nval,"), "{log}");
+    assert!(log.starts_with("kind,examples,wall_s,loss,precision,recall,f1,steps_run,steps_needed\n"), "{log}");
+    let val = log.lines().find(|l| l.starts_with("val,")).unwrap_or_else(|| panic!("no validation row: {log}"));
+    let cols: Vec<&str> = val.split(',').collect();
+    let (ran, needed) = (cols[7].parse::<f64>().unwrap(), cols[8].parse::<f64>().unwrap());
+    assert!((1.0..=40.0).contains(&ran) && needed >= 1.0, "{val}");
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/state.json")).unwrap()).unwrap();
     assert_eq!(state["args"]["subset"], "ddf");
     assert_eq!(state["args"]["stop_tolerance"], 0.05);
