@@ -1,12 +1,16 @@
-//! What the graph-level tasks share to get their inputs: unpacking a
-//! dataset's tarball into the cache once, and reading clang's diagnostics
-//! (the first error as a failure's cause; a diagnostic's place in the
-//! source) for the repairs each task makes.
+//! The one clang harness the graph-level tasks get their inputs through:
+//! unpacking a dataset's tarball into the cache once; the compile cache
+//! ([`Cache`]: per source, its IR, or the cause it failed with, and the
+//! repairs that made it compile) with the repair loop every task runs
+//! ([`Repairs`]: a task says how to run clang once and how to repair from
+//! its errors); and reading clang's diagnostics (the first error as a
+//! failure's cause; a diagnostic's place in the source).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
+use programl::fsutil::{write_bytes_atomically, Durability};
 use regex::Regex;
 
 /// Progress of a parallel loop of `total` items on stderr, every 25 items
@@ -56,6 +60,102 @@ pub fn run_clang(clang: &Path, cwd: Option<&Path>, flags: &[&str], options: &[St
         .arg(input)
         .output()
         .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", clang.display()))
+}
+
+/// What became of one source.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Compiled {
+    /// Its IR, and whether it needed repairs.
+    Ir { path: PathBuf, repaired: bool },
+    /// clang's first error, with quoted names replaced by `X` (the cause).
+    Failed { cause: String },
+}
+
+/// How a task compiles one source: clang once on the text as it stands,
+/// and a repair from clang's errors before the next round.
+pub trait Repairs {
+    /// Writes the text into `work` and runs clang once, its IR to
+    /// `work/OUTPUT` ([`Cache::compile`]'s `output`); an error only when
+    /// clang cannot be run or the file cannot be written.
+    fn attempt(&mut self, work: &Path) -> Result<std::process::Output>;
+    /// Edits the text from clang's `stderr`; false when nothing applies.
+    fn repair(&mut self, stderr: &str) -> bool;
+    /// What the repairs added, kept beside a module they made compile.
+    fn record(&self) -> String;
+}
+
+/// A compile cache: per key (a hash of what decides the result: source,
+/// flags, options), `<key>.ll` (the IR), `<key>.fail` (the cause) and,
+/// for IR that needed repairs, `<key>.repaired` (what they added). Every
+/// file is written atomically, so a killed compile leaves nothing a later
+/// run takes for a result.
+pub struct Cache {
+    dir: PathBuf,
+    /// Keys live under `dir/<first two hex digits>/` (large caches).
+    sharded: bool,
+}
+
+impl Cache {
+    pub fn new(dir: &Path, sharded: bool) -> Cache {
+        Cache { dir: dir.to_path_buf(), sharded }
+    }
+
+    fn dir_of(&self, key: &str) -> PathBuf {
+        if self.sharded {
+            self.dir.join(&key[..2.min(key.len())])
+        } else {
+            self.dir.clone()
+        }
+    }
+
+    /// The cached result for `key`, if any.
+    pub fn lookup(&self, key: &str) -> Option<Compiled> {
+        let dir = self.dir_of(key);
+        let ir = dir.join(format!("{key}.ll"));
+        if ir.exists() {
+            return Some(Compiled::Ir { repaired: dir.join(format!("{key}.repaired")).exists(), path: ir });
+        }
+        let cause = std::fs::read_to_string(dir.join(format!("{key}.fail"))).ok()?;
+        Some(Compiled::Failed { cause: cause.trim().to_string() })
+    }
+
+    /// The result for `key`: cached, or compiled in up to `rounds` rounds
+    /// (the first as the source is, each later one after a repair), in a
+    /// fresh directory, the IR read from its `output`. A source that still
+    /// fails counts under the first round's first error. An error only
+    /// when clang cannot be run or the cache cannot be written.
+    pub fn compile(&self, key: &str, rounds: usize, output: &str, task: &mut impl Repairs) -> Result<Compiled> {
+        if let Some(done) = self.lookup(key) {
+            return Ok(done);
+        }
+        let dir = self.dir_of(key);
+        std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        let work = tempfile::tempdir_in(&dir).with_context(|| format!("{}: cannot create a temporary directory", dir.display()))?;
+        let (ir, fail) = (dir.join(format!("{key}.ll")), dir.join(format!("{key}.fail")));
+        let mut first = String::new();
+        for round in 0..rounds.max(1) {
+            let run = task.attempt(work.path())?;
+            if run.status.success() {
+                if round > 0 {
+                    let mark = dir.join(format!("{key}.repaired"));
+                    write_bytes_atomically(&mark, Durability::Atomic, format!("{}\n", task.record()).as_bytes())?;
+                }
+                let out = work.path().join(output);
+                std::fs::rename(&out, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
+                return Ok(Compiled::Ir { path: ir, repaired: round > 0 });
+            }
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            if round == 0 {
+                first = first_error(&stderr);
+            }
+            if round + 1 == rounds || !task.repair(&stderr) {
+                break;
+            }
+        }
+        let cause = if first.is_empty() { "clang failed without an error message".to_string() } else { first };
+        write_bytes_atomically(&fail, Durability::Atomic, format!("{cause}\n").as_bytes())?;
+        Ok(Compiled::Failed { cause })
+    }
 }
 
 /// The first `error:` of clang's output, quoted names replaced by `X`: a

@@ -129,14 +129,7 @@ pub fn clang() -> PathBuf {
     std::env::var_os("PROGRAML_CLANG").map_or_else(|| PathBuf::from(CLANG), PathBuf::from)
 }
 
-/// What became of one kernel source.
-#[derive(Clone, Debug)]
-pub enum Compiled {
-    /// Its IR, and whether it needed repairs.
-    Ir { path: PathBuf, repaired: bool },
-    /// clang's first error, with quoted names replaced by `X` (the cause).
-    Failed { cause: String },
-}
+pub use crate::harness::Compiled;
 
 /// A hex key of a source text.
 pub fn source_key(src: &str) -> String {
@@ -150,48 +143,28 @@ pub fn source_key(src: &str) -> String {
 /// each file is written atomically. An error is returned only when clang
 /// cannot be run or the cache cannot be written.
 pub fn compile_kernel(src: &str, cache: &Path, clang: &Path) -> Result<Compiled> {
-    let key = source_key(src);
-    let ir = cache.join(format!("{key}.ll"));
-    let fail = cache.join(format!("{key}.fail"));
-    let repaired_mark = cache.join(format!("{key}.repaired"));
-    if ir.exists() {
-        return Ok(Compiled::Ir { repaired: repaired_mark.exists(), path: ir });
+    struct Kernel<'a> {
+        clang: &'a Path,
+        src: String,
+        prelude: Vec<String>,
+        stubs: usize,
     }
-    if let Ok(cause) = std::fs::read_to_string(&fail) {
-        return Ok(Compiled::Failed { cause: cause.trim().to_string() });
-    }
-    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
-    let work = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
-    let input = work.path().join("kernel.cl");
-    let output = work.path().join("kernel.ll");
-    let mut src = src.to_string();
-    let mut prelude: Vec<String> = Vec::new();
-    let mut stubs = 0;
-    let mut first_error = String::new();
-    for round in 0..REPAIR_ROUNDS {
-        let text = format!("{}\n#line 1 \"kernel.cl\"\n{src}", prelude.join("\n"));
-        std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
-        let run = crate::harness::run_clang(clang, None, CLANG_FLAGS, &[], &output, &input)?;
-        if run.status.success() {
-            let repaired = round > 0;
-            if repaired {
-                std::fs::write(&repaired_mark, prelude.join("\n") + "\n")
-                    .with_context(|| format!("{}: cannot write", repaired_mark.display()))?;
-            }
-            std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
-            return Ok(Compiled::Ir { path: ir, repaired });
+    impl crate::harness::Repairs for Kernel<'_> {
+        fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
+            let input = work.join("kernel.cl");
+            let text = format!("{}\n#line 1 \"kernel.cl\"\n{}", self.prelude.join("\n"), self.src);
+            std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
+            crate::harness::run_clang(self.clang, None, CLANG_FLAGS, &[], &work.join("kernel.ll"), &input)
         }
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        if round == 0 {
-            first_error = crate::harness::first_error(&stderr);
+        fn repair(&mut self, stderr: &str) -> bool {
+            repair(stderr, &mut self.src, &mut self.prelude, &mut self.stubs)
         }
-        if !repair(&stderr, &mut src, &mut prelude, &mut stubs) {
-            break;
+        fn record(&self) -> String {
+            self.prelude.join("\n")
         }
     }
-    let cause = if first_error.is_empty() { "clang failed without an error message".to_string() } else { first_error };
-    programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
-    Ok(Compiled::Failed { cause })
+    let mut kernel = Kernel { clang, src: src.to_string(), prelude: Vec::new(), stubs: 0 };
+    crate::harness::Cache::new(cache, false).compile(&source_key(src), REPAIR_ROUNDS, "kernel.ll", &mut kernel)
 }
 
 /// A diagnostic of `kernel.cl`: line (1-based), column (1-based), kind, text.

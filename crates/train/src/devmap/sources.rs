@@ -226,34 +226,46 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
         h.write(f.as_bytes());
     }
     let key = format!("{:016x}", h.finish());
-    let ir = cache.join(format!("{key}.ll"));
-    let fail = cache.join(format!("{key}.fail"));
-    if ir.exists() {
-        return Ok(Module::Ir(ir));
+    // One round: the real sources are compiled as they are, never repaired.
+    struct Build<'a> {
+        clang: &'a Path,
+        dir: &'a Path,
+        input: Option<&'a Path>,
+        embedded: Option<&'a [u8]>,
+        options: Vec<String>,
     }
-    if let Ok(cause) = std::fs::read_to_string(&fail) {
-        return Ok(Module::Failed(cause.trim().to_string()));
+    impl crate::harness::Repairs for Build<'_> {
+        fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
+            let input = match (self.embedded, self.input) {
+                (Some(bytes), _) => {
+                    let p = work.join("kernel.cl");
+                    std::fs::write(&p, bytes).with_context(|| format!("{}: cannot write", p.display()))?;
+                    p
+                }
+                (None, Some(path)) => path.to_path_buf(),
+                (None, None) => unreachable!("a unit has a file or an embedded source"),
+            };
+            crate::harness::run_clang(self.clang, Some(self.dir), CLANG_FLAGS, &self.options, &work.join("kernel.ll"), &input)
+        }
+        fn repair(&mut self, _: &str) -> bool {
+            false
+        }
+        fn record(&self) -> String {
+            String::new()
+        }
     }
-    std::fs::create_dir_all(cache).with_context(|| format!("{}: cannot create", cache.display()))?;
-    let work = tempfile::tempdir_in(cache).with_context(|| format!("{}: cannot create a temporary directory", cache.display()))?;
-    let output = work.path().join("kernel.ll");
-    let input = if unit.embedded {
-        let p = work.path().join("kernel.cl");
-        std::fs::write(&p, &bytes).with_context(|| format!("{}: cannot write", p.display()))?;
-        p
-    } else {
-        path.clone()
-    };
     let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
-    let run = crate::harness::run_clang(clang, Some(&dir), CLANG_FLAGS, &options, &output, &input)?;
-    if run.status.success() {
-        std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
-        return Ok(Module::Ir(ir));
-    }
-    let cause = crate::harness::first_error(&String::from_utf8_lossy(&run.stderr));
-    let cause = if cause.is_empty() { "clang failed without an error message".to_string() } else { cause };
-    programl::fsutil::write_bytes_atomically(&fail, programl::fsutil::Durability::Atomic, format!("{cause}\n").as_bytes())?;
-    Ok(Module::Failed(cause))
+    let mut task = Build {
+        clang,
+        dir: &dir,
+        input: (!unit.embedded).then_some(path.as_path()),
+        embedded: unit.embedded.then_some(bytes.as_slice()),
+        options,
+    };
+    Ok(match crate::harness::Cache::new(cache, false).compile(&key, 1, "kernel.ll", &mut task)? {
+        crate::harness::Compiled::Ir { path, .. } => Module::Ir(path),
+        crate::harness::Compiled::Failed { cause } => Module::Failed(cause),
+    })
 }
 
 /// The graph of `unit`'s module (compiled under `cache`) and its kernels'

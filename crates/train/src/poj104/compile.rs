@@ -86,14 +86,7 @@ pub fn clang() -> PathBuf {
     std::env::var_os("PROGRAML_CLANG").map_or_else(|| PathBuf::from(CLANG), PathBuf::from)
 }
 
-/// What became of one source.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Compiled {
-    /// Its IR, and whether it needed repairs.
-    Ir { path: PathBuf, repaired: bool },
-    /// The cause: clang's first error, quoted names replaced by `X`.
-    Failed { cause: String },
-}
+pub use crate::harness::Compiled;
 
 /// One compiler configuration and its cache directory.
 pub struct Harness {
@@ -163,58 +156,45 @@ impl Harness {
     /// are written atomically. An error only when clang cannot be run or
     /// the cache cannot be written.
     pub fn compile(&self, source: &[u8]) -> Result<Compiled> {
+        struct Program<'a> {
+            harness: &'a Harness,
+            src: String,
+            defines: Vec<String>,
+        }
+        impl Repairs for Program<'_> {
+            fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
+                let input = work.join("prog.cpp");
+                let text = if self.defines.is_empty() {
+                    self.src.clone()
+                } else {
+                    format!("{}\n#line 1 \"prog.cpp\"\n{}", self.defines.join("\n"), self.src)
+                };
+                std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
+                let h = self.harness;
+                Command::new(&h.clang)
+                    .args(&h.flags)
+                    .args(&h.include)
+                    .args(["-o", "prog.ll", "prog.cpp"]) // diagnostics name `prog.cpp`
+                    .current_dir(work)
+                    .output()
+                    .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", h.clang.display()))
+            }
+            fn repair(&mut self, stderr: &str) -> bool {
+                repair(stderr, &mut self.src, &mut self.defines)
+            }
+            fn record(&self) -> String {
+                self.defines.join("\n")
+            }
+        }
         let mut h = Fnv1a::default();
         h.write(source);
         let key = format!("{:016x}", h.finish());
-        let shard = self.dir.join(&key[..2]);
-        let ir = shard.join(format!("{key}.ll"));
-        let fail = shard.join(format!("{key}.fail"));
-        let repaired_mark = shard.join(format!("{key}.repaired"));
-        if ir.exists() {
-            return Ok(Compiled::Ir { repaired: repaired_mark.exists(), path: ir });
-        }
-        if let Ok(cause) = std::fs::read_to_string(&fail) {
-            return Ok(Compiled::Failed { cause: cause.trim().to_string() });
-        }
-        std::fs::create_dir_all(&shard).with_context(|| format!("{}: cannot create", shard.display()))?;
-        let work = tempfile::tempdir_in(&shard).with_context(|| format!("{}: cannot create a temporary directory", shard.display()))?;
-        let input = work.path().join("prog.cpp");
-        let output = work.path().join("prog.ll");
-        let mut src = String::from_utf8_lossy(source).into_owned();
-        let mut defines: Vec<String> = Vec::new();
-        let mut first = String::new();
-        for round in 0..REPAIR_ROUNDS {
-            let text = if defines.is_empty() { src.clone() } else { format!("{}\n#line 1 \"prog.cpp\"\n{src}", defines.join("\n")) };
-            std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
-            let run = Command::new(&self.clang)
-                .args(&self.flags)
-                .args(&self.include)
-                .args(["-o", "prog.ll", "prog.cpp"]) // diagnostics name `prog.cpp`
-                .current_dir(work.path())
-                .output()
-                .with_context(|| format!("cannot run {} (set PROGRAML_CLANG to clang 16)", self.clang.display()))?;
-            if run.status.success() {
-                if round > 0 {
-                    write_bytes_atomically(&repaired_mark, Durability::Atomic, format!("{}\n", defines.join("\n")).as_bytes())?;
-                }
-                std::fs::rename(&output, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
-                return Ok(Compiled::Ir { path: ir, repaired: round > 0 });
-            }
-            let stderr = String::from_utf8_lossy(&run.stderr);
-            if round == 0 {
-                first = first_error(&stderr);
-            }
-            if !repair(&stderr, &mut src, &mut defines) {
-                break;
-            }
-        }
-        let cause = if first.is_empty() { "clang failed without an error message".to_string() } else { first };
-        write_bytes_atomically(&fail, Durability::Atomic, format!("{cause}\n").as_bytes())?;
-        Ok(Compiled::Failed { cause })
+        let mut program = Program { harness: self, src: String::from_utf8_lossy(source).into_owned(), defines: Vec::new() };
+        Cache::new(&self.dir, true).compile(&key, REPAIR_ROUNDS, "prog.ll", &mut program)
     }
 }
 
-use crate::harness::{first_error, offset};
+use crate::harness::{first_error, offset, Cache, Repairs};
 
 /// One round of repairs from clang's `stderr` on `prog.cpp`: edits `src`
 /// and adds to `defines`. False if nothing applies.
