@@ -46,10 +46,66 @@ impl Progress {
     }
 }
 
+/// The CPU seconds one clang run may take (`PROGRAML_CLANG_CPU_LIMIT`,
+/// default 60): a dataset's sources compile in milliseconds each, but one
+/// pathological program at -O3 can take clang hours, and a compile of
+/// 200,000 programs would wait on it. A run over the limit is stopped by
+/// the kernel (`RLIMIT_CPU`) and counts as failed, under
+/// [`CPU_LIMIT_CAUSE`].
+pub fn clang_cpu_limit() -> u64 {
+    std::env::var("PROGRAML_CLANG_CPU_LIMIT").ok().and_then(|v| v.parse().ok()).filter(|&s| s > 0).unwrap_or(60)
+}
+
+/// The cause a run stopped by [`clang_cpu_limit`] counts under.
+pub const CPU_LIMIT_CAUSE: &str = "clang ran past its CPU time limit (PROGRAML_CLANG_CPU_LIMIT)";
+
+/// `clang` as a command whose process may use at most
+/// [`clang_cpu_limit`] seconds of CPU.
+pub fn clang_command(clang: &Path) -> std::process::Command {
+    limited_command(clang, clang_cpu_limit())
+}
+
+/// `program` as a command whose process may use at most `seconds` of CPU.
+fn limited_command(program: &Path, seconds: u64) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let seconds = seconds as libc::rlim_t;
+        // SAFETY: between fork and exec only setrlimit runs, which is
+        // async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Soft limit: SIGXCPU; the hard limit a little later: SIGKILL.
+                let limit = libc::rlimit { rlim_cur: seconds, rlim_max: seconds + 5 };
+                if libc::setrlimit(libc::RLIMIT_CPU, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd
+}
+
+/// Whether a clang run was stopped by its CPU time limit.
+pub fn over_cpu_limit(status: &std::process::ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        matches!(status.signal(), Some(libc::SIGXCPU) | Some(libc::SIGKILL))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        false
+    }
+}
+
 /// Runs `clang FLAGS OPTIONS -o OUTPUT INPUT` (in `cwd` if given) and
 /// returns its output; an error only when clang cannot be started.
 pub fn run_clang(clang: &Path, cwd: Option<&Path>, flags: &[&str], options: &[String], output: &Path, input: &Path) -> Result<std::process::Output> {
-    let mut cmd = std::process::Command::new(clang);
+    let mut cmd = clang_command(clang);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -144,6 +200,11 @@ impl Cache {
                 std::fs::rename(&out, &ir).with_context(|| format!("{}: cannot write", ir.display()))?;
                 return Ok(Compiled::Ir { path: ir, repaired: round > 0 });
             }
+            if over_cpu_limit(&run.status) {
+                // No repair makes it faster.
+                first = if round == 0 { CPU_LIMIT_CAUSE.to_string() } else { first };
+                break;
+            }
             let stderr = String::from_utf8_lossy(&run.stderr);
             if round == 0 {
                 first = first_error(&stderr);
@@ -216,6 +277,16 @@ mod tests {
         assert_eq!(offset(text, 2, 4), Some(6));
         assert_eq!(offset(text, 2, 20), None, "past the end");
         assert_eq!(offset(text, 0, 1), None);
+    }
+
+    #[test]
+    fn a_run_past_its_cpu_limit_is_stopped_and_recognised() {
+        let start = std::time::Instant::now();
+        let out = limited_command(Path::new("sh"), 1).args(["-c", "while :; do :; done"]).output().unwrap();
+        assert!(over_cpu_limit(&out.status), "{:?}", out.status);
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "stopped after {:?}", start.elapsed());
+        let fine = limited_command(Path::new("sh"), 1).args(["-c", "exit 3"]).output().unwrap();
+        assert!(!over_cpu_limit(&fine.status) && fine.status.code() == Some(3));
     }
 
     #[test]

@@ -25,7 +25,6 @@
 //! so a second run, or `eval` on the same programs, compiles nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
@@ -126,7 +125,7 @@ impl Harness {
                 .filter(|f| !matches!(*f, "-S" | "-emit-llvm"))
                 .map(|f| if f == "c++" { "c++-header" } else { f })
                 .collect();
-            let run = Command::new(clang)
+            let run = crate::harness::clang_command(clang)
                 .args(&header_flags)
                 .arg(&header)
                 .arg("-o")
@@ -171,7 +170,7 @@ impl Harness {
                 };
                 std::fs::write(&input, text).with_context(|| format!("{}: cannot write", input.display()))?;
                 let h = self.harness;
-                Command::new(&h.clang)
+                crate::harness::clang_command(&h.clang)
                     .args(&h.flags)
                     .args(&h.include)
                     .args(["-o", "prog.ll", "prog.cpp"]) // diagnostics name `prog.cpp`
