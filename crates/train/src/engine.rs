@@ -52,8 +52,26 @@ pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, p
 /// [`train_step`] with the settling term of adaptive-depth training
 /// ([`Ggnn::settling_loss_and_gradients`]) weighted `stability` (0: none).
 pub fn settling_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64) -> f64 {
+    clipped_step(model, opt, input, steps, pos_weight, stability, 0.0)
+}
+
+/// [`settling_step`] with the gradients scaled down, all by one factor,
+/// to a global L2 norm of at most `clip` where they exceed it (`clip` 0:
+/// never): back-propagation through hundreds of steps (adaptive depth)
+/// can meet a batch whose gradients explode, and one such update undoes
+/// hours of training.
+pub fn clipped_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64, clip: f64) -> f64 {
     tune_allocator();
-    let g = model.settling_loss_and_gradients(input, steps, true, pos_weight, stability);
+    let mut g = model.settling_loss_and_gradients(input, steps, true, pos_weight, stability);
+    if clip > 0.0 {
+        let norm = g.grads.iter().map(|t| t.square().sum(Kind::Double).double_value(&[])).sum::<f64>().sqrt();
+        if norm > clip {
+            let scale = clip / norm;
+            for t in &mut g.grads {
+                *t *= scale;
+            }
+        }
+    }
     opt.step_with(&model.parameters(), &g.grads);
     g.loss.double_value(&[])
 }

@@ -101,6 +101,8 @@ pub struct Adaptive {
     pub stop_max_steps: i64,
     pub extra_steps: i64,
     pub stability: f64,
+    #[serde(default)]
+    pub clip_norm: f64,
 }
 
 impl Recipe {
@@ -175,6 +177,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             stop_max_steps: phase.adaptive.as_ref().map_or(400, |a| a.stop_max_steps),
             extra_steps: phase.adaptive.as_ref().map_or(10, |a| a.extra_steps),
             stability: phase.adaptive.as_ref().map_or(1.0, |a| a.stability),
+            clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
             state_dropout: s.state_dropout,
             pos_weight: s.pos_weight,
             batch_nodes: s.batch_nodes,

@@ -39,7 +39,7 @@ use tch::Device;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Examples;
-use crate::engine::{evaluate, evaluate_with, settling_step, Evaluation, Predictor};
+use crate::engine::{clipped_step, evaluate, evaluate_with, Evaluation, Predictor};
 use crate::optim::AdamW;
 
 /// A bound on a run: wall time or examples, cumulative across resumes.
@@ -138,6 +138,12 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1.0)]
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub stability: f64,
+    /// Scale each batch's gradients down to this global L2 norm where they
+    /// exceed it (0: never). For adaptive depth, whose batches
+    /// back-propagate through hundreds of steps.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clip_norm: f64,
     /// Dropout on the GRU state at every step in training. Upstream's
     /// DeepDataFlow runs set it to 0 (`tasks/dataflow/flags/programl.txt`,
     /// `--graph_state_dropout=0.0`; 0.2 is only its model's default, which
@@ -190,6 +196,10 @@ fn one() -> f64 {
 
 fn is_one(x: &f64) -> bool {
     *x == 1.0
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn ddf30() -> String {
@@ -397,6 +407,9 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(0.0..1.0).contains(&args.state_dropout) {
         bail!("--state-dropout {} is not in [0, 1)", args.state_dropout);
     }
+    if !(args.clip_norm.is_finite() && args.clip_norm >= 0.0) {
+        bail!("--clip-norm {} is not a finite norm >= 0", args.clip_norm);
+    }
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
@@ -576,7 +589,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
                 }
                 None => (args.steps, 0.0),
             };
-            let loss = settling_step(&model, &mut opt, &input, steps, args.pos_weight, stability);
+            let loss = clipped_step(&model, &mut opt, &input, steps, args.pos_weight, stability, args.clip_norm);
             if !loss.is_finite() {
                 bail!("the training loss is {loss} at {} examples: stopping (checkpoint at the last good state)", state.examples_seen);
             }

@@ -652,7 +652,7 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     let out = dir.path().join("run");
     let mut args = train_args(data, &out, "300");
     args.extend(
-        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2"]
+        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2", "--clip-norm", "5"]
             .map(String::from),
     );
     run(trainer().args(&args));
@@ -702,4 +702,5 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     assert!(refused(&["--stop-tolerance=-1"]).contains("--stop-tolerance -1"));
     assert!(refused(&["--stop-tolerance", "0.1", "--stop-max-steps", "0"]).contains("--stop-max-steps 0"));
     assert!(refused(&["--subset", "ddf-7"]).contains("--subset 'ddf-7'"));
+    assert!(refused(&["--clip-norm=-2"]).contains("--clip-norm -2"));
 }
