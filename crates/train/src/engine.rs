@@ -224,3 +224,41 @@ pub fn evaluate_with(
     let _ = BUCKETS;
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use programl::batch::{GraphInput, Sample};
+    use programl::builder::{build_file, BuildOptions};
+    use programl_model::Hyper;
+    use std::path::Path;
+
+    /// `clipped_step` scales the whole gradient to the norm asked for, and
+    /// leaves a smaller one alone: after one step from zero moments,
+    /// AdamW's second moments sum to `(1 − β₂) ‖g‖²`.
+    #[test]
+    fn clipping_scales_the_gradient_to_its_norm() {
+        let graph = build_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/branches.ll"), &BuildOptions::default()).unwrap();
+        let vocabulary = crate::devmap::vocabulary_of(std::slice::from_ref(&graph));
+        let input = GraphInput::new(&graph, &vocabulary).unwrap();
+        let positives = [1u32, 2, 3];
+        let batch = Batch::from_samples(&[Sample { graph: &input, root: Some(1), positives: Some(&positives) }]).unwrap();
+        let hyper = Hyper { steps: 4, state_dropout: 0.0, ..Hyper::spec(vocabulary.len()) };
+        let second_moments = |clip: f64| {
+            tch::manual_seed(5);
+            let model = Ggnn::new(&hyper, tch::Device::Cpu);
+            let prepared = Prepared::new(&batch, &hyper, tch::Device::Cpu);
+            let mut opt = AdamW::new(&model.parameters(), 1e-3);
+            clipped_step(&model, &mut opt, &prepared, 4, 1.0, 0.5, clip);
+            let names: Vec<&str> = model.named_parameters().iter().map(|(n, _)| *n).collect();
+            opt.named_state(&names).iter().filter(|(n, _)| n.starts_with("v.")).map(|(_, t)| t.sum(Kind::Double).double_value(&[])).sum::<f64>()
+        };
+        let free = second_moments(0.0);
+        let beta = free / second_moments(1e9); // a clip above the norm: unchanged
+        assert!((beta - 1.0).abs() < 1e-9, "{beta}");
+        let clipped = second_moments(1e-4);
+        // (1 − β₂) ‖g‖² with ‖g‖ = 1e-4, β₂ = 0.999: 1e-11.
+        assert!((clipped / 1e-11 - 1.0).abs() < 1e-3, "clipped second moments {clipped}");
+        assert!(free > 1e3 * clipped, "the unclipped gradient is far larger: {free}");
+    }
+}
