@@ -71,6 +71,8 @@ pub struct Gradients {
     /// Mean cross-entropy over the batch's nodes (a scalar tensor), plus
     /// the settling term where one was asked for.
     pub loss: Tensor,
+    /// The steps the forward ran.
+    pub steps: i64,
     /// One tensor per parameter, in [`Ggnn::parameters`] order.
     pub grads: Vec<Tensor>,
 }
@@ -172,6 +174,22 @@ pub fn class_weights(classes: i64, pos_weight: f64, device: tch::Device) -> Tens
     Tensor::from_slice(&w).to_device(device)
 }
 
+/// When a training forward stops ([`Ggnn::settling_until`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Until {
+    /// The largest movement of a state entry in one step that counts as
+    /// settled (the stopping rule's tolerance).
+    pub tolerance: f64,
+    /// Steps run before the test applies (the examples' recorded need).
+    pub min_steps: i64,
+}
+
+impl Until {
+    fn settled(&self, next: &Tensor, h: &Tensor) -> bool {
+        (next - h).abs().max().double_value(&[]) <= self.tolerance
+    }
+}
+
 /// The settling term of [`Ggnn::settling_loss_and_gradients`]: its loss
 /// (a scalar) and its gradient with respect to `h_T` (that with respect
 /// to `h_{T−1}` is the negation), or `None` when it is off or there was no
@@ -225,13 +243,37 @@ impl Ggnn {
     /// [`Ggnn::loss_and_gradients_with`].
     #[doc(hidden)]
     pub fn settling_with(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64, fused: bool) -> Gradients {
+        self.until_with(input, steps, None, dropout, pos_weight, stability, fused)
+    }
+
+    /// [`Ggnn::settling_loss_and_gradients`] trained as adaptive depth
+    /// infers: the forward runs at least `until.min_steps` steps, then
+    /// stops at the first step that moves no state entry of the batch by
+    /// more than `until.tolerance`, or at `cap`; the loss and its
+    /// gradients are taken there ([`Gradients::steps`] says where).
+    pub fn settling_until(&self, input: &Prepared, cap: i64, until: Until, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+        self.until_with(input, cap, Some(until), dropout, pos_weight, stability, self.device() == tch::Device::Cpu)
+    }
+
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn until_with(
+        &self,
+        input: &Prepared,
+        steps: i64,
+        until: Option<Until>,
+        dropout: bool,
+        pos_weight: f64,
+        stability: f64,
+        fused: bool,
+    ) -> Gradients {
         assert!(stability >= 0.0 && stability.is_finite(), "stability {stability} is not a finite weight >= 0");
         tch::no_grad(|| {
             if fused {
                 assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
-                self.bptt_fused(input, steps, dropout, pos_weight, stability)
+                self.bptt_fused(input, steps, until, dropout, pos_weight, stability)
             } else {
-                self.bptt(input, steps, dropout, pos_weight, stability)
+                self.bptt(input, steps, until, dropout, pos_weight, stability)
             }
         })
     }
@@ -247,7 +289,7 @@ impl Ggnn {
     /// gradient by row and the gate table's by position, without
     /// per-edge tensors) and the `W` products. Dropout masks are drawn
     /// as in [`Ggnn::bptt`].
-    fn bptt_fused(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+    fn bptt_fused(&self, input: &Prepared, steps: i64, until: Option<Until>, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
         use crate::ggnn::{block_products, view_mut};
         use kernels::backward::{self, ByRow};
         use kernels::forward::{self, Edges, GruTape, Layout};
@@ -391,8 +433,12 @@ impl Ggnn {
             } else {
                 None
             };
+            let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
             tape.push(Saved { h, h_op, a, a_op, r, z, n: nn, ghn, mask });
             h = next;
+            if settled {
+                break;
+            }
         }
         let h_t = h;
         let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
@@ -519,10 +565,10 @@ impl Ggnn {
             Some((l, _)) => head.loss + l,
             None => head.loss,
         };
-        Gradients { loss, grads }
+        Gradients { loss, grads, steps: tape.len() as i64 }
     }
 
-    fn bptt(&self, input: &Prepared, steps: i64, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+    fn bptt(&self, input: &Prepared, steps: i64, until: Option<Until>, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let device = self.device();
@@ -562,8 +608,12 @@ impl Ggnn {
             } else {
                 None
             };
+            let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
             tape.push(Step { h, gathered, a, rz, n: new, ghn, h_op, a_op, mask });
             h = next;
+            if settled {
+                break;
+            }
         }
         let h_t = h;
 
@@ -657,7 +707,7 @@ impl Ggnn {
             Some((l, _)) => head.loss + l,
             None => head.loss,
         };
-        Gradients { loss, grads }
+        Gradients { loss, grads, steps: tape.len() as i64 }
     }
 
     /// The readout and the loss, forward and backward, from the final and

@@ -30,7 +30,7 @@ mod ggnn;
 pub mod libtorch;
 mod workspace;
 
-pub use bptt::{class_weights, Gradients};
+pub use bptt::{class_weights, Gradients, Until};
 pub use ggnn::{
     hand_products, sinusoids, with_library_products, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM, TEXT_DIM,
 };

@@ -6,7 +6,7 @@
 use programl::batch::{Batch, GraphInput, Sample, SplitMix64};
 use programl::graph::{Edge, Flow};
 use programl::vocab::{Counts, Vocabulary};
-use programl_model::{Ggnn, Hyper, Prepared};
+use programl_model::{Ggnn, Hyper, Prepared, Until};
 use tch::{Device, Tensor};
 
 fn vocabulary(texts: &[String]) -> Vocabulary {
@@ -256,5 +256,29 @@ fn settling_term_gradients_match_autograd() {
         }
         let plain = by_hand(&model, &prepared, steps, false, 1);
         assert!((plain.0 - theirs.0).abs() > 1e-4);
+    }
+}
+
+/// Training as adaptive depth infers ([`Ggnn::settling_until`]): with a
+/// tolerance nothing exceeds, the forward stops right at `min_steps` and
+/// its loss and gradients are those of a fixed run of that many steps;
+/// with a zero tolerance it runs to the cap; both paths stop alike.
+#[test]
+fn a_training_forward_stops_where_the_rule_would() {
+    let _generator = generator();
+    let (vocab, batch) = random_batch(6);
+    let hyper = Hyper::spec(vocab.len());
+    tch::manual_seed(15);
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    for fused in [true, false] {
+        let loose = model.until_with(&prepared, 40, Some(Until { tolerance: 1e9, min_steps: 3 }), false, 1.0, 0.5, fused);
+        assert_eq!(loose.steps, 3);
+        let fixed = model.settling_with(&prepared, 3, false, 1.0, 0.5, fused);
+        assert_eq!(fixed.steps, 3);
+        assert!(loose.loss.equal(&fixed.loss));
+        assert!(loose.grads.iter().zip(&fixed.grads).all(|(a, b)| a.equal(b)));
+        let strict = model.until_with(&prepared, 9, Some(Until { tolerance: 0.0, min_steps: 1 }), false, 1.0, 0.5, fused);
+        assert_eq!(strict.steps, 9, "a zero tolerance runs the cap");
     }
 }

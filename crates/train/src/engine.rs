@@ -61,8 +61,28 @@ pub fn settling_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64
 /// can meet a batch whose gradients explode, and one such update undoes
 /// hours of training.
 pub fn clipped_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64, clip: f64) -> f64 {
+    until_step(model, opt, input, steps, None, pos_weight, stability, clip).0
+}
+
+/// [`clipped_step`] whose forward, given `until`, runs as adaptive depth
+/// infers ([`Ggnn::settling_until`], `steps` the cap). Returns the loss and
+/// the steps run.
+#[allow(clippy::too_many_arguments)]
+pub fn until_step(
+    model: &Ggnn,
+    opt: &mut AdamW,
+    input: &Prepared,
+    steps: i64,
+    until: Option<programl_model::Until>,
+    pos_weight: f64,
+    stability: f64,
+    clip: f64,
+) -> (f64, i64) {
     tune_allocator();
-    let mut g = model.settling_loss_and_gradients(input, steps, true, pos_weight, stability);
+    let mut g = match until {
+        Some(u) => model.settling_until(input, steps, u, true, pos_weight, stability),
+        None => model.settling_loss_and_gradients(input, steps, true, pos_weight, stability),
+    };
     if clip > 0.0 {
         let norm = g.grads.iter().map(|t| t.square().sum(Kind::Double).double_value(&[])).sum::<f64>().sqrt();
         if norm > clip {
@@ -73,7 +93,7 @@ pub fn clipped_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64,
         }
     }
     opt.step_with(&model.parameters(), &g.grads);
-    g.loss.double_value(&[])
+    (g.loss.double_value(&[]), g.steps)
 }
 
 /// The same step through autograd ([`Ggnn::forward`] and `backward`): the

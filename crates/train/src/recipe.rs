@@ -103,6 +103,8 @@ pub struct Adaptive {
     pub stability: f64,
     #[serde(default)]
     pub clip_norm: f64,
+    #[serde(default)]
+    pub until_settled: bool,
 }
 
 impl Recipe {
@@ -178,6 +180,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             extra_steps: phase.adaptive.as_ref().map_or(10, |a| a.extra_steps),
             stability: phase.adaptive.as_ref().map_or(1.0, |a| a.stability),
             clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
+            until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
             pos_weight: s.pos_weight,
             batch_nodes: s.batch_nodes,

@@ -33,13 +33,13 @@ use programl::vocab::Vocabulary;
 use programl_dataset::{Dataset, Split, Subset};
 use programl_infer::config::Stop;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
-use programl_model::{Ggnn, Hyper, Prepared};
+use programl_model::{Ggnn, Hyper, Prepared, Until};
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Examples;
-use crate::engine::{clipped_step, evaluate, evaluate_with, Evaluation, Predictor};
+use crate::engine::{evaluate, evaluate_with, until_step, Evaluation, Predictor};
 use crate::optim::AdamW;
 
 /// A bound on a run: wall time or examples, cumulative across resumes.
@@ -138,6 +138,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1.0)]
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub stability: f64,
+    /// Adaptive depth: train as the rule infers. Each batch runs its
+    /// examples' step count plus the drawn margin, then on until no state
+    /// entry of the batch moves by more than the tolerance (or the cap),
+    /// and the loss is taken there; without it, at the margin's end.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub until_settled: bool,
     /// Scale each batch's gradients down to this global L2 norm where they
     /// exceed it (0: never). For adaptive depth, whose batches
     /// back-propagate through hundreds of steps.
@@ -582,14 +589,18 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             let batch = train.batch(ids);
             let input = Prepared::new(&batch, &hyper, device);
             tch::manual_seed(mix(args.seed ^ mix(state.batches_total + 1)) as i64);
-            let (steps, stability) = match &stop {
-                Some(_) => {
+            let (steps, until, stability) = match &stop {
+                Some(s) => {
                     let needed = ids.iter().map(|&i| train.examples[i].steps).max().unwrap_or(1);
-                    (args.adaptive_steps(needed, state.batches_total + 1), args.stability)
+                    let least = args.adaptive_steps(needed, state.batches_total + 1);
+                    match args.until_settled {
+                        true => (s.max_steps, Some(Until { tolerance: s.tolerance, min_steps: least }), args.stability),
+                        false => (least, None, args.stability),
+                    }
                 }
-                None => (args.steps, 0.0),
+                None => (args.steps, None, 0.0),
             };
-            let loss = clipped_step(&model, &mut opt, &input, steps, args.pos_weight, stability, args.clip_norm);
+            let (loss, _) = until_step(&model, &mut opt, &input, steps, until, args.pos_weight, stability, args.clip_norm);
             if !loss.is_finite() {
                 bail!("the training loss is {loss} at {} examples: stopping (checkpoint at the last good state)", state.examples_seen);
             }

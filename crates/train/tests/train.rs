@@ -652,7 +652,7 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     let out = dir.path().join("run");
     let mut args = train_args(data, &out, "300");
     args.extend(
-        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2", "--clip-norm", "5"]
+        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2", "--clip-norm", "5", "--until-settled"]
             .map(String::from),
     );
     run(trainer().args(&args));
@@ -667,6 +667,7 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/state.json")).unwrap()).unwrap();
     assert_eq!(state["args"]["subset"], "ddf");
     assert_eq!(state["args"]["stop_tolerance"], 0.05);
+    assert_eq!(state["args"]["until_settled"], true);
 
     let eval = |extra: &[&str]| -> serde_json::Value {
         let o = run(trainer()
