@@ -175,7 +175,7 @@ impl Wide {
 /// (all `n` nodes when the batch has no graph boundaries).
 fn active_runs(graphs: &[usize], done: &[bool], n: usize) -> Vec<Range<usize>> {
     if graphs.len() < 2 {
-        return vec![0..n];
+        return Vec::from([0..n]);
     }
     let mut runs: Vec<Range<usize>> = Vec::new();
     for (g, _) in done.iter().enumerate().filter(|(_, &d)| !d) {
