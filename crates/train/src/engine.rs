@@ -46,27 +46,17 @@ pub fn tune_allocator() {
 /// gradients by hand ([`Ggnn::loss_and_gradients`], no autograd), AdamW
 /// update. Returns the loss.
 pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64) -> f64 {
-    settling_step(model, opt, input, steps, pos_weight, 0.0)
+    until_step(model, opt, input, steps, None, pos_weight, 0.0, 0.0).0
 }
 
-/// [`train_step`] with the settling term of adaptive-depth training
-/// ([`Ggnn::settling_loss_and_gradients`]) weighted `stability` (0: none).
-pub fn settling_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64) -> f64 {
-    clipped_step(model, opt, input, steps, pos_weight, stability, 0.0)
-}
-
-/// [`settling_step`] with the gradients scaled down, all by one factor,
-/// to a global L2 norm of at most `clip` where they exceed it (`clip` 0:
-/// never): back-propagation through hundreds of steps (adaptive depth)
-/// can meet a batch whose gradients explode, and one such update undoes
-/// hours of training.
-pub fn clipped_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64, stability: f64, clip: f64) -> f64 {
-    until_step(model, opt, input, steps, None, pos_weight, stability, clip).0
-}
-
-/// [`clipped_step`] whose forward, given `until`, runs as adaptive depth
-/// infers ([`Ggnn::settling_until`], `steps` the cap). Returns the loss and
-/// the steps run.
+/// [`train_step`] for adaptive depth: the settling term
+/// ([`Ggnn::settling_loss_and_gradients`]) weighted `stability` (0: none);
+/// given `until`, a forward that runs as the stopping rule infers
+/// ([`Ggnn::settling_until`], `steps` the cap); and the gradients scaled
+/// down, all by one factor, to a global L2 norm of at most `clip` where
+/// they exceed it (`clip` 0: never), since back-propagation through
+/// hundreds of steps can meet a batch whose gradients explode. Returns the
+/// loss and the steps run.
 #[allow(clippy::too_many_arguments)]
 pub fn until_step(
     model: &Ggnn,
@@ -253,12 +243,13 @@ mod tests {
     use programl_model::Hyper;
     use std::path::Path;
 
-    /// `clipped_step` scales the whole gradient to the norm asked for, and
+    /// `until_step` scales the whole gradient to the norm asked for, and
     /// leaves a smaller one alone: after one step from zero moments,
     /// AdamW's second moments sum to `(1 − β₂) ‖g‖²`.
     #[test]
     fn clipping_scales_the_gradient_to_its_norm() {
-        let graph = build_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/branches.ll"), &BuildOptions::default()).unwrap();
+        let graph =
+            build_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/branches.ll"), &BuildOptions::default()).unwrap();
         let vocabulary = crate::devmap::vocabulary_of(std::slice::from_ref(&graph));
         let input = GraphInput::new(&graph, &vocabulary).unwrap();
         let positives = [1u32, 2, 3];
@@ -269,9 +260,13 @@ mod tests {
             let model = Ggnn::new(&hyper, tch::Device::Cpu);
             let prepared = Prepared::new(&batch, &hyper, tch::Device::Cpu);
             let mut opt = AdamW::new(&model.parameters(), 1e-3);
-            clipped_step(&model, &mut opt, &prepared, 4, 1.0, 0.5, clip);
+            until_step(&model, &mut opt, &prepared, 4, None, 1.0, 0.5, clip);
             let names: Vec<&str> = model.named_parameters().iter().map(|(n, _)| *n).collect();
-            opt.named_state(&names).iter().filter(|(n, _)| n.starts_with("v.")).map(|(_, t)| t.sum(Kind::Double).double_value(&[])).sum::<f64>()
+            opt.named_state(&names)
+                .iter()
+                .filter(|(n, _)| n.starts_with("v."))
+                .map(|(_, t)| t.sum(Kind::Double).double_value(&[]))
+                .sum::<f64>()
         };
         let free = second_moments(0.0);
         let beta = free / second_moments(1e9); // a clip above the norm: unchanged

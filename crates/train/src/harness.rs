@@ -53,7 +53,14 @@ impl Progress {
 /// the kernel (`RLIMIT_CPU`) and counts as failed, under
 /// [`CPU_LIMIT_CAUSE`].
 pub fn clang_cpu_limit() -> u64 {
-    std::env::var("PROGRAML_CLANG_CPU_LIMIT").ok().and_then(|v| v.parse().ok()).filter(|&s| s > 0).unwrap_or(60)
+    static LIMIT: OnceLock<u64> = OnceLock::new();
+    *LIMIT.get_or_init(|| match std::env::var("PROGRAML_CLANG_CPU_LIMIT") {
+        Err(_) => 60,
+        Ok(v) => v.trim().parse().ok().filter(|&s: &u64| s > 0).unwrap_or_else(|| {
+            eprintln!("warning: PROGRAML_CLANG_CPU_LIMIT={v:?} is not a positive number of seconds; using 60");
+            60
+        }),
+    })
 }
 
 /// The cause a run stopped by [`clang_cpu_limit`] counts under.
@@ -104,7 +111,14 @@ pub fn over_cpu_limit(status: &std::process::ExitStatus) -> bool {
 
 /// Runs `clang FLAGS OPTIONS -o OUTPUT INPUT` (in `cwd` if given) and
 /// returns its output; an error only when clang cannot be started.
-pub fn run_clang(clang: &Path, cwd: Option<&Path>, flags: &[&str], options: &[String], output: &Path, input: &Path) -> Result<std::process::Output> {
+pub fn run_clang(
+    clang: &Path,
+    cwd: Option<&Path>,
+    flags: &[&str],
+    options: &[String],
+    output: &Path,
+    input: &Path,
+) -> Result<std::process::Output> {
     let mut cmd = clang_command(clang);
     if let Some(dir) = cwd {
         cmd.current_dir(dir);

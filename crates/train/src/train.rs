@@ -525,6 +525,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         let t = e.total;
         let (ran, needed) = e.steps.iter().fold((0, 0), |(r, n), &(a, b)| (r + a, n + b));
         let per_example = |x: u64| stop.as_ref().map(|_| x as f64 / e.examples.max(1) as f64);
+        let (steps_run, steps_needed) = (per_example(ran), per_example(needed));
         state.history.push(Row {
             kind: "val".into(),
             examples: state.examples_seen,
@@ -533,10 +534,10 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             precision: Some(t.precision()),
             recall: Some(t.recall()),
             f1: Some(t.f1()),
-            steps_run: per_example(ran),
-            steps_needed: per_example(needed),
+            steps_run,
+            steps_needed,
         });
-        let depth = match (per_example(ran), per_example(needed)) {
+        let depth = match (steps_run, steps_needed) {
             (Some(r), Some(n)) => format!(", steps run {r:.1} per example (needed {n:.1})"),
             _ => String::new(),
         };

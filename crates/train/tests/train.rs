@@ -652,8 +652,22 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     let out = dir.path().join("run");
     let mut args = train_args(data, &out, "300");
     args.extend(
-        ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--stability", "2", "--clip-norm", "5", "--until-settled"]
-            .map(String::from),
+        [
+            "--subset",
+            "ddf",
+            "--stop-tolerance",
+            "0.05",
+            "--stop-max-steps",
+            "40",
+            "--extra-steps",
+            "3",
+            "--stability",
+            "2",
+            "--clip-norm",
+            "5",
+            "--until-settled",
+        ]
+        .map(String::from),
     );
     run(trainer().args(&args));
     let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("model/config.json")).unwrap()).unwrap();

@@ -230,20 +230,19 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
     struct Build<'a> {
         clang: &'a Path,
         dir: &'a Path,
-        input: Option<&'a Path>,
-        embedded: Option<&'a [u8]>,
+        /// The program's file, or the embedded kernel's text.
+        input: std::result::Result<&'a Path, &'a [u8]>,
         options: Vec<String>,
     }
     impl crate::harness::Repairs for Build<'_> {
         fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
-            let input = match (self.embedded, self.input) {
-                (Some(bytes), _) => {
+            let input = match self.input {
+                Ok(path) => path.to_path_buf(),
+                Err(bytes) => {
                     let p = work.join("kernel.cl");
                     std::fs::write(&p, bytes).with_context(|| format!("{}: cannot write", p.display()))?;
                     p
                 }
-                (None, Some(path)) => path.to_path_buf(),
-                (None, None) => unreachable!("a unit has a file or an embedded source"),
             };
             crate::harness::run_clang(self.clang, Some(self.dir), CLANG_FLAGS, &self.options, &work.join("kernel.ll"), &input)
         }
@@ -255,13 +254,7 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
         }
     }
     let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
-    let mut task = Build {
-        clang,
-        dir: &dir,
-        input: (!unit.embedded).then_some(path.as_path()),
-        embedded: unit.embedded.then_some(bytes.as_slice()),
-        options,
-    };
+    let mut task = Build { clang, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
     Ok(match crate::harness::Cache::new(cache, false).compile(&key, 1, "kernel.ll", &mut task)? {
         crate::harness::Compiled::Ir { path, .. } => Module::Ir(path),
         crate::harness::Compiled::Failed { cause } => Module::Failed(cause),
@@ -270,7 +263,12 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
 
 /// The graph of `unit`'s module (compiled under `cache`) and its kernels'
 /// names, or why there is none.
-pub fn module_graph(unit: &Unit, root: &Path, cache: &Path, clang: &Path) -> Result<std::result::Result<(ProgramGraph, Vec<String>), String>> {
+pub fn module_graph(
+    unit: &Unit,
+    root: &Path,
+    cache: &Path,
+    clang: &Path,
+) -> Result<std::result::Result<(ProgramGraph, Vec<String>), String>> {
     Ok(match compile(unit, root, cache, &cache.join("stubs"), clang)? {
         Module::Failed(cause) => Err(cause),
         Module::Ir(path) => {
