@@ -206,8 +206,6 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
         log::debug!(target: PASS_NAME, "{name}: transfer= and wgsize= are inputs of graph-level device mapping; unused by a {task} bundle");
     }
 
-    let model = open_in_runtime(p, &bundle, &mut t)?;
-
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
     let anchors = Anchors::new(module, &graph)?;
@@ -223,6 +221,8 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
 
     // The bundle's T, or 0: its stopping rule (`hyper.stop`) decides.
     let steps = p.steps.unwrap_or(if config.hyper.stop.is_some() { 0 } else { config.hyper.steps });
+    let work = (graph.node_count() as u64).saturating_mul(roots.len() as u64).saturating_mul(step_bound(p, config));
+    let model = open_in_runtime(p, &bundle, &mut t, work)?;
     let clock = Instant::now();
     let mut results: Vec<RootResult> = Vec::with_capacity(roots.len());
     let mut batcher = Batcher::new(BATCH_NODES);
@@ -345,12 +345,25 @@ unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::
     Ok(bundle)
 }
 
+/// The most steps a prediction with `p` runs: `steps=`, else the bundle's
+/// T, else its stopping rule's cap (200 where the rule names none).
+fn step_bound(p: &Params, config: &bundle::Config) -> u64 {
+    let rule_cap = || config.hyper.stop.as_ref().and_then(|s| s.get("max_steps")).and_then(serde_json::Value::as_u64).unwrap_or(200);
+    match p.steps {
+        Some(steps) => steps.max(1) as u64,
+        None if config.hyper.stop.is_some() => rule_cap(),
+        None => config.hyper.steps.max(1) as u64,
+    }
+}
+
 /// The runtime, and `bundle` opened in it (both once per process), checked
-/// against what the pass read of the bundle.
-fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings) -> Result<std::sync::Arc<runtime::Model>, String> {
+/// against what the pass read of the bundle. `work` (nodes × steps of the
+/// module's predictions) is what `device=auto` decides by.
+fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings, work: u64) -> Result<std::sync::Arc<runtime::Model>, String> {
     let shown = bundle.dir.display();
     let clock = Instant::now();
-    let device = runtime::resolve(p.device);
+    let device = runtime::resolve(p.device, work);
+    log::debug!(target: PASS_NAME, "device={} for {work} node-steps: {device:?}", p.device.name());
     if let Some(isa) = p.isa {
         isa.check()?;
     }
@@ -500,7 +513,6 @@ unsafe fn run_graph(
         }
     };
     let config = &bundle.config;
-    let model = open_in_runtime(p, &bundle, &mut t)?;
 
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
@@ -517,6 +529,7 @@ unsafe fn run_graph(
     let batch = Batch::from_samples(&samples).map_err(|e| e.to_string())?;
     t.features = ms(clock);
     let steps = p.steps.unwrap_or(if config.hyper.stop.is_some() { 0 } else { config.hyper.steps });
+    let model = open_in_runtime(p, &bundle, &mut t, (batch.node_count() as u64).saturating_mul(step_bound(p, config)))?;
     let clock = Instant::now();
     let every_aux: Vec<f32> = (0..inputs.len()).flat_map(|_| aux.iter().copied()).collect();
     let all = model.predict_graph(&batch, &every_aux, steps, p.threads, p.dtype, p.isa)?;

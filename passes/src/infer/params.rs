@@ -40,7 +40,9 @@ pub const ENV_RUNTIME: &str = "PROGRAML_RUNTIME";
 /// `device=`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Device {
-    /// The CUDA runtime if a GPU is present (`/dev/nvidia0`), else the CPU.
+    /// The CUDA runtime if a GPU is present (`/dev/nvidia0`) and the
+    /// module's work repays its start ([`super::runtime::AUTO_CUDA_MIN_WORK`]),
+    /// else the CPU.
     #[default]
     Auto,
     Cpu,

@@ -85,11 +85,31 @@ pub fn plugin_path() -> Option<PathBuf> {
     }
 }
 
-/// The device `device` resolves to: `auto` is CUDA where a GPU is
-/// present, else the CPU.
-pub fn resolve(device: Device) -> Device {
+/// The least work (nodes × steps, summed over the module's batches) for
+/// which `device=auto` runs on a GPU. The CUDA runtime costs about 1.1 s
+/// a process before its first prediction (libtorch, the CUDA context, the
+/// bundle on the device), while the CPU starts at once. Measured on an
+/// H100 beside a Xeon (docs/perf/learned-pass.md, "`device=cuda` on an
+/// NVIDIA H100"): one CPU thread runs about 3.5 M node-steps a second, so
+/// the start is worth about 4 M; ten roots of tinyxml2.cpp (4.3 M) took
+/// 2.1 s on the CPU and 1.6 s with CUDA, compress.c's (3.1 M) 1.3 s and
+/// 1.5 s, and every root of huffman.c (40 M) 11.5 s and 3.1 s. 8 M keeps
+/// a CPU thread busy for about 2.3 s, twice the start; below it the CPU runs,
+/// so a compile per unit at the default roots stays on the CPU and a build
+/// that leaves the pass on pays no libtorch on a GPU machine.
+pub const AUTO_CUDA_MIN_WORK: u64 = 8_000_000;
+
+/// The device `device` resolves to for `work` (nodes × steps): `auto` is
+/// CUDA where a GPU is present and the work reaches
+/// [`AUTO_CUDA_MIN_WORK`], else the CPU.
+pub fn resolve(device: Device, work: u64) -> Device {
+    resolve_with(device, work, gpu_present)
+}
+
+/// [`resolve`], asking `gpu` whether a GPU is present (only for `auto`).
+pub fn resolve_with(device: Device, work: u64, gpu: impl FnOnce() -> bool) -> Device {
     match device {
-        Device::Auto if gpu_present() => Device::Cuda,
+        Device::Auto if work >= AUTO_CUDA_MIN_WORK && gpu() => Device::Cuda,
         Device::Auto => Device::Cpu,
         other => other,
     }
@@ -398,4 +418,33 @@ fn precision_code(p: programl_infer::Precision) -> i32 {
 /// Milliseconds since `start`.
 pub fn ms(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_takes_the_gpu_only_for_work_that_repays_its_start() {
+        let big = AUTO_CUDA_MIN_WORK;
+        let small = AUTO_CUDA_MIN_WORK - 1;
+        // No GPU: the CPU, whatever the work.
+        assert_eq!(resolve_with(Device::Auto, big, || false), Device::Cpu);
+        // A GPU: the CPU below the bound (the GPU is not even looked for),
+        // CUDA at and above it.
+        assert_eq!(resolve_with(Device::Auto, small, || panic!("looked for a GPU for small work")), Device::Cpu);
+        assert_eq!(resolve_with(Device::Auto, big, || true), Device::Cuda);
+        assert_eq!(resolve_with(Device::Auto, u64::MAX, || true), Device::Cuda);
+        // An explicit device is kept.
+        for work in [0, small, big] {
+            assert_eq!(resolve_with(Device::Cpu, work, || true), Device::Cpu);
+            assert_eq!(resolve_with(Device::Cuda, work, || false), Device::Cuda);
+        }
+        // The measured units (T = 30): ten roots of tinyxml2.cpp (14,491
+        // nodes; 2.1 s on a CPU thread, 1.6 s with CUDA) stay on the CPU;
+        // every root of huffman.c (1,571 nodes, 848 roots; 11.5 s and
+        // 3.1 s) goes to the GPU.
+        assert_eq!(resolve_with(Device::Auto, 14_491 * 10 * 30, || true), Device::Cpu);
+        assert_eq!(resolve_with(Device::Auto, 1_571 * 848 * 30, || true), Device::Cuda);
+    }
 }
