@@ -16,7 +16,7 @@ use programl::graph::{Flow, NodeKind, ProgramGraph};
 fn graph_of_file(path: &Path, mode: Mode) -> ProgramGraph {
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
-    let g = build(&module, &BuildOptions { mode });
+    let g = build(&module, &BuildOptions { mode, ..Default::default() });
     programl::builder::check(&module, &g, mode).unwrap_or_else(|e| panic!("{}: invalid graph: {e:#?}", path.display()));
     g
 }
@@ -331,7 +331,7 @@ fn check_catches_what_validate_cannot() {
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, &path).unwrap();
     for mode in [Mode::Paper, Mode::Programl03] {
-        let g = build(&module, &BuildOptions { mode });
+        let g = build(&module, &BuildOptions { mode, ..Default::default() });
         programl::builder::check(&module, &g, mode).unwrap();
         // `store i32 %n, ptr @counter`: operand 0 is an i32, operand 1 a ptr.
         let store = g
@@ -378,5 +378,43 @@ fn check_catches_what_validate_cannot() {
         bad.graph[b] = na;
         let text = errors(&bad);
         assert!(text.contains("instructions out of layout order"), "{mode:?}: {text}");
+    }
+}
+
+/// The models' graphs (`BuildOptions::MODEL`) leave out the debug
+/// intrinsics and their declarations, so that a `-g` build featurises
+/// exactly as the same build without `-g`: the same nodes (kind and text),
+/// in the same order, with the same edges. The default graphs keep them.
+#[test]
+fn model_graphs_leave_out_debug_intrinsics() {
+    let structure = |g: &ProgramGraph| {
+        let nodes: Vec<(NodeKind, String)> = g.graph.node_weights().map(|n| (n.kind, n.text.clone())).collect();
+        let mut edges: Vec<(u32, u32, Flow, u32)> =
+            g.graph.edge_references().map(|e| (e.source().index() as u32, e.target().index() as u32, e.weight().flow, e.weight().position)).collect();
+        edges.sort_unstable_by_key(|&(s, t, f, p)| (s, t, f as u8, p));
+        let functions: Vec<String> = g.functions.iter().map(|f| f.name.clone()).collect();
+        (nodes, edges, functions)
+    };
+    let is_dbg_call = |g: &ProgramGraph| g.graph.node_weights().any(|n| n.full_text.as_deref().is_some_and(|t| t.contains("@llvm.dbg.")));
+    for level in ["-O0", "-O2"] {
+        let with_g = clang(LOOP_C, &[level, "-g"]);
+        let without = clang(LOOP_C, &[level]);
+        assert!(std::fs::read_to_string(&with_g).unwrap().contains("call void @llvm.dbg."), "{level} -g has no debug intrinsics");
+        let load = |path: &Path, options: &BuildOptions| {
+            let context = inkwell::context::Context::create();
+            let module = programl::ir::load_module(&context, path).unwrap();
+            build(&module, options)
+        };
+        let kept = load(&with_g, &BuildOptions::default());
+        assert!(is_dbg_call(&kept), "{level}: the default graph keeps the debug intrinsics");
+        assert!(kept.functions.iter().any(|f| f.name.starts_with("llvm.dbg.")));
+        let dropped = load(&with_g, &BuildOptions::MODEL);
+        assert!(!is_dbg_call(&dropped) && !dropped.functions.iter().any(|f| f.name.starts_with("llvm.dbg.")), "{level}");
+        assert!(dropped.node_count() < kept.node_count());
+        dropped.validate().unwrap_or_else(|e| panic!("{level}: {e:?}"));
+        let plain = load(&without, &BuildOptions::MODEL);
+        assert!(structure(&dropped) == structure(&plain), "{level}: -g changes the models' graph");
+        // Without debug info, the models' graph is the default one.
+        assert!(structure(&plain) == structure(&load(&without, &BuildOptions::default())), "{level}");
     }
 }

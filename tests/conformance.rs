@@ -80,7 +80,7 @@ fn check_ir(oracle: &Oracle, name: &str, ir: &str) -> Outcome {
         Ok(m) => m,
         Err(e) => return Outcome::LoadFailed(e.to_string()),
     };
-    let ours = build(&module, &BuildOptions { mode: Mode::Programl03 });
+    let ours = build(&module, &BuildOptions { mode: Mode::Programl03, ..Default::default() });
     if let Err(errors) = check(&module, &ours, Mode::Programl03) {
         return Outcome::Invalid(errors.into_iter().take(3).collect::<Vec<_>>().join("; "));
     }

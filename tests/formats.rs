@@ -86,7 +86,7 @@ fn compile(dir: &Path, name: &str, source: &str, typed: bool) -> PathBuf {
 fn build_file(ll: &Path, mode: Mode) -> ProgramGraph {
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, ll).unwrap_or_else(|e| panic!("{e}"));
-    let g = build(&module, &BuildOptions { mode });
+    let g = build(&module, &BuildOptions { mode, ..Default::default() });
     programl::builder::check(&module, &g, mode).unwrap_or_else(|e| panic!("{}: {mode:?}: invalid graph: {e:#?}", ll.display()));
     g
 }

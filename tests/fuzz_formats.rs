@@ -132,7 +132,7 @@ fn seeds() -> Vec<(String, Format, Vec<u8>)> {
         let context = inkwell::context::Context::create();
         let module = programl::ir::load_module(&context, &ll).unwrap_or_else(|e| panic!("{e}"));
         for mode in [Mode::Paper, Mode::Programl03] {
-            let g = build(&module, &BuildOptions { mode });
+            let g = build(&module, &BuildOptions { mode, ..Default::default() });
             check(&module, &g, mode).unwrap_or_else(|e| panic!("{}: {mode:?}: {e:#?}", ll.display()));
             for format in READABLE {
                 let mut bytes = Vec::new();

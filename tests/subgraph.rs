@@ -31,7 +31,7 @@ fn compile(source: &Path, defines: &[&str]) -> ProgramGraph {
         .status()
         .unwrap();
     assert!(status.success(), "clang {}", source.display());
-    build_file(&ll, &BuildOptions { mode: Mode::Paper }).unwrap()
+    build_file(&ll, &BuildOptions { mode: Mode::Paper, ..Default::default() }).unwrap()
 }
 
 /// `full_text` without the numbers of attribute groups (` #4`) and

@@ -54,7 +54,7 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
         panic!("{} is set", config::ENV_PANIC_FOR_TESTING);
     }
     let settings = config::resolve(params)?;
-    let graph = build(module, &BuildOptions { mode: settings.mode });
+    let graph = build(module, &BuildOptions { mode: settings.mode, ..Default::default() });
     let write = |out: &mut dyn Write| write_graph(&graph, settings.format, out);
     match &settings.out {
         Output::Stdout => {

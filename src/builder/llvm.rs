@@ -182,6 +182,17 @@ pub fn is_declaration(f: LLVMValueRef) -> bool {
     unsafe { LLVMIsDeclaration(f) != 0 }
 }
 
+/// Whether `v` is a function named `llvm.dbg.*` (`llvm.dbg.declare`,
+/// `llvm.dbg.value`, `llvm.dbg.assign`, `llvm.dbg.label`).
+pub fn is_debug_intrinsic(v: LLVMValueRef) -> bool {
+    if unsafe { LLVMGetValueKind(v) } != LLVMValueKind::LLVMFunctionValueKind {
+        return false;
+    }
+    let mut len = 0;
+    let p = unsafe { LLVMGetValueName2(v, &mut len) };
+    !p.is_null() && unsafe { std::slice::from_raw_parts(p as *const u8, len) }.starts_with(b"llvm.dbg.")
+}
+
 pub fn name(v: LLVMValueRef) -> String {
     let mut len = 0;
     let p = unsafe { LLVMGetValueName2(v, &mut len) };

@@ -20,7 +20,7 @@ mod paper;
 
 pub use check::check;
 
-use inkwell::llvm_sys::prelude::LLVMModuleRef;
+use inkwell::llvm_sys::prelude::{LLVMModuleRef, LLVMValueRef};
 use inkwell::module::Module;
 
 use crate::graph::{self, ProgramGraph};
@@ -50,6 +50,40 @@ impl Mode {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BuildOptions {
     pub mode: Mode,
+    /// Leave out the debug-info intrinsics (calls of `llvm.dbg.*`, and the
+    /// declarations of those functions). They describe source variables,
+    /// not the program, and LLVM requires that they change no generated
+    /// code; kept, they are a quarter of the instructions of a `-g -O2`
+    /// unit. Paper mode only: compat mode reproduces ProGraML 0.3.2, which
+    /// keeps them.
+    pub drop_debug_intrinsics: bool,
+}
+
+impl BuildOptions {
+    /// The graphs the models are trained on and predict from: paper mode
+    /// without debug intrinsics ([`BuildOptions::drop_debug_intrinsics`]),
+    /// so a `-g` build featurises exactly as the same build without `-g`
+    /// (the training corpora have no debug info), and the learned pass
+    /// decides alike. Every path from IR to a model uses it: dataset
+    /// building, training and evaluation on IR files, and the pass.
+    pub const MODEL: BuildOptions = BuildOptions { mode: Mode::Paper, drop_debug_intrinsics: true };
+}
+
+/// Whether `f` is a debug-info intrinsic (a function named `llvm.dbg.*`),
+/// which [`BuildOptions::drop_debug_intrinsics`] leaves out with its calls.
+///
+/// # Safety
+/// `f` is a valid value.
+pub unsafe fn is_debug_intrinsic(f: LLVMValueRef) -> bool {
+    llvm::is_debug_intrinsic(f)
+}
+
+/// Whether `inst` calls a debug-info intrinsic.
+///
+/// # Safety
+/// `inst` is a valid instruction.
+pub unsafe fn is_debug_intrinsic_call(inst: LLVMValueRef) -> bool {
+    llvm::called_value(inst).is_some_and(|c| llvm::is_debug_intrinsic(c))
 }
 
 /// Builds the program graph of `module`.
@@ -78,7 +112,7 @@ pub unsafe fn build_raw(module: LLVMModuleRef, options: &BuildOptions) -> Progra
     m.features.insert(graph::FEATURE_DATA_LAYOUT.to_string(), llvm::data_layout(module));
     g.modules.push(m);
     match options.mode {
-        Mode::Paper => paper::build(module, g),
+        Mode::Paper => paper::build(module, g, options.drop_debug_intrinsics),
         Mode::Programl03 => compat::build(module, g),
     }
 }

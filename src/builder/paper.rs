@@ -22,7 +22,7 @@ use crate::graph::{Flow, Function, Node, NodeKind, ProgramGraph};
 
 type Id = NodeIndex<u32>;
 
-pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> ProgramGraph {
+pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debug: bool) -> ProgramGraph {
     let mut p = Printer::new(module, false);
     // Variable and constant node of each value.
     let mut values: FxHashMap<LLVMValueRef, Id> = FxHashMap::default();
@@ -37,6 +37,9 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
     let mut block_ends: FxHashMap<LLVMBasicBlockRef, (Id, Id)> = FxHashMap::default();
 
     for f in llvm::functions(module) {
+        if drop_debug && llvm::is_debug_intrinsic(f) {
+            continue;
+        }
         let fid = g.functions.len() as u32;
         g.functions.push(Function { name: llvm::name(f), module: 0, entry: None });
         if llvm::is_declaration(f) {
@@ -69,6 +72,9 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph) -> Progra
             let mut first = None;
             let mut prev: Option<Id> = None;
             for inst in llvm::instructions(b) {
+                if drop_debug && llvm::called_value(inst).is_some_and(llvm::is_debug_intrinsic) {
+                    continue;
+                }
                 let node = g.add_node(Node {
                     kind: NodeKind::Instruction,
                     text: llvm::opcode_name(inst).to_string(),

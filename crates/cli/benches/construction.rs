@@ -123,7 +123,7 @@ fn main() {
             match programl::ir::parse_module(&context, &text, &name) {
                 Ok(module) => {
                     let t1 = Instant::now();
-                    let g = build(&module, &BuildOptions { mode });
+                    let g = build(&module, &BuildOptions { mode, ..Default::default() });
                     build_only.push(t1.elapsed());
                     nodes += g.node_count();
                     edges += g.edge_count();

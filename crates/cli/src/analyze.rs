@@ -39,7 +39,7 @@ struct Line<'a> {
 }
 
 pub fn run(args: &AnalyzeArgs) -> Result<bool> {
-    let graph = build_file(&args.file, &BuildOptions::default())?;
+    let graph = build_file(&args.file, &BuildOptions::MODEL)?;
     let mut analyzer = Analyzer::new(&graph);
     let roots = match args.root {
         Some(r) => vec![r],

@@ -225,7 +225,7 @@ fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8
 
 fn graph(args: &GraphArgs) -> Result<bool> {
     let (files, format, output, jobs) = (&args.files, args.format, args.output.as_deref(), args.jobs);
-    let options = &BuildOptions { mode: args.compat.unwrap_or_default() };
+    let options = &BuildOptions { mode: args.compat.unwrap_or_default(), ..Default::default() };
     let inputs = collect_inputs(files)?;
     if inputs.is_empty() {
         bail!("no .ll or .bc files in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" "));

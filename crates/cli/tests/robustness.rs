@@ -41,7 +41,7 @@ fn build_all_ways(path: &Path) -> Result<(usize, usize), Vec<String>> {
     let mut size = (0, 0);
     let mut problems = Vec::new();
     for mode in [Mode::Paper, Mode::Programl03] {
-        let g = match fuzz::no_panic(|| build(&module, &BuildOptions { mode })) {
+        let g = match fuzz::no_panic(|| build(&module, &BuildOptions { mode, ..Default::default() })) {
             Ok(g) => g,
             Err(panic) => {
                 problems.push(format!("{mode:?}: the builder panicked: {panic}"));
@@ -197,7 +197,7 @@ fn corpus_graphs_pass_check() {
                     }
                 };
                 for mode in [Mode::Paper, Mode::Programl03] {
-                    let g = build(&module, &BuildOptions { mode });
+                    let g = build(&module, &BuildOptions { mode, ..Default::default() });
                     graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let Err(errors) = check(&module, &g, mode) {
                         failures.lock().unwrap().push(format!(
@@ -236,7 +236,7 @@ fn compile(dir: &Path, flags: &[&str], out: &str) -> PathBuf {
 fn texts(path: &Path) -> Vec<String> {
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, path).unwrap_or_else(|e| panic!("{e}"));
-    build(&module, &BuildOptions { mode: Mode::Programl03 }).graph.node_weights().map(|n| n.text.clone()).collect()
+    build(&module, &BuildOptions { mode: Mode::Programl03, ..Default::default() }).graph.node_weights().map(|n| n.text.clone()).collect()
 }
 
 #[test]

@@ -365,7 +365,7 @@ fn label_file(input: &Input, seed: u64) -> Msg {
 /// Builds, labels and encodes one file. Errors name the file.
 fn label(input: &Input, seed: u64) -> Result<Msg, String> {
     let t0 = Instant::now();
-    let graph = build_file(&input.path, &BuildOptions::default()).map_err(|e| e.to_string())?;
+    let graph = build_file(&input.path, &BuildOptions::MODEL).map_err(|e| e.to_string())?;
     let graph_time = t0.elapsed();
     let key = split_key(Path::new(&input.relative));
     let split = split_of(&key);

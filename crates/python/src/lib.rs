@@ -128,7 +128,7 @@ fn build_ir(py: Python<'_>, data: Vec<u8>, name: String, mode: &str) -> PyResult
     let graph = py.detach(move || -> Result<ProgramGraph, String> {
         let context = inkwell::context::Context::create();
         let module = programl::ir::parse_module(&context, &data, &name).map_err(|e| e.to_string())?;
-        Ok(build(&module, &BuildOptions { mode }))
+        Ok(build(&module, &BuildOptions { mode, ..Default::default() }))
     });
     graph.map(|graph| Graph { graph }).map_err(value_error)
 }

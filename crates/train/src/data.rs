@@ -133,7 +133,7 @@ impl Examples {
             .map(|file| {
                 let context = inkwell::context::Context::create();
                 let module = programl::ir::load_module(&context, file).map_err(|e| e.to_string())?;
-                let graph = build(&module, &BuildOptions::default());
+                let graph = build(&module, &BuildOptions::MODEL);
                 let mut analyzer = Analyzer::new(&graph);
                 let mut examples = Vec::new();
                 for root in analyzer.sampled_roots(task, seed) {

@@ -52,7 +52,7 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
             // One load: the graph and, for device mapping, the kernels' names.
             let context = inkwell::context::Context::create();
             let module = programl::ir::load_module(&context, file).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let graph = programl::builder::build(&module, &BuildOptions::default());
+            let graph = programl::builder::build(&module, &BuildOptions::MODEL);
             let kernels = if per_kernel { sources::kernel_names(&module.print_to_string().to_string()) } else { Vec::new() };
             (graph, kernels)
         }
@@ -84,7 +84,7 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
             let bytes = std::fs::read(file).with_context(|| format!("{name}: cannot read"))?;
             match harness.compile(&bytes)? {
                 crate::poj104::compile::Compiled::Ir { path, .. } => {
-                    (build_file(&path, &BuildOptions::default()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?, Vec::new())
+                    (build_file(&path, &BuildOptions::MODEL).map_err(|e| anyhow::anyhow!("{name}: {e}"))?, Vec::new())
                 }
                 crate::poj104::compile::Compiled::Failed { cause } => bail!("{name}: does not compile: {cause}"),
             }

@@ -1,11 +1,13 @@
 //! Where each graph node of a module is in its IR: the anchors that
 //! metadata hangs on.
 //!
-//! The default-mode builder (`programl::builder`, `Mode::Paper`) numbers
-//! nodes as it walks the module: functions in module order (a declaration
+//! The models' builder (`programl::builder`, `BuildOptions::MODEL`: paper
+//! mode without debug intrinsics) numbers nodes as it walks the module:
+//! functions in module order, debug intrinsics left out (a declaration
 //! gets one `; undefined function` placeholder), and in each defined
 //! function its arguments that have uses (variable nodes), then every
-//! instruction in block and layout order, each followed by the variable
+//! instruction in block and layout order but the calls of debug
+//! intrinsics (`llvm.dbg.*`), each followed by the variable
 //! node of its result when the result has uses (linked by a data edge
 //! instruction → variable, the only data edges that leave an instruction);
 //! constants come in between. So the body instructions, taken in node-id
@@ -49,7 +51,8 @@ pub struct Anchors {
     pub args: Vec<Vec<Option<u32>>>,
 }
 
-/// The functions of `module`, in order.
+/// The functions of `module` that the graph has, in order: all but the
+/// debug intrinsics.
 ///
 /// # Safety
 /// `module` is valid.
@@ -57,13 +60,16 @@ pub unsafe fn functions(module: LLVMModuleRef) -> Vec<LLVMValueRef> {
     let mut out = Vec::new();
     let mut f = LLVMGetFirstFunction(module);
     while !f.is_null() {
-        out.push(f);
+        if !programl::builder::is_debug_intrinsic(f) {
+            out.push(f);
+        }
         f = LLVMGetNextFunction(f);
     }
     out
 }
 
-/// The instructions of `f`, in block and layout order.
+/// The instructions of `f` that the graph has, in block and layout order:
+/// all but the calls of debug intrinsics.
 ///
 /// # Safety
 /// `f` is a valid function.
@@ -73,7 +79,9 @@ pub unsafe fn instructions(f: LLVMValueRef) -> Vec<LLVMValueRef> {
     while !b.is_null() {
         let mut i = LLVMGetFirstInstruction(b);
         while !i.is_null() {
-            out.push(i);
+            if !programl::builder::is_debug_intrinsic_call(i) {
+                out.push(i);
+            }
             i = LLVMGetNextInstruction(i);
         }
         b = LLVMGetNextBasicBlock(b);
@@ -86,10 +94,11 @@ fn mismatch(detail: String) -> String {
 }
 
 impl Anchors {
-    /// Pairs the default-mode graph of `module` with its IR.
+    /// Pairs the models' graph of `module` with its IR.
     ///
     /// # Safety
-    /// `graph` was built from `module` (unchanged since) in paper mode.
+    /// `graph` was built from `module` (unchanged since) with
+    /// `BuildOptions::MODEL`.
     pub unsafe fn new(module: LLVMModuleRef, graph: &ProgramGraph) -> Result<Anchors, String> {
         let functions = functions(module);
         if functions.len() != graph.functions.len() {

@@ -37,7 +37,7 @@ use llvm_plugin::inkwell::llvm_sys::core::*;
 use llvm_plugin::inkwell::llvm_sys::prelude::*;
 use programl::analysis::{labelled_nodes, Analyzer, Task};
 use programl::batch::{Batch, Batcher, GraphInput, Sample};
-use programl::builder::{build_raw, BuildOptions, Mode};
+use programl::builder::{build_raw, BuildOptions};
 use programl::graph::{NodeKind, ProgramGraph};
 use programl::metrics::Confusion;
 use serde::Serialize;
@@ -207,7 +207,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     }
 
     let clock = Instant::now();
-    let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
+    let graph = build_raw(module, &BuildOptions::MODEL);
     let anchors = Anchors::new(module, &graph)?;
     t.graph = ms(clock);
 
@@ -515,7 +515,7 @@ unsafe fn run_graph(
     let config = &bundle.config;
 
     let clock = Instant::now();
-    let graph = build_raw(module, &BuildOptions { mode: Mode::Paper });
+    let graph = build_raw(module, &BuildOptions::MODEL);
     // Device mapping decides per kernel: a module with several kernels
     // gives each its own graph; otherwise the module's graph decides.
     let kernels = if metadata::is_device_mapping(&config.task) { kernels(module) } else { Vec::new() };

@@ -337,7 +337,7 @@ impl Kernels {
             match c? {
                 Compiled::Ir { path, repaired: r } => {
                     repaired += r as usize;
-                    match build_file(&path, &BuildOptions::default()) {
+                    match build_file(&path, &BuildOptions::MODEL) {
                         Ok(g) => graphs.push(Some(g)),
                         Err(e) => {
                             *failures.entry(format!("IR does not load: {e}")).or_insert(0) += 1;

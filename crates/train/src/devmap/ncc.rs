@@ -114,7 +114,7 @@ impl Kernels {
             .par_iter()
             .map(|f| match f {
                 None => Err("no NCC IR file for the row".to_string()),
-                Some(p) => build_file(p, &BuildOptions::default()).map_err(|e| format!("IR does not load: {e}")),
+                Some(p) => build_file(p, &BuildOptions::MODEL).map_err(|e| format!("IR does not load: {e}")),
             })
             .collect();
         let mut failures: BTreeMap<String, usize> = BTreeMap::new();

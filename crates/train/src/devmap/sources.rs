@@ -273,7 +273,7 @@ pub fn module_graph(
         Module::Failed(cause) => Err(cause),
         Module::Ir(path) => {
             let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-            match build_file(&path, &BuildOptions::default()) {
+            match build_file(&path, &BuildOptions::MODEL) {
                 Ok(g) => Ok((g, kernel_names(&text))),
                 Err(e) => Err(format!("IR does not load: {e}")),
             }

@@ -195,7 +195,7 @@ impl Corpus {
                     let outcome = match h.compile(&source)? {
                         Compiled::Ir { path, repaired: r } => {
                             repaired.fetch_add(r as usize, Ordering::Relaxed);
-                            match build_file(&path, &BuildOptions::default()) {
+                            match build_file(&path, &BuildOptions::MODEL) {
                                 Ok(g) => {
                                     let texts: Vec<&str> = g.graph.node_weights().map(|n| n.text.as_str()).collect();
                                     let edges = g
