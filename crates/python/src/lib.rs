@@ -33,7 +33,7 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
 }
 
 fn parse_mode(mode: &str) -> PyResult<Mode> {
-    Mode::parse(mode).ok_or_else(|| value_error(format!("mode '{mode}': expected 'paper' or 'programl-0.3'")))
+    Mode::parse(mode).ok_or_else(|| value_error(format!("mode '{mode}': expected 'paper', 'model' or 'programl-0.3'")))
 }
 
 fn parse_task(task: &str) -> PyResult<Task> {
@@ -124,11 +124,12 @@ impl Graph {
 #[pyfunction]
 #[pyo3(signature = (data, name, mode = "paper"))]
 fn build_ir(py: Python<'_>, data: Vec<u8>, name: String, mode: &str) -> PyResult<Graph> {
-    let mode = parse_mode(mode)?;
+    // "model": the graphs the models see (paper mode, debug intrinsics left out).
+    let options = if mode == "model" { BuildOptions::MODEL } else { BuildOptions { mode: parse_mode(mode)?, ..Default::default() } };
     let graph = py.detach(move || -> Result<ProgramGraph, String> {
         let context = inkwell::context::Context::create();
         let module = programl::ir::parse_module(&context, &data, &name).map_err(|e| e.to_string())?;
-        Ok(build(&module, &BuildOptions { mode, ..Default::default() }))
+        Ok(build(&module, &options))
     });
     graph.map(|graph| Graph { graph }).map_err(value_error)
 }

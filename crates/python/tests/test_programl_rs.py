@@ -72,6 +72,20 @@ def test_from_clang_is_clang_then_the_graph(irs, tmp_path):
     assert "k" in k.functions()
 
 
+def test_model_mode_leaves_out_debug_intrinsics():
+    src = ROOT / "examples/hello.c"
+    kept = pg.from_clang(src, ["-O1", "-g"])
+    assert any(f.startswith("llvm.dbg.") for f in kept.functions())
+    model = pg.from_clang(src, ["-O1", "-g"], mode="model")
+    assert not any(f.startswith("llvm.dbg.") for f in model.functions())
+    # The models' graph of a -g build is the graph of the build without -g.
+    plain = pg.from_clang(src, ["-O1"], mode="model")
+    assert [n[:2] for n in model.nodes()] == [n[:2] for n in plain.nodes()]
+    assert model.edges() == plain.edges() and model.node_count < kept.node_count
+    with pytest.raises(ValueError, match="model"):
+        pg.from_clang(src, mode="nonsense")
+
+
 def test_to_networkx_has_upstreams_attributes(irs, tmp_path):
     """Upstream's to_networkx is networkx's node-link reading of graph2json's
     output: the same graph through the 0.3.2 reference binary must give the

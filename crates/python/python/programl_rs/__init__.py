@@ -77,8 +77,11 @@ def _read_if_path(value, what: str) -> tuple[bytes, str]:
 def from_llvm_ir(text_or_path: Union[str, PathLike], *, mode: str = "paper", name: Optional[str] = None) -> ProgramGraph:
     """The graph of LLVM IR text (or a ``.ll`` file): ``programl graph x.ll``.
 
-    ``mode="paper"`` (the CLI's default) or ``"programl-0.3"`` (upstream
-    0.3.2's ``llvm2graph``, node for node). Raises ``ValueError`` naming the
+    ``mode="paper"`` (the CLI's default), ``"model"`` (paper mode without
+    the debug intrinsics, ``llvm.dbg.*``: the graphs the models are trained
+    on and the learned pass predicts from, so use it for
+    :meth:`Bundle.predict` on IR built with ``-g``) or ``"programl-0.3"``
+    (upstream 0.3.2's ``llvm2graph``, node for node). Raises ``ValueError`` naming the
     input when LLVM 16 cannot read it. Releases the GIL while building.
     """
     data, shown = _read_if_path(text_or_path, "LLVM IR")
