@@ -418,3 +418,24 @@ fn model_graphs_leave_out_debug_intrinsics() {
         assert!(structure(&plain) == structure(&load(&without, &BuildOptions::default())), "{level}");
     }
 }
+
+/// `skip_full_text` changes nothing a model reads (kinds, texts, edges,
+/// functions): only every `full_text` is empty. And the graph still
+/// validates.
+#[test]
+fn skipping_full_text_keeps_the_models_input() {
+    let ll = clang(LOOP_C, &["-O2"]);
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, &ll).unwrap();
+    let full = build(&module, &BuildOptions::MODEL);
+    let bare = build(&module, &BuildOptions { skip_full_text: true, ..BuildOptions::MODEL });
+    let shape = |g: &ProgramGraph| {
+        let nodes: Vec<_> = g.graph.node_weights().map(|n| (n.kind, n.text.clone(), n.function, n.block)).collect();
+        let edges: Vec<_> = g.graph.edge_references().map(|e| (e.source(), e.target(), e.weight().flow, e.weight().position)).collect();
+        (nodes, edges, g.functions.iter().map(|f| f.name.clone()).collect::<Vec<_>>())
+    };
+    assert!(shape(&full) == shape(&bare));
+    assert!(full.graph.node_weights().skip(1).all(|n| n.full_text.as_deref().is_some_and(|t| !t.is_empty() || n.text == "; undefined function")));
+    assert!(bare.graph.node_weights().skip(1).all(|n| n.full_text.as_deref() == Some("")));
+    bare.validate().unwrap();
+}

@@ -57,6 +57,12 @@ pub struct BuildOptions {
     /// unit. Paper mode only: compat mode reproduces ProGraML 0.3.2, which
     /// keeps them.
     pub drop_debug_intrinsics: bool,
+    /// Leave every node's `full_text` empty (`Some("")`, node 0's `None`):
+    /// for a caller that reads only kinds, texts and edges, such as a
+    /// graph-level model inside the compiler. Printing each value is most
+    /// of the graph's cost there. Paper mode only; the subexpressions
+    /// analysis reads `full_text`, so a graph for analyses keeps it.
+    pub skip_full_text: bool,
 }
 
 impl BuildOptions {
@@ -66,7 +72,7 @@ impl BuildOptions {
     /// (the training corpora have no debug info), and the learned pass
     /// decides alike. Every path from IR to a model uses it: dataset
     /// building, training and evaluation on IR files, and the pass.
-    pub const MODEL: BuildOptions = BuildOptions { mode: Mode::Paper, drop_debug_intrinsics: true };
+    pub const MODEL: BuildOptions = BuildOptions { mode: Mode::Paper, drop_debug_intrinsics: true, skip_full_text: false };
 }
 
 /// Whether `f` is a debug-info intrinsic (a function named `llvm.dbg.*`),
@@ -112,7 +118,7 @@ pub unsafe fn build_raw(module: LLVMModuleRef, options: &BuildOptions) -> Progra
     m.features.insert(graph::FEATURE_DATA_LAYOUT.to_string(), llvm::data_layout(module));
     g.modules.push(m);
     match options.mode {
-        Mode::Paper => paper::build(module, g, options.drop_debug_intrinsics),
+        Mode::Paper => paper::build(module, g, options.drop_debug_intrinsics, options.skip_full_text),
         Mode::Programl03 => compat::build(module, g),
     }
 }

@@ -22,8 +22,10 @@ use crate::graph::{Flow, Function, Node, NodeKind, ProgramGraph};
 
 type Id = NodeIndex<u32>;
 
-pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debug: bool) -> ProgramGraph {
+pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debug: bool, skip_full_text: bool) -> ProgramGraph {
     let mut p = Printer::new(module, false);
+    // `full_text`, or the empty text where it is not wanted.
+    let text = |print: &mut dyn FnMut() -> String| Some(if skip_full_text { String::new() } else { print() });
     // Variable and constant node of each value.
     let mut values: FxHashMap<LLVMValueRef, Id> = FxHashMap::default();
     // Entry and exits of each function.
@@ -60,7 +62,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
                 let node = g.add_node(Node {
                     kind: NodeKind::Variable,
                     text: p.type_text(ty),
-                    full_text: Some(p.value(arg)),
+                    full_text: text(&mut || p.value(arg)),
                     function: Some(fid),
                     block: block_count,
                 });
@@ -78,7 +80,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
                 let node = g.add_node(Node {
                     kind: NodeKind::Instruction,
                     text: llvm::opcode_name(inst).to_string(),
-                    full_text: Some(p.value(inst)),
+                    full_text: text(&mut || p.value(inst)),
                     function: Some(fid),
                     block: block_count,
                 });
@@ -90,11 +92,11 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
                 insts.push((inst, node));
                 let ty = llvm::type_of(inst);
                 if !llvm::is_void(ty) && llvm::has_uses(inst) {
-                    let full_text = format!("{} {}", p.llvm_type(ty), p.operand(inst));
+                    let full_text = text(&mut || format!("{} {}", p.llvm_type(ty), p.operand(inst)));
                     let var = g.add_node(Node {
                         kind: NodeKind::Variable,
                         text: p.type_text(ty),
-                        full_text: Some(full_text),
+                        full_text,
                         function: Some(fid),
                         block: block_count,
                     });
@@ -128,7 +130,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
                         None => continue, // a use of a value from another function: invalid IR
                     },
                     Operand::Function | Operand::Constant => {
-                        *values.entry(op).or_insert_with(|| constant_node(&mut g, &mut p, op, block_count))
+                        *values.entry(op).or_insert_with(|| constant_node(&mut g, &mut p, op, block_count, skip_full_text))
                     }
                     Operand::Skipped => continue,
                 };
@@ -182,9 +184,15 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
     g
 }
 
-fn constant_node(g: &mut ProgramGraph, p: &mut Printer, c: LLVMValueRef, block: u32) -> Id {
+fn constant_node(g: &mut ProgramGraph, p: &mut Printer, c: LLVMValueRef, block: u32, skip_full_text: bool) -> Id {
     let ty = llvm::type_of(c);
     // Printing a function prints its whole body: name it as an operand.
-    let full_text = if llvm::classify(c) == Operand::Function { format!("{} {}", p.llvm_type(ty), p.operand(c)) } else { p.value(c) };
+    let full_text = if skip_full_text {
+        String::new()
+    } else if llvm::classify(c) == Operand::Function {
+        format!("{} {}", p.llvm_type(ty), p.operand(c))
+    } else {
+        p.value(c)
+    };
     g.add_node(Node { kind: NodeKind::Constant, text: p.type_text(ty), full_text: Some(full_text), function: None, block })
 }

@@ -515,7 +515,7 @@ unsafe fn run_graph(
     let config = &bundle.config;
 
     let clock = Instant::now();
-    let graph = build_raw(module, &BuildOptions::MODEL);
+    let graph = build_raw(module, &BuildOptions { skip_full_text: true, ..BuildOptions::MODEL });
     // Device mapping decides per kernel: a module with several kernels
     // gives each its own graph; otherwise the module's graph decides.
     let kernels = if metadata::is_device_mapping(&config.task) { kernels(module) } else { Vec::new() };
