@@ -207,7 +207,9 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     }
 
     let clock = Instant::now();
-    let graph = build_raw(module, &BuildOptions::MODEL);
+    // Only the subexpressions analysis reads `full_text` (its roots and
+    // verify's labels); the model never does.
+    let graph = build_raw(module, &BuildOptions { skip_full_text: task != Task::Subexpressions, ..BuildOptions::MODEL });
     let anchors = Anchors::new(module, &graph)?;
     t.graph = ms(clock);
 
