@@ -17,8 +17,8 @@ run() { # name file model device extra
   local t0=$(date +%s%N)
   $OPT -load-pass-plugin=$PLUGIN -passes="programl-infer<model=models/$model;device=$dev;$extra>" -S .dev/ir/$f.ll -o $OUTDIR/pass/$name.ll 2> $OUTDIR/pass/$name.err
   local rc=$? t=$(ms $t0)
-  grep -c '!programl' $OUTDIR/pass/$name.ll > /tmp/n 2>/dev/null || echo 0 > /tmp/n
-  echo "$name rc=$rc ms=$t annotated_lines=$(cat /tmp/n) stderr=$(wc -l < $OUTDIR/pass/$name.err): $(head -c 300 $OUTDIR/pass/$name.err | tr '\n' ' ')"
+  local n=$(grep -c '!programl' $OUTDIR/pass/$name.ll 2>/dev/null)
+  echo "$name rc=$rc ms=$t annotated_lines=${n:-0} stderr=$(wc -l < $OUTDIR/pass/$name.err): $(head -c 300 $OUTDIR/pass/$name.err | tr '\n' ' ')"
 }
 if [ "${ONLY:-}" != auto ]; then
 echo "== plain opt"
@@ -32,14 +32,14 @@ for f in huffman blocksort compress tinyxml2; do
   run $f.cuda $f reachability cuda "${r}verify"
   run $f.cuda2 $f reachability cuda "${r}verify"
   a=$(grep '!programl' $OUTDIR/pass/$f.cpu.ll | md5sum); b=$(grep '!programl' $OUTDIR/pass/$f.cuda.ll | md5sum)
-  echo "$f annotations cpu==cuda: $([ "$a" = "$b" ] && echo same$(grep -c '!programl' $OUTDIR/pass/$f.cpu.ll 2>/dev/null) || echo DIFFER $(diff <(grep '!programl' $OUTDIR/pass/$f.cpu.ll) <(grep '!programl' $OUTDIR/pass/$f.cuda.ll) | grep -c '^<'))"
+  echo "$f annotations cpu==cuda: $([ "$a" = "$b" ] && echo "same ($(grep -c '!programl' $OUTDIR/pass/$f.cpu.ll) lines)" || echo DIFFER $(diff <(grep '!programl' $OUTDIR/pass/$f.cpu.ll) <(grep '!programl' $OUTDIR/pass/$f.cuda.ll) | grep -c '^<'))"
 done
 echo "== other tasks on huffman and tinyxml2, sampled roots (the default)"
 for m in dominance datadep liveness subexpressions; do for f in huffman tinyxml2; do
   run $f.$m.cpu $f $m cpu "dtype=f32;verify"
   run $f.$m.cuda $f $m cuda "verify"
   a=$(grep '!programl' $OUTDIR/pass/$f.$m.cpu.ll | md5sum); b=$(grep '!programl' $OUTDIR/pass/$f.$m.cuda.ll | md5sum)
-  echo "$f $m cpu==cuda: $([ "$a" = "$b" ] && echo same$(grep -c '!programl' $OUTDIR/pass/$f.cpu.ll 2>/dev/null) || echo DIFFER $(diff <(grep '!programl' $OUTDIR/pass/$f.$m.cpu.ll) <(grep '!programl' $OUTDIR/pass/$f.$m.cuda.ll) | grep -c '^<'))"
+  echo "$f $m cpu==cuda: $([ "$a" = "$b" ] && echo "same ($(grep -c '!programl' $OUTDIR/pass/$f.$m.cpu.ll) lines)" || echo DIFFER $(diff <(grep '!programl' $OUTDIR/pass/$f.$m.cpu.ll) <(grep '!programl' $OUTDIR/pass/$f.$m.cuda.ll) | grep -c '^<'))"
 done; done
 echo "== devmap, two kernels"
 for m in devmap-amd devmap-nvidia; do

@@ -193,6 +193,11 @@ pub fn is_debug_intrinsic(v: LLVMValueRef) -> bool {
     !p.is_null() && unsafe { std::slice::from_raw_parts(p as *const u8, len) }.starts_with(b"llvm.dbg.")
 }
 
+/// Whether `inst` calls a debug-info intrinsic.
+pub fn is_debug_intrinsic_call(inst: LLVMValueRef) -> bool {
+    called_value(inst).is_some_and(is_debug_intrinsic)
+}
+
 pub fn name(v: LLVMValueRef) -> String {
     let mut len = 0;
     let p = unsafe { LLVMGetValueName2(v, &mut len) };

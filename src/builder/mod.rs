@@ -89,7 +89,7 @@ pub unsafe fn is_debug_intrinsic(f: LLVMValueRef) -> bool {
 /// # Safety
 /// `inst` is a valid instruction.
 pub unsafe fn is_debug_intrinsic_call(inst: LLVMValueRef) -> bool {
-    llvm::called_value(inst).is_some_and(|c| llvm::is_debug_intrinsic(c))
+    llvm::is_debug_intrinsic_call(inst)
 }
 
 /// Builds the program graph of `module`.

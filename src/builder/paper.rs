@@ -74,7 +74,7 @@ pub(super) unsafe fn build(module: LLVMModuleRef, mut g: ProgramGraph, drop_debu
             let mut first = None;
             let mut prev: Option<Id> = None;
             for inst in llvm::instructions(b) {
-                if drop_debug && llvm::called_value(inst).is_some_and(llvm::is_debug_intrinsic) {
+                if drop_debug && llvm::is_debug_intrinsic_call(inst) {
                     continue;
                 }
                 let node = g.add_node(Node {

@@ -348,14 +348,16 @@ unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::
 }
 
 /// The most steps a prediction with `p` runs: `steps=`, else the bundle's
-/// T, else its stopping rule's cap (200 where the rule names none).
+/// stopping rule's cap, else its T. (A rule that does not parse fails the
+/// bundle's opening; until then it counts as the largest cap.)
 fn step_bound(p: &Params, config: &bundle::Config) -> u64 {
-    let rule_cap = || config.hyper.stop.as_ref().and_then(|s| s.get("max_steps")).and_then(serde_json::Value::as_u64).unwrap_or(200);
-    match p.steps {
-        Some(steps) => steps.max(1) as u64,
-        None if config.hyper.stop.is_some() => rule_cap(),
-        None => config.hyper.steps.max(1) as u64,
-    }
+    let steps = match (p.steps, &config.hyper.stop) {
+        (Some(steps), _) => steps,
+        (None, Some(rule)) => serde_json::from_value::<programl_infer::config::Stop>(rule.clone())
+            .map_or(programl_infer::bundle::MAX_STEPS, |s| s.max_steps),
+        (None, None) => config.hyper.steps,
+    };
+    steps.max(1) as u64
 }
 
 /// The runtime, and `bundle` opened in it (both once per process), checked
