@@ -339,8 +339,8 @@ enum Command {
         /// Where sources are unpacked and IR is cached (default $PROGRAML_CACHE/poj104).
         #[arg(long)]
         cache: Option<PathBuf>,
-        /// -O levels, comma-separated: all train; the first is validated,
-        /// tested and recorded in the bundle.
+        /// -O levels, comma-separated: all train and are tested; the first
+        /// is validated and recorded in the bundle.
         #[arg(long, default_value = "O0")]
         levels: String,
         #[arg(long, default_value_t = 10)]
@@ -368,6 +368,10 @@ enum Command {
         /// Compile and report failures only.
         #[arg(long)]
         compile_only: bool,
+        /// Test the run's current best bundle (OUT/model) at every level
+        /// and stop, training nothing (figures for a run under way).
+        #[arg(long)]
+        test_only: bool,
         /// Only the first N programs of each class (a quick run).
         #[arg(long)]
         per_class: Option<usize>,
@@ -430,6 +434,12 @@ fn main() {
     // write cut short leaves the previous file (or none) in place.
     // SAFETY: setting a signal's disposition, before any thread starts.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    // A reader that closes the pipe early (`predict --json | head`) ends
+    // the process quietly, as it ends any Unix filter: Rust ignores SIGPIPE,
+    // and `println!` then panics with a backtrace. What was written stays
+    // whole (outputs are written atomically).
+    // SAFETY: as above.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     if let Err(e) = programl_model::libtorch::check() {
         eprintln!("programl-train: {e}");
@@ -563,6 +573,7 @@ fn run(cli: Cli) -> Result<()> {
             budget,
             compile_budget,
             compile_only,
+            test_only,
             per_class,
             export_test,
             checkpoint_every,
@@ -591,6 +602,7 @@ fn run(cli: Cli) -> Result<()> {
                 per_class,
                 export_test,
                 checkpoint_every_s: checkpoint_every,
+                test_only,
                 json,
                 quiet,
             };

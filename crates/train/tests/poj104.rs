@@ -97,6 +97,26 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let again: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
     assert_eq!(again["accuracy"], results["accuracy"]);
+    // Its figures per level: here only -O0, the top level's.
+    assert_eq!(results["by_level"]["O0"]["accuracy"], results["accuracy"], "{results}");
+    // --test-only tests the current bundle and trains nothing.
+    let out = train_cmd(&data, &cache, &run, "12").args(["--test-only"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let partial: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(partial["by_level"]["O0"], results["by_level"]["O0"], "{partial}");
+    assert_eq!(std::fs::read_to_string(run.join("log.csv")).unwrap(), log, "--test-only trained nothing");
+    // Several levels: each is tested on its own graphs.
+    let levels = tmp.path().join("levels");
+    let out = train_cmd(&data, &cache, &levels, "1").args(["--levels", "O0,O2", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let both: serde_json::Value = serde_json::from_slice(&std::fs::read(levels.join("results.json")).unwrap()).unwrap();
+    for level in ["O0", "O2"] {
+        let l = &both["by_level"][level];
+        assert_eq!(l["examples"].as_u64(), both["examples"].as_u64(), "{both}");
+        assert!((0.0..=1.0).contains(&l["error"].as_f64().unwrap()), "{both}");
+    }
+    assert_eq!(both["by_level"]["O0"]["error"], both["error"], "the top-level figures are the first level's: {both}");
+
     // Extended by one epoch: one more line of log, from where it stopped.
     let copy = tmp.path().join("extended");
     std::fs::create_dir_all(&copy).unwrap();

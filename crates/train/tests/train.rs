@@ -293,6 +293,20 @@ fn eval_on_ir_files_predict_and_broken_bundles() {
         assert!(!nodes.is_empty());
         assert!(nodes.iter().all(|n| (0.0..=1.0).contains(&n["p"].as_f64().unwrap())));
     }
+    // A reader that stops early (`| head -c 1`) ends predict quietly.
+    let mut piped = trainer()
+        .args(["predict", "--model"])
+        .arg(&model)
+        .arg(&file)
+        .args(["--roots", "all", "--json", "--device", "cpu"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(piped.stdout.take());
+    let closed = piped.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
     let bad =
         trainer().args(["predict", "--model"]).arg(&model).arg(&file).args(["--roots", "999999", "--device", "cpu"]).output().unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("node 999999 is not an eligible datadep root"));

@@ -372,6 +372,9 @@ pub struct Options {
     /// and stop: a directory for `eval --data`.
     pub export_test: Option<PathBuf>,
     pub checkpoint_every_s: f64,
+    /// Test the run's current best bundle (RUN/model) at every level and
+    /// stop, training nothing: figures for a run still under way.
+    pub test_only: bool,
     pub json: bool,
     pub quiet: bool,
 }
@@ -503,6 +506,21 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         items: val_labels.iter().enumerate().map(|(i, &label)| graphtask::Item { graph: i, label, aux: Vec::new() }).collect(),
     };
     let val_items: Vec<usize> = (0..val_data.items.len()).collect();
+    if o.test_only {
+        let best = Bundle::load(&o.out.join("model"), device)
+            .with_context(|| format!("--test-only: {} has no bundle yet", o.out.join("model").display()))?;
+        let by_level = test_by_level(&best, &corpus, &test, &s.levels, s.batch_nodes);
+        let results = serde_json::json!({
+            "task": TASK,
+            "levels": s.levels,
+            "test_programs": test.len(),
+            "by_level": by_level,
+            "examples_seen": best.config.provenance.examples_seen,
+            "partial": true,
+        });
+        println!("{results}");
+        return Ok(());
+    }
     tch::manual_seed(programl::hash::mix(s.seed) as i64);
     let model = Ggnn::new(&hyper, device);
     let level_flags = compile::flags(&s.levels[0]);
@@ -553,22 +571,14 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             return Ok(());
         }
     };
-    // Test: the best bundle on the test programs (compile failures are errors in error_all).
+    // Test: the best bundle on the test programs at every level (compile
+    // failures are errors in error_all); the top-level figures are the
+    // first level's, the one the bundle records.
     let best = Bundle::load(&o.out.join("model"), device)?;
-    let test_ok: Vec<usize> = test.iter().copied().filter(|&p| corpus.graph(0, p).is_some()).collect();
-    let test_inputs: Vec<GraphInput> = test_ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &best.vocabulary)).collect();
-    let labels: Vec<usize> = test_ok.iter().map(|&p| corpus.programs[p].class).collect();
-    let test_data = graphtask::Examples {
-        inputs: test_inputs,
-        items: labels.iter().enumerate().map(|(i, &label)| graphtask::Item { graph: i, label, aux: Vec::new() }).collect(),
-    };
-    let predicted: Vec<usize> =
-        graphtask::probabilities(&best.model, &test_data, &(0..labels.len()).collect::<Vec<_>>(), best.model.hyper().steps, s.batch_nodes)
-            .iter()
-            .map(|p| graphtask::argmax(p).0)
-            .collect();
-    let acc = accuracy(&predicted, &labels);
-    let right = (acc * labels.len() as f64).round() as usize;
+    let by_level = test_by_level(&best, &corpus, &test, &s.levels, s.batch_nodes);
+    let first = &by_level[s.levels[0].as_str()];
+    let (acc, examples) = (first["accuracy"].as_f64().unwrap_or(0.0), first["examples"].as_u64().unwrap_or(0) as usize);
+    let right = (acc * examples as f64).round() as usize;
     let results = serde_json::json!({
         "task": TASK,
         "levels": s.levels,
@@ -576,10 +586,11 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         "compile_failures": report.failed,
         "compile_failure_rate": report.failed as f64 / n as f64,
         "test_programs": test.len(),
-        "examples": labels.len(),
+        "examples": examples,
         "accuracy": acc,
         "error": 1.0 - acc,
         "error_all": 1.0 - right as f64 / test.len().max(1) as f64,
+        "by_level": by_level,
         "best_val_accuracy": state.best_val,
         "epochs": state.epoch,
         "examples_seen": state.examples_seen,
@@ -595,16 +606,53 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         println!("{results}");
     } else {
         println!(
-            "poj104 test: {} programs classified, accuracy {:.4}, error {:.4} ({} of {} test programs did not compile; error counting them {:.4})",
-            labels.len(),
+            "poj104 test (-{}): {} programs classified, accuracy {:.4}, error {:.4} ({} of {} test programs did not compile; error counting them {:.4})",
+            s.levels[0],
+            examples,
             acc,
             1.0 - acc,
-            test.len() - labels.len(),
+            test.len() - examples,
             test.len(),
             1.0 - right as f64 / test.len().max(1) as f64
         );
     }
     Ok(())
+}
+
+/// The bundle's test figures at each level: {"O2": {"examples",
+/// "accuracy", "error", "error_all"}, ...}, `error_all` counting the
+/// programs that did not compile at that level as errors.
+fn test_by_level(best: &Bundle, corpus: &Corpus, test: &[usize], levels: &[String], batch_nodes: usize) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (l, name) in levels.iter().enumerate() {
+        let ok: Vec<usize> = test.iter().copied().filter(|&p| corpus.graph(l, p).is_some()).collect();
+        let data = graphtask::Examples {
+            inputs: ok.iter().map(|&p| corpus.input(corpus.graph(l, p).unwrap(), &best.vocabulary)).collect(),
+            items: ok
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| graphtask::Item { graph: i, label: corpus.programs[p].class, aux: Vec::new() })
+                .collect(),
+        };
+        let labels: Vec<usize> = ok.iter().map(|&p| corpus.programs[p].class).collect();
+        let predicted: Vec<usize> =
+            graphtask::probabilities(&best.model, &data, &(0..labels.len()).collect::<Vec<_>>(), best.model.hyper().steps, batch_nodes)
+                .iter()
+                .map(|p| graphtask::argmax(p).0)
+                .collect();
+        let acc = accuracy(&predicted, &labels);
+        let right = (acc * labels.len() as f64).round() as usize;
+        out.insert(
+            name.clone(),
+            serde_json::json!({
+                "examples": labels.len(),
+                "accuracy": acc,
+                "error": 1.0 - acc,
+                "error_all": 1.0 - right as f64 / test.len().max(1) as f64,
+            }),
+        );
+    }
+    serde_json::Value::Object(out)
 }
 
 struct Report {
