@@ -269,6 +269,11 @@ enum Command {
         /// ncc-task_devmap.zip that ProGraML's experiments used).
         #[arg(long, default_value = "sources")]
         input: String,
+        /// The -O level the sources input is compiled at (O0, O1, O2, O3,
+        /// Os, Oz); the bundle records it, and `eval` and `predict` compile
+        /// kernels at the bundle's level.
+        #[arg(long, default_value = devmap::DEFAULT_LEVEL)]
+        opt_level: String,
         /// The dataset directory (amd.csv, nvidia.csv, gpgpu-sources.tar.xz);
         /// default ../shared/datasets/devmap from the project root.
         #[arg(long)]
@@ -534,6 +539,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Devmap {
             platform,
             input,
+            opt_level,
             data,
             cache,
             folds,
@@ -555,7 +561,7 @@ fn run(cli: Cli) -> Result<()> {
             let device = runtime.apply_training("devmap")?;
             let pool = parse_pool(&pool)?;
             let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init };
-            let options = devmap::Options { platform, input: input.parse()?, data, cache, folds, protocol, out, no_cv, json, quiet };
+            let options = devmap::Options { platform, input: input.parse()?, data, cache, folds, protocol, out, no_cv, level: opt_level, json, quiet };
             devmap::run(&options, &settings, device)
         }
         Command::Poj104 {

@@ -62,6 +62,31 @@ pub const CLANG: &str = "clang-16";
 /// `clang -O1`.
 pub const CLANG_FLAGS: &[&str] =
     &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1", "-emit-llvm", "-S"];
+/// The -O level of the default build ([`CLANG_FLAGS`]); `devmap
+/// --opt-level` trains at another, and a bundle records its own.
+pub const DEFAULT_LEVEL: &str = "O1";
+
+/// [`CLANG_FLAGS`] at the -O level `level` (`O0`..`O3`, `Os`, `Oz`).
+pub fn clang_flags(level: &str) -> Result<Vec<&'static str>> {
+    let o = match level.trim_start_matches('-') {
+        "O0" => "-O0",
+        "O1" => "-O1",
+        "O2" => "-O2",
+        "O3" => "-O3",
+        "Os" => "-Os",
+        "Oz" => "-Oz",
+        other => bail!("--opt-level '{other}': expected O0, O1, O2, O3, Os or Oz"),
+    };
+    Ok(CLANG_FLAGS.iter().map(|&f| if f == "-O1" { o } else { f }).collect())
+}
+
+/// The clang flags a device-mapping bundle's kernels are compiled with:
+/// its recorded -O level (bundles from before the flag: -O1).
+pub fn bundle_flags(config: &Config) -> Vec<&'static str> {
+    let level = config.source.as_ref().and_then(|s| s.flags.iter().find(|f| f.starts_with("-O")).cloned());
+    level.and_then(|l| clang_flags(&l).ok()).unwrap_or_else(|| CLANG_FLAGS.to_vec())
+}
+
 /// The auxiliary inputs, in input order: the row's `transfer` (bytes moved
 /// to and from the device) and `wgsize` (work-group size).
 pub const AUX: [&str; 2] = ["transfer", "wgsize"];
@@ -899,7 +924,7 @@ pub fn rows_hash(rows: &[Row], input: Input) -> String {
 }
 
 /// Saves `t` as a graph-head bundle for `platform`.
-pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input: Input, wall_s: f64) -> Result<()> {
+pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input: Input, flags: &[&str], wall_s: f64) -> Result<()> {
     let config = Config {
         format: bundle::FORMAT.into(),
         version: bundle::VERSION,
@@ -925,7 +950,11 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input:
         // NCC's IR was compiled by its authors (Apple LLVM 9.1), not by us.
         source: Some(SourceCompile {
             compiler: if input == Input::Ncc { "Apple LLVM 9.1 (NCC's archive)".into() } else { CLANG.into() },
-            flags: if input == Input::Ncc { Vec::new() } else { CLANG_FLAGS.iter().map(|f| f.to_string()).collect() },
+            flags: match input {
+                Input::Ncc => Vec::new(),
+                Input::Csv => CLANG_FLAGS.iter().map(|f| f.to_string()).collect(),
+                Input::Sources => flags.iter().map(|f| f.to_string()).collect(),
+            },
             prelude: None,
             input: Some(input.name().into()),
         }),
@@ -980,6 +1009,8 @@ pub struct Options {
     pub protocol: Option<String>,
     pub out: Option<PathBuf>,
     pub no_cv: bool,
+    /// The -O level the programs' sources are compiled at ([`DEFAULT_LEVEL`]).
+    pub level: String,
     pub json: bool,
     pub quiet: bool,
 }
@@ -1006,6 +1037,10 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         bail!("--epochs and --steps must be at least 1");
     }
     let protocols = protocols(o.protocol.as_deref())?;
+    let flags = clang_flags(&o.level)?;
+    if o.input != Input::Sources && o.level.trim_start_matches('-') != DEFAULT_LEVEL {
+        bail!("--opt-level {}: only the sources input is compiled here (--input {} is not)", o.level, o.input.name());
+    }
     if let Some(dir) = &s.init {
         let b = Bundle::load(dir, Device::Cpu).with_context(|| format!("--init {}", dir.display()))?;
         if b.model.hyper().hidden != programl_model::HIDDEN {
@@ -1021,7 +1056,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     let kernels = match o.input {
         Input::Sources => {
             let root = sources::sources_root(&data, &cache)?;
-            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), o.quiet)?
+            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), &flags, o.quiet)?
         }
         Input::Csv => Kernels::build(&rows, &cache, o.quiet)?,
         Input::Ncc => Kernels::from_ncc(&rows, &ncc::ir_dir(&data, &cache)?)?,
@@ -1157,7 +1192,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         let t0 = std::time::Instant::now();
         let all: Vec<usize> = (0..rows.len()).collect();
         let trained = train_model(&rows, &kernels, &all, s, device)?;
-        save_bundle(dir, &trained, &o.platform, &rows, o.input, t0.elapsed().as_secs_f64())?;
+        save_bundle(dir, &trained, &o.platform, &rows, o.input, &flags, t0.elapsed().as_secs_f64())?;
         if !o.json {
             println!("saved {} (trained on every compiled row, {:.0}s)", dir.display(), t0.elapsed().as_secs_f64());
         }
@@ -1268,6 +1303,22 @@ mod tests {
     }
 
     #[test]
+    fn the_opt_level_replaces_the_defaults_and_a_bundle_keeps_its_own() {
+        assert_eq!(clang_flags("O1").unwrap(), CLANG_FLAGS);
+        let o3 = clang_flags("-O3").unwrap();
+        assert!(o3.contains(&"-O3") && !o3.contains(&"-O1") && o3.len() == CLANG_FLAGS.len(), "{o3:?}");
+        assert!(clang_flags("O4").unwrap_err().to_string().contains("'O4'"));
+        // The shipped bundle records -O1; one trained at -O2 compiles at -O2.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/devmap-amd");
+        let mut config = programl_infer::bundle::read_config(&root).unwrap();
+        assert_eq!(bundle_flags(&config), CLANG_FLAGS);
+        config.source.as_mut().unwrap().flags = clang_flags("O2").unwrap().iter().map(|f| f.to_string()).collect();
+        assert_eq!(bundle_flags(&config), clang_flags("O2").unwrap());
+        config.source = None;
+        assert_eq!(bundle_flags(&config), CLANG_FLAGS, "a bundle without a record: the default");
+    }
+
+    #[test]
     fn protocol_lists_default_to_the_contracts_two() {
         use Protocol::*;
         assert_eq!(protocols(None).unwrap(), [Stratified, Grouped]);
@@ -1329,7 +1380,7 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
     let kernels = match input {
         Input::Sources => {
             let root = sources::sources_root(dir, &cache)?;
-            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), json)?
+            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), &bundle_flags(&model.config), json)?
         }
         Input::Csv => Kernels::build(&rows, &cache, json)?,
         Input::Ncc => Kernels::from_ncc(&rows, &ncc::ir_dir(dir, &cache)?)?,
@@ -1472,7 +1523,7 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
             embedded: false,
             kernel: String::new(),
         };
-        match sources::module_graph(&unit, dir, &cache, &clang)? {
+        match sources::module_graph(&unit, dir, &cache, &clang, &bundle_flags(&model.config))? {
             Err(cause) => {
                 *failures.entry(cause).or_default() += 1;
                 graphs.push((name, None, *gpu));

@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use regex::Regex;
 use serde::Deserialize;
 
-use super::{Kernels, Row, CLANG_FLAGS};
+use super::{Kernels, Row};
 
 /// The build table, compiled in.
 pub const BUILDS: &str = include_str!("../../data/devmap-builds.json");
@@ -198,7 +198,7 @@ enum Module {
 
 /// Compiles `unit`'s file under `cache` (`<key>.ll`, or `<key>.fail` with
 /// the cause); the key hashes the file's text, the options and the flags.
-fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -> Result<Module> {
+fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path, flags: &[&str]) -> Result<Module> {
     // Absolute: clang runs in the program's directory.
     let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("{}: no absolute path", p.display()));
     let (dir, cache, stubs) = (absolute(&root.join(&unit.dir))?, absolute(cache)?, absolute(stubs)?);
@@ -222,13 +222,14 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
         h.write(part);
         h.write_u8(0);
     }
-    for f in CLANG_FLAGS {
+    for f in flags {
         h.write(f.as_bytes());
     }
     let key = format!("{:016x}", h.finish());
     // One round: the real sources are compiled as they are, never repaired.
     struct Build<'a> {
         clang: &'a Path,
+        flags: &'a [&'a str],
         dir: &'a Path,
         /// The program's file, or the embedded kernel's text.
         input: std::result::Result<&'a Path, &'a [u8]>,
@@ -244,7 +245,7 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
                     p
                 }
             };
-            crate::harness::run_clang(self.clang, Some(self.dir), CLANG_FLAGS, &self.options, &work.join("kernel.ll"), &input)
+            crate::harness::run_clang(self.clang, Some(self.dir), self.flags, &self.options, &work.join("kernel.ll"), &input)
         }
         fn repair(&mut self, _: &str) -> bool {
             false
@@ -254,7 +255,7 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path) -
         }
     }
     let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
-    let mut task = Build { clang, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
+    let mut task = Build { clang, flags, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
     Ok(match crate::harness::Cache::new(cache, false).compile(&key, 1, "kernel.ll", &mut task)? {
         crate::harness::Compiled::Ir { path, .. } => Module::Ir(path),
         crate::harness::Compiled::Failed { cause } => Module::Failed(cause),
@@ -268,8 +269,9 @@ pub fn module_graph(
     root: &Path,
     cache: &Path,
     clang: &Path,
+    flags: &[&str],
 ) -> Result<std::result::Result<(ProgramGraph, Vec<String>), String>> {
-    Ok(match compile(unit, root, cache, &cache.join("stubs"), clang)? {
+    Ok(match compile(unit, root, cache, &cache.join("stubs"), clang, flags)? {
         Module::Failed(cause) => Err(cause),
         Module::Ir(path) => {
             let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
@@ -306,7 +308,7 @@ pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -
 impl Kernels {
     /// Compiles (or reads from `cache`) the unit of every row, from the
     /// sources under `root`: one graph per distinct (unit, kernel).
-    pub fn from_sources(rows: &[Row], builds: &Builds, root: &Path, cache: &Path, clang: &Path, quiet: bool) -> Result<Kernels> {
+    pub fn from_sources(rows: &[Row], builds: &Builds, root: &Path, cache: &Path, clang: &Path, flags: &[&str], quiet: bool) -> Result<Kernels> {
         let mut index: HashMap<std::result::Result<Unit, String>, usize> = HashMap::new();
         let mut units: Vec<std::result::Result<Unit, String>> = Vec::new();
         let row_kernel = rows
@@ -340,7 +342,7 @@ impl Kernels {
             .par_iter()
             .map(|m| {
                 let unit = Unit { kernel: m.kernel.clone(), ..m.clone() };
-                let out = module_graph(&unit, root, cache, clang);
+                let out = module_graph(&unit, root, cache, clang, flags);
                 progress.tick();
                 out
             })
@@ -449,7 +451,7 @@ mod tests {
         ];
         let cache = tempfile::tempdir().unwrap();
         let clang = Path::new(programl::LLVM_BINDIR).join("clang");
-        let k = Kernels::from_sources(&rows, &builds, &relative, cache.path(), &clang, true).unwrap();
+        let k = Kernels::from_sources(&rows, &builds, &relative, cache.path(), &clang, super::super::CLANG_FLAGS, true).unwrap();
         assert_eq!(k.row_kernel[0], k.row_kernel[2], "one graph per (unit, kernel)");
         assert_ne!(k.row_kernel[0], k.row_kernel[3], "another option value is another build");
         let names = |r: usize| -> Vec<String> {
@@ -470,7 +472,7 @@ mod tests {
         assert!(k.failures.keys().any(|c| c.contains("LSIZE unset")), "{:?}", k.failures);
         assert!(k.failures.contains_key("no program in the build table"), "{:?}", k.failures);
         // The cache answers the second time, with no clang to run.
-        let again = Kernels::from_sources(&rows, &builds, &relative, cache.path(), Path::new("/no/clang"), true).unwrap();
+        let again = Kernels::from_sources(&rows, &builds, &relative, cache.path(), Path::new("/no/clang"), super::super::CLANG_FLAGS, true).unwrap();
         assert_eq!(again.failures, k.failures);
         assert_eq!(
             again.graphs[again.row_kernel[1]].as_ref().map(|g| g.node_count()),
