@@ -72,6 +72,42 @@ pub struct Hyper {
     /// When message passing stops (absent: after `steps` steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Stop>,
+    /// How a node combines its incoming messages (absent: `mean`).
+    #[serde(default, skip_serializing_if = "Aggregation::is_mean")]
+    pub aggregation: Aggregation,
+}
+
+/// How a node combines its incoming messages each step: their `mean`
+/// (SPEC.md §3's, upstream's; every shipped bundle's) or their `sum`,
+/// which can say "one of them" where a mean takes a vote (a dominance
+/// merge: docs/perf/models.md, "Why the short tasks stall").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregation {
+    #[default]
+    Mean,
+    Sum,
+}
+
+impl Aggregation {
+    pub fn is_mean(&self) -> bool {
+        *self == Aggregation::Mean
+    }
+
+    pub fn is_sum(&self) -> bool {
+        *self == Aggregation::Sum
+    }
+}
+
+impl std::str::FromStr for Aggregation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Aggregation, String> {
+        match s {
+            "mean" => Ok(Aggregation::Mean),
+            "sum" => Ok(Aggregation::Sum),
+            other => Err(format!("aggregation '{other}': expected mean or sum")),
+        }
+    }
 }
 
 fn spec_hidden() -> i64 {
@@ -154,7 +190,6 @@ impl Pool {
     }
 }
 
-
 impl Hyper {
     /// SPEC.md §3 for a vocabulary of `vocab_size` ids.
     pub fn spec(vocab_size: usize) -> Hyper {
@@ -168,6 +203,7 @@ impl Hyper {
             graph: None,
             hidden: HIDDEN,
             stop: None,
+            aggregation: Aggregation::Mean,
         }
     }
 
@@ -258,7 +294,6 @@ impl Hyper {
         self.parameter_shapes().iter().map(|(_, s)| s.iter().product::<i64>()).sum()
     }
 }
-
 
 /// The class a node-level bundle's probabilities are reported for: the one
 /// named `positive`, else the second of two (the learned pass's and the

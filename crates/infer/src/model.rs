@@ -444,7 +444,11 @@ impl Model {
             // The 34-wide kernels run a fixed T at any precision; the
             // general step (another width, adaptive depth) is FP32.
             let general = self.fast.is_none() || matches!(depth, Depth::Adaptive(_));
-            let precision = if general { Precision::F32 } else { Model::precision_for(opts.dtype) };
+            // INT8's accuracy bound (docs/perf/ggnn.md) was measured on the
+            // mean's bundles; a sum bundle's `auto` stays FP32 (an explicit
+            // `int8` is honoured).
+            let auto_f32 = opts.dtype == Dtype::Auto && self.config.hyper.aggregation.is_sum();
+            let precision = if general || auto_f32 { Precision::F32 } else { Model::precision_for(opts.dtype) };
             let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
             if let Some(s) = selector {
                 assert_eq!(s.len(), input.nodes, "one selector entry per node");
@@ -604,6 +608,7 @@ impl Model {
                     types: &input.types,
                     positions: &input.positions,
                     graphs: &input.graphs,
+                    sum: self.config.hyper.aggregation.is_sum(),
                 };
                 wide.run(&edges, &h0, &gates, depth, threads)
             }
@@ -676,7 +681,13 @@ impl Model {
         let w_ih = if bf16 { fast.w_ih_bf16.as_ref().expect("BF16 packing where the CPU has BF16") } else { &fast.w_ih };
         let offsets: Vec<usize> =
             input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * FUSED + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
-        let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
+        let edges = Edges {
+            crow: &input.crow,
+            offsets: &offsets,
+            types: &input.types,
+            positions: &input.positions,
+            sum: self.config.hyper.aggregation.is_sum(),
+        };
         let whole = RowGroups::whole(n);
         let gates = self.gate_rows(input.position_rows());
         let ([f, gi], [m, s0, s1]) = carve_products::<T>(scratch, n);
@@ -713,7 +724,13 @@ impl Model {
             .iter()
             .map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H)
             .collect();
-        let edges = Edges { crow: &input.crow, offsets: &offsets, types: &input.types, positions: &input.positions };
+        let edges = Edges {
+            crow: &input.crow,
+            offsets: &offsets,
+            types: &input.types,
+            positions: &input.positions,
+            sum: self.config.hyper.aggregation.is_sum(),
+        };
         let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride];
         grow(&mut scratch.f32s, &lens, 0.0);
         let [f, biases, hf, hs, ms, mt] = take(&mut scratch.f32s, lens);

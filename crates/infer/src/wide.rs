@@ -62,6 +62,8 @@ pub(crate) struct Edges<'a> {
     pub types: &'a [i64],
     pub positions: &'a [i64],
     pub graphs: &'a [usize],
+    /// Sum the incoming messages rather than average them.
+    pub sum: bool,
 }
 
 impl Wide {
@@ -205,7 +207,14 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
                 row[j] += (msg[j] + b[j]) * g[j];
             }
         }
-        let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+        // The kernels' rule (`programl_kernels::forward::Edges::scale`).
+        let scale = if end == start {
+            0.0
+        } else if e.sum {
+            1.0
+        } else {
+            1.0 / (end - start) as f32
+        };
         row.iter_mut().for_each(|x| *x *= scale);
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use programl::batch::{Batch, EdgeType, GraphInput, Sample};
-use programl_infer::config::{sinusoid_into, Hyper, Stop};
+use programl_infer::config::{sinusoid_into, Aggregation, Hyper, Stop};
 use programl_infer::{Dtype, Isa, Model, Options, Precision};
 
 mod common;
@@ -83,7 +83,8 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
     let t = |name: &str| -> Vec<f64> { tensors[name].1.iter().map(|&x| x as f64).collect() };
     let (emb, wm, bm, gw, gb) = (t("embedding.weight"), t("messages.weight"), t("messages.bias"), t("gate.weight"), t("gate.bias"));
     let (wih, whh, bih, bhh) = (t("gru.weight_ih"), t("gru.weight_hh"), t("gru.bias_ih"), t("gru.bias_hh"));
-    let (rgw, rgb, rtw, rtb) = (t("readout.gate.weight"), t("readout.gate.bias"), t("readout.transform.weight"), t("readout.transform.bias"));
+    let (rgw, rgb, rtw, rtb) =
+        (t("readout.gate.weight"), t("readout.gate.bias"), t("readout.transform.weight"), t("readout.transform.bias"));
     let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
     // y = W x + b for W [rows, cols] row-major.
     let affine = |w: &[f64], b: Option<&[f64]>, x: &[f64], rows: usize| -> Vec<f64> {
@@ -125,7 +126,19 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
         }
         cur = (0..n)
             .map(|i| {
-                let m: Vec<f64> = acc[i].iter().map(|x| if deg[i] > 0 { x / deg[i] as f64 } else { 0.0 }).collect();
+                let sum = hyper.aggregation == Aggregation::Sum;
+                let m: Vec<f64> = acc[i]
+                    .iter()
+                    .map(|x| {
+                        if deg[i] == 0 {
+                            0.0
+                        } else if sum {
+                            *x
+                        } else {
+                            x / deg[i] as f64
+                        }
+                    })
+                    .collect();
                 let gi = affine(&wih, Some(&bih), &m, 3 * h);
                 let gh = affine(&whh, Some(&bhh), &cur[i], 3 * h);
                 (0..h)
@@ -169,8 +182,11 @@ fn inputs(vocabulary: &programl::vocab::Vocabulary) -> Vec<GraphInput> {
 }
 
 fn batch_of<'a>(inputs: &'a [GraphInput]) -> Batch {
-    let samples: Vec<Sample<'a>> =
-        inputs.iter().enumerate().map(|(i, g)| Sample { graph: g, root: Some((i as u32 * 11) % g.node_count() as u32), positives: None }).collect();
+    let samples: Vec<Sample<'a>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Sample { graph: g, root: Some((i as u32 * 11) % g.node_count() as u32), positives: None })
+        .collect();
     Batch::from_samples(&samples).unwrap()
 }
 
@@ -217,6 +233,34 @@ fn any_width_runs_and_matches_the_reference() {
                 let d = max_diff(&got.probabilities, &want);
                 assert!(d < 1e-4, "hidden {hidden}, {isa}, {threads} threads: {d} from the reference");
             }
+        }
+    }
+}
+
+/// Summed messages (`hyper.aggregation: sum`) on the 34-wide kernels
+/// and on the general step (18 wide), FP32, on every path the CPU runs:
+/// within 1e-4 of the reference, and not the mean's probabilities.
+#[test]
+fn summed_messages_match_the_reference_on_both_steps() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
+        let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation: Aggregation::Sum, ..Hyper::spec(0) };
+        let dir = synthetic(&hyper, seed);
+        let model = Model::open(dir.path()).unwrap();
+        let tensors = read_tensors(&dir.path().join("weights.safetensors"));
+        let inputs = inputs(&model.vocabulary);
+        let batch = batch_of(&inputs);
+        let want = reference(&hyper, &tensors, &batch, 8);
+        let as_mean = reference(&Hyper { aggregation: Aggregation::Mean, ..hyper.clone() }, &tensors, &batch, 8);
+        let apart = want.iter().zip(&as_mean).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(apart > 1e-3, "hidden {hidden}: the sum's reference is the mean's ({apart})");
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            if !programl_infer::cpu::run_test_on(isa, &format!("summed_messages_match_the_reference_on_both_steps [{hidden} {isa}]")) {
+                continue;
+            }
+            let got = model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype: Dtype::F32, isa: Some(isa) }).unwrap();
+            let d = max_diff(&got.probabilities, &want);
+            assert!(d < 1e-4, "hidden {hidden}, {isa}: {d} from the reference");
         }
     }
 }

@@ -18,8 +18,8 @@
 use crate::avx512;
 use crate::cpu::{self, Isa};
 use crate::elem::{sigmoid_by, tanh_by, Bf16, Elem};
-use crate::threads::{par_ranges, split, split2, Shared};
 use crate::gemm::RowGroups;
+use crate::threads::{par_ranges, split, split2, Shared};
 use crate::{EDGE_TYPES, H};
 
 /// A row of 34 padded to whole AVX2 vectors (and halves of AVX-512 ones).
@@ -53,6 +53,24 @@ pub struct Edges<'a> {
     /// Each edge's type (its bias row) and clamped position (its gate row).
     pub types: &'a [i64],
     pub positions: &'a [i64],
+    /// Sum the incoming messages rather than average them.
+    pub sum: bool,
+}
+
+impl Edges<'_> {
+    /// What a node's summed incoming messages (edges `start..end`) are
+    /// multiplied by: 1 / in-degree for the mean, 1 for the sum, and 0
+    /// without incoming edges.
+    #[inline(always)]
+    pub fn scale(&self, start: usize, end: usize) -> f32 {
+        if end == start {
+            0.0
+        } else if self.sum {
+            1.0
+        } else {
+            1.0 / (end - start) as f32
+        }
+    }
 }
 
 /// `out[v] = (1/indeg v) Σ_{e → v} (F[e] + bias[type e]) ⊙ gates[pos e]`
@@ -92,7 +110,7 @@ fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32]
                 acc[j] += (m[j].f32() + b[j]) * g[j];
             }
         }
-        let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+        let scale = edges.scale(start, end);
         for j in 0..H {
             row[j] = O::from_f32(acc[j] * scale);
         }

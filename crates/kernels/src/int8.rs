@@ -43,10 +43,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use crate::cpu::{self, Isa};
 use crate::forward::{Edges, GruBias};
 use crate::gemm::RowGroups;
 use crate::threads::{par_ranges, Rows};
-use crate::cpu::{self, Isa};
 use crate::HIDDEN;
 
 #[cfg(target_arch = "x86_64")]
@@ -251,14 +251,7 @@ impl Nodes<'_> {
 /// node-major to `full` (`[34][stride]`). Nodes past `x`'s are left alone.
 /// The scalar reference of the vectorised loops.
 #[cfg(test)]
-pub fn to_nodes(
-    x: &[f32],
-    stride: usize,
-    quads: &mut [u32],
-    scales: &mut [f32],
-    tails: [&mut [f32]; TAIL],
-    full: Option<&mut [f32]>,
-) {
+pub fn to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut [f32], tails: [&mut [f32]; TAIL], full: Option<&mut [f32]>) {
     let nodes = x.len() / H;
     assert!(nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
     let [t0, t1] = tails;
@@ -393,7 +386,7 @@ unsafe fn gated_bias_rows(edges: &Edges<'_>, bias: &[f32], gates: &[f32], range:
                 *acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, b.add(j * LANES)), _mm512_maskz_loadu_ps(mask, g.add(j * LANES)), *acc);
             }
         }
-        let scale = _mm512_set1_ps(if end > start { 1.0 / (end - start) as f32 } else { 0.0 });
+        let scale = _mm512_set1_ps(edges.scale(start, end));
         for (j, acc) in acc.iter().enumerate() {
             let mask = if j < 2 { u16::MAX } else { TAIL_MASK };
             _mm512_mask_storeu_ps(out.add(v * H + j * LANES), mask, _mm512_mul_ps(*acc, scale));
@@ -491,7 +484,7 @@ unsafe fn aggregate_nodes(
                 *acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, m.add(j * LANES)), _mm512_maskz_loadu_ps(mask, g.add(j * LANES)), *acc);
             }
         }
-        let scale = _mm512_set1_ps(if end > start { 1.0 / (end - start) as f32 } else { 0.0 });
+        let scale = _mm512_set1_ps(edges.scale(start, end));
         let row = biases.as_ptr().add(v * H);
         let x: [__m512; 3] = std::array::from_fn(|j| {
             let mask = if j < 2 { u16::MAX } else { TAIL_MASK };
@@ -931,12 +924,14 @@ mod tests {
     /// portable path, each a multiply and an add) then [`to_nodes`], bit
     /// for bit, on random edges (nodes without any, many with several), at
     /// 1 and 3 threads, on every path; and within 1e-5 of the FP32 step's
-    /// gated mean ([`crate::forward::aggregate`]).
+    /// gated mean ([`crate::forward::aggregate`]); the same for the sum.
     #[test]
     fn aggregate_to_nodes_is_the_gated_mean_then_its_bytes() {
         for path in paths("int8::aggregate_to_nodes_is_the_gated_mean_then_its_bytes") {
             let mut seed = 0xdead_beef_1234u64;
-            for (n, threads) in [(5, 1), (300, 1), (4500, 3)] {
+            // Summed messages (`Edges::sum`) as well: the same arithmetic
+            // with 1 in place of 1 / indegree.
+            for (n, threads, summed) in [(5, 1, false), (300, 1, false), (4500, 3, false), (300, 1, true), (4500, 3, true)] {
                 let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
                 let bias: Vec<f32> = (0..6 * H).map(|_| random(&mut seed) * 0.1).collect();
                 let positions = 7;
@@ -954,14 +949,18 @@ mod tests {
                     }
                     crow.push(offsets.len() as i64);
                 }
-                let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
+                let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, sum: summed };
                 let mut fp32 = vec![0f32; n * H];
                 crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
                 let mut mean = vec![0f32; n * H];
                 let mut biases_want = vec![0f32; n * H];
                 for v in 0..n {
                     let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
-                    let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+                    let scale = match (end > start, summed) {
+                        (false, _) => 0.0,
+                        (true, true) => 1.0,
+                        (true, false) => 1.0 / (end - start) as f32,
+                    };
                     for j in 0..H {
                         let (mut sum, mut sum_b) = (0f32, 0f32);
                         for e in start..end {
@@ -992,7 +991,9 @@ mod tests {
                 assert_eq!(bits(&biases), bits(&biases_want), "{path}: {n} nodes' gated biases");
                 cpu::with_cap(path, || {
                     // SAFETY: as above.
-                    unsafe { aggregate_to_nodes(&f, &edges, &biases, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads) }
+                    unsafe {
+                        aggregate_to_nodes(&f, &edges, &biases, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads)
+                    }
                 });
                 assert_eq!(quads, want.quads, "{path}: {n} nodes");
                 assert_eq!(bits(&scales), bits(&want.scales), "{path}: {n} nodes");
@@ -1099,9 +1100,8 @@ mod tests {
             let (x, g) = ([v(scale), v(scale), v(scale)], [v(scale), v(scale), v(scale)]);
             let (b, h) = ([v(1.0), v(1.0), v(1.0), v(1.0)], v(1.0));
             // SAFETY: AVX-512 (checked above).
-            let ([got], [want]) = unsafe {
-                (crate::avx512::cells_by::<1, true>([x], [g], [b], [h]), crate::avx512::cells::<1>([x], [g], [b], [h]))
-            };
+            let ([got], [want]) =
+                unsafe { (crate::avx512::cells_by::<1, true>([x], [g], [b], [h]), crate::avx512::cells::<1>([x], [g], [b], [h])) };
             for (a, b) in lanes(got[0]).iter().zip(lanes(want[0])) {
                 assert!((a - b).abs() < 1e-3, "scale {scale}: {a} against FP32's {b}");
             }

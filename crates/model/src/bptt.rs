@@ -376,7 +376,7 @@ impl Ggnn {
             Vec::<i64>::try_from(&input.targets).expect("targets"),
         );
         let inv_degree = Vec::<f32>::try_from(input.inv_degree.view([-1])).expect("inverse degrees");
-        let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos };
+        let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, sum: input.sum };
         // SAFETY (every view below): contiguous CPU tensors of the kind
         // named, alive for the borrow; each written through one slice at a time.
         let gates: &[f32] = unsafe { view(&gates_table, Kind::Float) };

@@ -38,8 +38,8 @@ use programl::batch::{Batch, EdgeType};
 
 use tch::{nn, Device, Kind, Tensor};
 
-use programl_kernels::{self as kernels, forward, gemm, int8};
 use crate::workspace::Workspace;
+use programl_kernels::{self as kernels, forward, gemm, int8};
 
 /// Node-text embedding width (SPEC.md §3).
 pub const TEXT_DIM: i64 = kernels::TEXT_DIM as i64;
@@ -55,7 +55,7 @@ pub const EDGE_TYPES: i64 = kernels::EDGE_TYPES as i64;
 /// gates (306 = 9 × 34).
 pub(crate) const FUSED_BLOCKS: i64 = EDGE_TYPES + 3;
 
-pub use programl_infer::config::{GraphHead, Hyper, Pool, NORM_EPS};
+pub use programl_infer::config::{Aggregation, GraphHead, Hyper, Pool, NORM_EPS};
 
 /// Batch-norm momentum of the auxiliary classifier (PyTorch's `BatchNorm1d` default).
 const NORM_MOMENTUM: f64 = 0.1;
@@ -585,6 +585,7 @@ impl Ggnn {
                 offsets: &offsets,
                 types: view(&input.edge_types, Kind::Int64),
                 positions: view(&input.positions, Kind::Int64),
+                sum: input.sum,
             }
         };
         let gates: &[f32] = unsafe { view(&table, Kind::Float) };
@@ -637,8 +638,8 @@ impl Ggnn {
     /// GRU, whose products never reach memory. States are node-major
     /// between steps.
     fn logits_int8(&self, ws: &mut Workspace, input: &Prepared, steps: i64) -> Tensor {
-        use int8::{Nodes, MESSAGES};
         use forward::Edges;
+        use int8::{Nodes, MESSAGES};
         const HD: usize = HIDDEN as usize;
         const QUADS: usize = int8::QK / 4;
         let n = input.nodes;
@@ -692,6 +693,7 @@ impl Ggnn {
                 offsets: &offsets,
                 types: view(&input.edge_types, Kind::Int64),
                 positions: view(&input.positions, Kind::Int64),
+                sum: input.sum,
             };
             let gates: &[f32] = view(&table, Kind::Float);
             let (hf, hq, hs) = (view_mut::<f32>(&hf, Kind::Float), view_mut::<u32>(&hq, Kind::Float), view_mut::<f32>(&hs, Kind::Float));
@@ -1030,6 +1032,8 @@ pub struct Prepared {
     pub targets: Tensor,
     /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
     pub inv_degree: Tensor,
+    /// The model sums its messages ([`Hyper::aggregation`]); `inv_degree` is then 1 where a node has edges.
+    pub sum: bool,
     /// Node `v`'s incoming edges are `crow[v]..crow[v + 1]` in this order,
     /// \[N + 1\] (64-bit).
     pub crow: Tensor,
@@ -1081,7 +1085,20 @@ impl Prepared {
             }
         }
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
-        let inv_degree: Vec<f32> = (0..n).map(|v| if indegree[v + 1] > 0 { 1.0 / indegree[v + 1] as f32 } else { 0.0 }).collect();
+        // What each node's summed messages are multiplied by: the kernels'
+        // rule ([`kernels::forward::Edges::scale`]).
+        let sum = hyper.aggregation.is_sum();
+        let inv_degree: Vec<f32> = (0..n)
+            .map(|v| {
+                if indegree[v + 1] == 0 {
+                    0.0
+                } else if sum {
+                    1.0
+                } else {
+                    1.0 / indegree[v + 1] as f32
+                }
+            })
+            .collect();
         Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
@@ -1095,6 +1112,7 @@ impl Prepared {
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
             crow: Tensor::from_slice(&crow).to_device(device),
+            sum,
             mean: std::cell::OnceCell::new(),
             graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
             graphs: batch.graph_count() as i64,
@@ -1108,7 +1126,8 @@ impl Prepared {
         table.index_select(0, &self.positions)
     }
 
-    /// The mean of the per-edge messages \[E, 34\] by target, \[N, 34\].
+    /// The mean (or, for a sum bundle, the sum) of the per-edge messages
+    /// \[E, 34\] by target, \[N, 34\].
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
         self.mean().mm(per_edge)
@@ -1119,14 +1138,16 @@ impl Prepared {
         let _ = self.mean().mm_out(out, per_edge);
     }
 
-    /// The mean aggregation's CSR matrix, built on first use from `crow`
+    /// The aggregation's CSR matrix (each edge's entry its target's
+    /// `inv_degree`), built on first use from `crow`
     /// (the edges are already in row order: column `e` is edge `e`).
     fn mean(&self) -> &Tensor {
         self.mean.get_or_init(|| {
             let (n, total) = (self.nodes, self.edges);
             let crow = self.crow.to_device(Device::Cpu);
-            let degree = (crow.narrow(0, 1, n) - crow.narrow(0, 0, n)).to_kind(Kind::Float);
-            let values = degree.reciprocal().repeat_interleave_self_tensor(&(crow.narrow(0, 1, n) - crow.narrow(0, 0, n)), 0, Some(total));
+            let degree = crow.narrow(0, 1, n) - crow.narrow(0, 0, n);
+            let scale = self.inv_degree.to_device(Device::Cpu).view([-1]);
+            let values = scale.repeat_interleave_self_tensor(&degree, 0, Some(total));
             // 32-bit indices where they fit: MKL's sparse product takes
             // them, and 64-bit ones were converted on every product.
             let index = if total < i32::MAX as i64 { Kind::Int } else { Kind::Int64 };

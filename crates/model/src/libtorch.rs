@@ -92,11 +92,15 @@ mod tests {
     fn another_release_is_one_error_naming_both() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("lib")).unwrap();
-        std::fs::write(dir.path().join("version.py"), "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n").unwrap();
+        std::fs::write(dir.path().join("version.py"), "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n")
+            .unwrap();
         let lib = dir.path().join("lib");
         assert_eq!(version_of(&lib).as_deref(), Some("2.11.0+cu130"));
         let e = mismatch("2.13.0+cu130", version_of(&lib).as_deref(), &lib).unwrap();
-        assert!(e.contains("libtorch 2.11.0+cu130") && e.contains("libtorch 2.13.0+cu130") && e.contains(&lib.display().to_string()), "{e}");
+        assert!(
+            e.contains("libtorch 2.11.0+cu130") && e.contains("libtorch 2.13.0+cu130") && e.contains(&lib.display().to_string()),
+            "{e}"
+        );
         // The same release with another local suffix (a CPU or CUDA build) is fine; so is an unknown one.
         assert_eq!(mismatch("2.13.0+cu130", Some("2.13.0+cpu"), &lib), None);
         assert_eq!(mismatch("2.13.0", None, &lib), None);

@@ -170,6 +170,27 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
 /// `--pos-weight`: the positive class weighted in the loss. The loss and
 /// every gradient still match autograd's weighted cross-entropy, and the
 /// weight really moves them (a positive's share of the loss grows).
+/// Summed messages (`hyper.aggregation: sum`): the hand-written step and
+/// backward against autograd through the aggregation's sparse matrix, and
+/// the loss is not the mean's.
+#[test]
+fn sum_aggregation_gradients_match_autograd() {
+    let _generator = generator();
+    let (vocab, batch) = random_batch(11);
+    let mean = Hyper::spec(vocab.len());
+    let hyper = Hyper { aggregation: programl_model::Aggregation::Sum, ..mean.clone() };
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    randomise(&model, 5);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    for steps in [1, 4] {
+        let theirs = autograd(&model, &prepared, steps, false, 1);
+        let ours = by_hand(&model, &prepared, steps, false, 1);
+        compare(&model, &ours, &theirs, 1e-4);
+        let as_mean = by_hand(&model, &Prepared::new(&batch, &mean, Device::Cpu), steps, false, 1);
+        assert!((as_mean.0 - ours.0).abs() > 1e-4, "{steps} steps: the sum's loss {} is the mean's {}", ours.0, as_mean.0);
+    }
+}
+
 #[test]
 fn weighted_loss_gradients_match_autograd() {
     let _generator = generator();

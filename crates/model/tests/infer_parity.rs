@@ -86,10 +86,8 @@ fn node_heads_match_the_libtorch_forward_on_real_ir() {
     let units = units();
     let test = "infer_parity::node_heads_match_the_libtorch_forward_on_real_ir";
     let paths = fp32_paths(test);
-    let int8: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Vnni]
-        .into_iter()
-        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
-        .collect();
+    let int8: Vec<Isa> =
+        [Isa::Portable, Isa::Avx2, Isa::Vnni].into_iter().filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]"))).collect();
     for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
         let dir = root().join("models").join(task);
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
@@ -155,13 +153,14 @@ fn graph_heads_match_the_libtorch_forward_on_real_ir() {
 #[test]
 fn the_bench_units_match_the_libtorch_forward() {
     let src = programl::fsutil::cache_dir().join("corpus-src");
-    let units: Vec<(PathBuf, PathBuf, &str)> = [("zlib", ".", "inffast.c", "-I."), ("bzip2", ".", "huffman.c", "-I."), ("lua5.4", "src", "lstring.c", "-Isrc")]
-        .iter()
-        .filter_map(|(package, sub, file, include)| {
-            let dir = std::fs::read_dir(src.join(package)).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())?;
-            Some((dir.join(sub).join(file), dir, *include))
-        })
-        .collect();
+    let units: Vec<(PathBuf, PathBuf, &str)> =
+        [("zlib", ".", "inffast.c", "-I."), ("bzip2", ".", "huffman.c", "-I."), ("lua5.4", "src", "lstring.c", "-Isrc")]
+            .iter()
+            .filter_map(|(package, sub, file, include)| {
+                let dir = std::fs::read_dir(src.join(package)).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())?;
+                Some((dir.join(sub).join(file), dir, *include))
+            })
+            .collect();
     if units.len() < 3 {
         programl_testkit::skip_unless_ci(
             "infer_parity::the_bench_units_match_the_libtorch_forward",
@@ -269,5 +268,51 @@ fn a_gated_state_pooling_head_matches_the_libtorch_forward() {
             let d = max_diff(&want, &got.probabilities);
             assert!(d < 1e-5, "{} graphs on {isa}: probabilities differ by {d}", graphs.len());
         }
+    }
+}
+
+/// A bundle whose nodes sum their messages (`hyper.aggregation: sum`):
+/// the shipped dominance weights under the other aggregation. The
+/// torch-free inference follows the libtorch forward on every FP32 path
+/// this CPU runs (within 1e-5), `dtype=auto` stays FP32 for it, and the
+/// sum is not the mean: the probabilities move. (INT8's summed messages
+/// are checked bit for bit in the kernels' own test; its accuracy bound
+/// was measured on the mean's bundles, and these weights were trained for
+/// the mean, so no bound is claimed here.)
+#[test]
+fn a_sum_aggregation_bundle_matches_the_libtorch_forward() {
+    use programl_model::Aggregation;
+    set_matmul_precision(Precision::F32).unwrap();
+    let test = "infer_parity::a_sum_aggregation_bundle_matches_the_libtorch_forward";
+    let paths = fp32_paths(test);
+    let base = Bundle::load(&root().join("models/dominance"), tch::Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base.config.clone();
+    config.hyper.aggregation = Aggregation::Sum;
+    // Six steps: weights trained for the mean, summed, make a sensitive
+    // map (rounding differences of 1e-7 grow past 1e-4 over 30 steps).
+    config.hyper.steps = 6;
+    Bundle::save(dir.path(), &config, &base.model, &base.vocabulary).unwrap();
+    let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    assert!(json.contains("\"aggregation\": \"sum\""), "{json}");
+    let reference = Bundle::load(dir.path(), tch::Device::Cpu).unwrap();
+    assert_eq!(reference.model.hyper().aggregation, Aggregation::Sum);
+    let model = Model::open(dir.path()).unwrap();
+    let mean = Model::open(&root().join("models/dominance")).unwrap();
+    for (name, graph) in units() {
+        let batch = batch_of(&graph, &reference.vocabulary);
+        let want = node_probabilities(&reference.model, &batch, 6);
+        let as_mean = Options { steps: Some(6), ..opts(Dtype::F32, Isa::Portable) };
+        let moved = max_diff(&want, &mean.node_probabilities(&batch, &as_mean).unwrap().probabilities);
+        assert!(moved > 1e-3, "{name}: the sum gives the mean's probabilities (at most {moved} apart)");
+        for &isa in &paths {
+            let got = model.node_probabilities(&batch, &opts(Dtype::F32, isa)).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 1e-5, "{name}, {isa}: probabilities differ by {d}");
+        }
+        let auto = model.node_probabilities(&batch, &Options { steps: None, threads: 1, dtype: Dtype::Auto, isa: None }).unwrap();
+        assert_eq!(auto.precision, programl_infer::Precision::F32, "{name}: dtype=auto on a sum bundle");
+        let int8 = model.node_probabilities(&batch, &opts(Dtype::Int8, Isa::Portable)).unwrap();
+        assert_eq!(int8.precision, programl_infer::Precision::Int8, "{name}: an explicit int8 is honoured");
     }
 }

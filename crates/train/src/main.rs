@@ -561,7 +561,19 @@ fn run(cli: Cli) -> Result<()> {
             let device = runtime.apply_training("devmap")?;
             let pool = parse_pool(&pool)?;
             let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init };
-            let options = devmap::Options { platform, input: input.parse()?, data, cache, folds, protocol, out, no_cv, level: opt_level, json, quiet };
+            let options = devmap::Options {
+                platform,
+                input: input.parse()?,
+                data,
+                cache,
+                folds,
+                protocol,
+                out,
+                no_cv,
+                level: opt_level,
+                json,
+                quiet,
+            };
             devmap::run(&options, &settings, device)
         }
         Command::Poj104 {

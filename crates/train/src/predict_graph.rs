@@ -65,7 +65,13 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
                 embedded: false,
                 kernel: String::new(),
             };
-            match sources::module_graph(&unit, root, &cache.join("devmap").join("sources"), &crate::devmap::clang(), &crate::devmap::bundle_flags(&bundle.config))? {
+            match sources::module_graph(
+                &unit,
+                root,
+                &cache.join("devmap").join("sources"),
+                &crate::devmap::clang(),
+                &crate::devmap::bundle_flags(&bundle.config),
+            )? {
                 Ok((graph, kernels)) => (graph, if per_kernel { kernels } else { Vec::new() }),
                 Err(cause) => bail!("{name}: does not compile: {cause}"),
             }

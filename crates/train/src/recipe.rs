@@ -56,6 +56,10 @@ pub struct Settings {
     pub batch_nodes: usize,
     pub val_examples: usize,
     pub val_every: u64,
+    /// `train --aggregation` (default `mean`): every phase's model is of
+    /// one kind.
+    #[serde(default, skip_serializing_if = "programl_model::Aggregation::is_mean")]
+    pub aggregation: programl_model::Aggregation,
 }
 
 /// One phase: a `train` run at its own rate and graph size limit.
@@ -182,6 +186,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
+            aggregation: s.aggregation,
             pos_weight: s.pos_weight,
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,

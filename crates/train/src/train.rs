@@ -33,7 +33,7 @@ use programl::vocab::Vocabulary;
 use programl_dataset::{Dataset, Split, Subset};
 use programl_infer::config::Stop;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
-use programl_model::{Ggnn, Hyper, Prepared, Until};
+use programl_model::{Aggregation, Ggnn, Hyper, Prepared, Until};
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
@@ -159,6 +159,12 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0.0)]
     #[serde(default)]
     pub state_dropout: f64,
+    /// How a node combines its incoming messages: `mean` (SPEC.md §3's,
+    /// every shipped bundle's) or `sum` (`hyper.aggregation`). With
+    /// `--init`, the bundle's weights start a model of this kind.
+    #[arg(long, default_value = "mean")]
+    #[serde(default, skip_serializing_if = "Aggregation::is_mean")]
+    pub aggregation: Aggregation,
     /// Weight of the positive class in the training loss (the negative
     /// class weighs 1; the loss is averaged over the weights). Positives
     /// are rare (subexpressions: 0.2% of nodes, datadep 1.1%), and an
@@ -420,7 +426,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
-    let hyper = Hyper { steps: args.steps, state_dropout: args.state_dropout, ..Hyper::spec(vocab.len()) };
+    let hyper = Hyper { steps: args.steps, state_dropout: args.state_dropout, aggregation: args.aggregation, ..Hyper::spec(vocab.len()) };
     tch::manual_seed(mix(args.seed) as i64);
     let model = Ggnn::new(&hyper, device);
     let mut opt = AdamW::new(&model.parameters(), args.lr);

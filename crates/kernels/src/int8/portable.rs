@@ -160,7 +160,13 @@ unsafe fn quantise_tile(full: *const f32, stride: usize, n0: usize, largest: &[f
 /// # Safety
 /// Every row's output holds `b.cols` values from `first` on.
 #[inline(always)]
-pub(crate) unsafe fn message_rows<const FMA: bool>(x: &Nodes<'_>, at: impl Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+pub(crate) unsafe fn message_rows<const FMA: bool>(
+    x: &Nodes<'_>,
+    at: impl Fn(usize) -> (usize, *mut f32),
+    rows: usize,
+    b: &Packed,
+    first: usize,
+) {
     for i in 0..rows {
         let (v, out) = at(i);
         let a: [i32; QK] = std::array::from_fn(|k| byte(x, v, k));
@@ -193,7 +199,14 @@ unsafe fn store_node(x: &[f32; H], v: usize, stride: usize, quads: *mut u32, sca
 /// # Safety
 /// The buffers hold `stride` nodes; `range` is within `x`'s rows.
 #[inline(always)]
-pub(crate) unsafe fn rows_to_nodes(x: &[f32], range: std::ops::Range<usize>, stride: usize, quads: *mut u32, scales: *mut f32, full: *mut f32) {
+pub(crate) unsafe fn rows_to_nodes(
+    x: &[f32],
+    range: std::ops::Range<usize>,
+    stride: usize,
+    quads: *mut u32,
+    scales: *mut f32,
+    full: *mut f32,
+) {
     for v in range {
         let row: &[f32; H] = x[v * H..][..H].try_into().expect("a row of 34");
         store_node(row, v, stride, quads, scales, [full.add(QK * stride), full.add((QK + 1) * stride)]);
@@ -209,7 +222,13 @@ pub(crate) unsafe fn rows_to_nodes(x: &[f32], range: std::ops::Range<usize>, str
 /// [`super::check_edges`] holds for the edges of `range`; `out` holds
 /// their rows.
 #[inline(always)]
-pub(crate) unsafe fn gated_bias_rows<const FMA: bool>(edges: &Edges<'_>, bias: &[f32], gates: &[f32], range: std::ops::Range<usize>, out: *mut f32) {
+pub(crate) unsafe fn gated_bias_rows<const FMA: bool>(
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    range: std::ops::Range<usize>,
+    out: *mut f32,
+) {
     for v in range {
         let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
         let mut acc = [0f32; H];
@@ -220,7 +239,7 @@ pub(crate) unsafe fn gated_bias_rows<const FMA: bool>(edges: &Edges<'_>, bias: &
                 acc[j] = madd::<FMA>(b[j], g[j], acc[j]);
             }
         }
-        let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+        let scale = edges.scale(start, end);
         for (j, a) in acc.iter().enumerate() {
             *out.add(v * H + j) = a * scale;
         }
@@ -254,7 +273,7 @@ pub(crate) unsafe fn aggregate_nodes<const FMA: bool>(
                 acc[j] = madd::<FMA>(m[j], g[j], acc[j]);
             }
         }
-        let scale = if end > start { 1.0 / (end - start) as f32 } else { 0.0 };
+        let scale = edges.scale(start, end);
         let row = &biases[v * H..][..H];
         let x: [f32; H] = std::array::from_fn(|j| madd::<FMA>(acc[j], scale, row[j]));
         store_node(&x, v, stride, quads, scales, tails);

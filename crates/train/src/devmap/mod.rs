@@ -1380,7 +1380,15 @@ pub fn eval_csv(model: &programl_infer::Model, opts: &programl_infer::Options, c
     let kernels = match input {
         Input::Sources => {
             let root = sources::sources_root(dir, &cache)?;
-            Kernels::from_sources(&rows, &sources::Builds::shipped()?, &root, &cache.join("sources"), &clang(), &bundle_flags(&model.config), json)?
+            Kernels::from_sources(
+                &rows,
+                &sources::Builds::shipped()?,
+                &root,
+                &cache.join("sources"),
+                &clang(),
+                &bundle_flags(&model.config),
+                json,
+            )?
         }
         Input::Csv => Kernels::build(&rows, &cache, json)?,
         Input::Ncc => Kernels::from_ncc(&rows, &ncc::ir_dir(dir, &cache)?)?,

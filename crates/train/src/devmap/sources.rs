@@ -255,7 +255,8 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path, f
         }
     }
     let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
-    let mut task = Build { clang, flags, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
+    let mut task =
+        Build { clang, flags, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
     Ok(match crate::harness::Cache::new(cache, false).compile(&key, 1, "kernel.ll", &mut task)? {
         crate::harness::Compiled::Ir { path, .. } => Module::Ir(path),
         crate::harness::Compiled::Failed { cause } => Module::Failed(cause),
@@ -308,7 +309,15 @@ pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -
 impl Kernels {
     /// Compiles (or reads from `cache`) the unit of every row, from the
     /// sources under `root`: one graph per distinct (unit, kernel).
-    pub fn from_sources(rows: &[Row], builds: &Builds, root: &Path, cache: &Path, clang: &Path, flags: &[&str], quiet: bool) -> Result<Kernels> {
+    pub fn from_sources(
+        rows: &[Row],
+        builds: &Builds,
+        root: &Path,
+        cache: &Path,
+        clang: &Path,
+        flags: &[&str],
+        quiet: bool,
+    ) -> Result<Kernels> {
         let mut index: HashMap<std::result::Result<Unit, String>, usize> = HashMap::new();
         let mut units: Vec<std::result::Result<Unit, String>> = Vec::new();
         let row_kernel = rows
@@ -472,7 +481,8 @@ mod tests {
         assert!(k.failures.keys().any(|c| c.contains("LSIZE unset")), "{:?}", k.failures);
         assert!(k.failures.contains_key("no program in the build table"), "{:?}", k.failures);
         // The cache answers the second time, with no clang to run.
-        let again = Kernels::from_sources(&rows, &builds, &relative, cache.path(), Path::new("/no/clang"), super::super::CLANG_FLAGS, true).unwrap();
+        let again = Kernels::from_sources(&rows, &builds, &relative, cache.path(), Path::new("/no/clang"), super::super::CLANG_FLAGS, true)
+            .unwrap();
         assert_eq!(again.failures, k.failures);
         assert_eq!(
             again.graphs[again.row_kernel[1]].as_ref().map(|g| g.node_count()),
