@@ -669,6 +669,18 @@ impl Model {
         out
     }
 
+    /// The batch's edges as the kernels' aggregation reads them, each
+    /// message at its offset in the step's product.
+    fn edges<'a>(&self, input: &'a Input, offsets: &'a [usize]) -> Edges<'a> {
+        Edges {
+            crow: &input.crow,
+            offsets,
+            types: &input.types,
+            positions: &input.positions,
+            sum: self.config.hyper.aggregation.is_sum(),
+        }
+    }
+
     /// The steps with FP32 or BF16 products (`T`: the products' element).
     fn steps_products<T: ProductElem>(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
         let n = input.nodes;
@@ -681,13 +693,7 @@ impl Model {
         let w_ih = if bf16 { fast.w_ih_bf16.as_ref().expect("BF16 packing where the CPU has BF16") } else { &fast.w_ih };
         let offsets: Vec<usize> =
             input.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * FUSED + slot[(s % EDGE_TYPES as i64) as usize] * H).collect();
-        let edges = Edges {
-            crow: &input.crow,
-            offsets: &offsets,
-            types: &input.types,
-            positions: &input.positions,
-            sum: self.config.hyper.aggregation.is_sum(),
-        };
+        let edges = self.edges(input, &offsets);
         let whole = RowGroups::whole(n);
         let gates = self.gate_rows(input.position_rows());
         let ([f, gi], [m, s0, s1]) = carve_products::<T>(scratch, n);
@@ -724,13 +730,7 @@ impl Model {
             .iter()
             .map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H)
             .collect();
-        let edges = Edges {
-            crow: &input.crow,
-            offsets: &offsets,
-            types: &input.types,
-            positions: &input.positions,
-            sum: self.config.hyper.aggregation.is_sum(),
-        };
+        let edges = self.edges(input, &offsets);
         let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride];
         grow(&mut scratch.f32s, &lens, 0.0);
         let [f, biases, hf, hs, ms, mt] = take(&mut scratch.f32s, lens);
