@@ -672,13 +672,7 @@ impl Model {
     /// The batch's edges as the kernels' aggregation reads them, each
     /// message at its offset in the step's product.
     fn edges<'a>(&self, input: &'a Input, offsets: &'a [usize]) -> Edges<'a> {
-        Edges {
-            crow: &input.crow,
-            offsets,
-            types: &input.types,
-            positions: &input.positions,
-            sum: self.config.hyper.aggregation.is_sum(),
-        }
+        Edges { crow: &input.crow, offsets, types: &input.types, positions: &input.positions, sum: self.config.hyper.aggregation.is_sum() }
     }
 
     /// The steps with FP32 or BF16 products (`T`: the products' element).

@@ -23,9 +23,9 @@
 
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::elem::{sigmoid_by, tanh_by};
-use programl_kernels::gemm;
 use programl_kernels::threads::{par_ranges, Rows};
 use programl_kernels::EDGE_TYPES;
+use programl_kernels::{forward, gemm};
 
 use std::ops::Range;
 
@@ -207,14 +207,7 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
                 row[j] += (msg[j] + b[j]) * g[j];
             }
         }
-        // The kernels' rule (`programl_kernels::forward::Edges::scale`).
-        let scale = if end == start {
-            0.0
-        } else if e.sum {
-            1.0
-        } else {
-            1.0 / (end - start) as f32
-        };
+        let scale = forward::message_scale(end - start, e.sum);
         row.iter_mut().for_each(|x| *x *= scale);
     }
 }

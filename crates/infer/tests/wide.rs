@@ -174,6 +174,17 @@ fn fp32(steps: Option<i64>) -> Options {
     Options { steps, threads: 1, dtype: Dtype::F32, isa: None }
 }
 
+/// A random bundle of `hyper` (kept in the returned directory), opened,
+/// with its tensors and the batch of [`inputs`] in its vocabulary.
+fn synthetic_on_real_ir(hyper: &Hyper, seed: u64) -> (tempfile::TempDir, Model, Tensors, Batch) {
+    let dir = synthetic(hyper, seed);
+    let model = Model::open(dir.path()).unwrap();
+    let tensors = read_tensors(&dir.path().join("weights.safetensors"));
+    let inputs = inputs(&model.vocabulary);
+    let batch = batch_of(&inputs);
+    (dir, model, tensors, batch)
+}
+
 /// Three roots of a real C++ unit and one of a C one, as a batch.
 fn inputs(vocabulary: &programl::vocab::Vocabulary) -> Vec<GraphInput> {
     let cpp = graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O1"]);
@@ -214,11 +225,7 @@ fn any_width_runs_and_matches_the_reference() {
         let hyper = Hyper { hidden, steps: 8, ..Hyper::spec(0) };
         let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
         let hyper = Hyper { vocab_size: vocab.len(), ..hyper };
-        let dir = synthetic(&hyper, seed);
-        let model = Model::open(dir.path()).unwrap();
-        let tensors = read_tensors(&dir.path().join("weights.safetensors"));
-        let inputs = inputs(&model.vocabulary);
-        let batch = batch_of(&inputs);
+        let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
         let want = reference(&hyper, &tensors, &batch, 8);
         let spread = want.chunks_exact(2).map(|p| p[1]).fold((1f64, 0f64), |(lo, hi), p| (lo.min(p), hi.max(p)));
         assert!(spread.1 - spread.0 > 0.01, "hidden {hidden}: the random model's probabilities barely vary ({spread:?})");
@@ -245,11 +252,7 @@ fn summed_messages_match_the_reference_on_both_steps() {
     let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
     for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
         let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation: Aggregation::Sum, ..Hyper::spec(0) };
-        let dir = synthetic(&hyper, seed);
-        let model = Model::open(dir.path()).unwrap();
-        let tensors = read_tensors(&dir.path().join("weights.safetensors"));
-        let inputs = inputs(&model.vocabulary);
-        let batch = batch_of(&inputs);
+        let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
         let want = reference(&hyper, &tensors, &batch, 8);
         let as_mean = reference(&Hyper { aggregation: Aggregation::Mean, ..hyper.clone() }, &tensors, &batch, 8);
         let apart = want.iter().zip(&as_mean).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);

@@ -58,18 +58,25 @@ pub struct Edges<'a> {
 }
 
 impl Edges<'_> {
-    /// What a node's summed incoming messages (edges `start..end`) are
-    /// multiplied by: 1 / in-degree for the mean, 1 for the sum, and 0
-    /// without incoming edges.
+    /// [`message_scale`] of the node whose incoming edges are `start..end`.
     #[inline(always)]
     pub fn scale(&self, start: usize, end: usize) -> f32 {
-        if end == start {
-            0.0
-        } else if self.sum {
-            1.0
-        } else {
-            1.0 / (end - start) as f32
-        }
+        message_scale(end - start, self.sum)
+    }
+}
+
+/// What a node's summed incoming messages are multiplied by, given its
+/// in-degree: 1 / in-degree for the mean, 1 for the sum (`sum`), and 0
+/// without incoming edges. Every aggregation (the kernels', the general
+/// step's, training's) applies this one rule.
+#[inline(always)]
+pub fn message_scale(in_degree: usize, sum: bool) -> f32 {
+    if in_degree == 0 {
+        0.0
+    } else if sum {
+        1.0
+    } else {
+        1.0 / in_degree as f32
     }
 }
 

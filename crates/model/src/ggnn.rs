@@ -1085,20 +1085,9 @@ impl Prepared {
             }
         }
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
-        // What each node's summed messages are multiplied by: the kernels'
-        // rule ([`kernels::forward::Edges::scale`]).
+        // What each node's summed messages are multiplied by: the kernels' rule.
         let sum = hyper.aggregation.is_sum();
-        let inv_degree: Vec<f32> = (0..n)
-            .map(|v| {
-                if indegree[v + 1] == 0 {
-                    0.0
-                } else if sum {
-                    1.0
-                } else {
-                    1.0 / indegree[v + 1] as f32
-                }
-            })
-            .collect();
+        let inv_degree: Vec<f32> = (0..n).map(|v| forward::message_scale(indegree[v + 1] as usize, sum)).collect();
         Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
