@@ -310,6 +310,17 @@ enum Command {
         /// shape (transfer).
         #[arg(long)]
         init: Option<PathBuf>,
+        /// Weight of a second cross-entropy on the graph's pooled logits
+        /// before the auxiliary inputs join them (upstream's intermediate
+        /// loss, 0.2 there): the graph's vector must predict the device
+        /// from the code alone too. 0: none. Training only; the bundle's
+        /// shape does not change.
+        #[arg(long, default_value_t = 0.0)]
+        code_loss: f64,
+        /// Dropout on the node states between message-passing steps, in
+        /// training only (upstream's graph-state dropout: 0.2).
+        #[arg(long, default_value_t = 0.0)]
+        state_dropout: f64,
         /// The protocols, comma-separated (stratified, grouped, perfograph)
         /// or all; default stratified,grouped (PERFOGRAPH's 10 random
         /// 67-row test sets take as long again).
@@ -556,11 +567,20 @@ fn run(cli: Cli) -> Result<()> {
             json,
             quiet,
             init,
+            code_loss,
+            state_dropout,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
             let pool = parse_pool(&pool)?;
-            let settings = devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init };
+            if !(code_loss.is_finite() && code_loss >= 0.0) {
+                anyhow::bail!("--code-loss {code_loss} is not a finite weight >= 0");
+            }
+            if !(0.0..1.0).contains(&state_dropout) {
+                anyhow::bail!("--state-dropout {state_dropout} is not a rate in [0, 1)");
+            }
+            let settings =
+                devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init, code_loss, state_dropout };
             let options = devmap::Options {
                 platform,
                 input: input.parse()?,

@@ -471,6 +471,11 @@ pub struct Settings {
     pub seed: u64,
     /// A bundle to start from ([`transfer`]).
     pub init: Option<PathBuf>,
+    /// Weight of the code-only cross-entropy on the pooled logits
+    /// ([`graphtask::train_step`]); 0 for none.
+    pub code_loss: f64,
+    /// Dropout on the node states between steps, in training only.
+    pub state_dropout: f64,
 }
 
 /// A model trained on some rows, with the vocabulary it reads.
@@ -530,7 +535,7 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         aux_hidden: s.aux_hidden,
         pool: s.pool,
     };
-    let hyper = Hyper { steps: s.steps, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
+    let hyper = Hyper { steps: s.steps, state_dropout: s.state_dropout, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
     // libtorch's generator is the process's: splits trained at once seed
     // and initialise one at a time, so a model's start depends on its
     // seed only (nothing after initialisation draws from it).
@@ -550,7 +555,8 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     for epoch in 0..s.epochs {
         // Batch statistics (the aux inputs' normalisation) need two rows.
         for batch in graphtask::epoch_batches(&data, &items, s.seed, epoch, s.batch_nodes, 2) {
-            graphtask::train_step(&model, &mut opt, &params, &data, &batch).with_context(|| format!("devmap: epoch {}", epoch + 1))?;
+            graphtask::train_step(&model, &mut opt, &params, &data, &batch, s.code_loss)
+                .with_context(|| format!("devmap: epoch {}", epoch + 1))?;
             rows_seen += batch.len() as u64;
         }
     }
@@ -1183,6 +1189,8 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "lr": s.lr,
             "pool": s.pool,
             "init": s.init.as_ref().map(|p| p.display().to_string()),
+            "code_loss": s.code_loss,
+            "state_dropout": s.state_dropout,
             "wall_s": start.elapsed().as_secs_f64(),
         });
         println!("{out}");
