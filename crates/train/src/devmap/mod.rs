@@ -886,7 +886,11 @@ impl Resume {
     fn path(&self, split: &Split, s: &Settings) -> PathBuf {
         let mut h = Fnv1a::default();
         h.write(&self.base.to_le_bytes());
-        h.write(format!("{s:?} {}", env!("CARGO_PKG_VERSION")).as_bytes());
+        // Settings added later enter the hash only away from their
+        // defaults, so that splits kept before they existed still resume.
+        let settings = format!("{s:?}");
+        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "");
+        h.write(format!("{settings} {}", env!("CARGO_PKG_VERSION")).as_bytes());
         for part in [&split.train, &split.test] {
             h.write(&(part.len() as u64).to_le_bytes());
             for &r in part {
