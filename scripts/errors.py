@@ -137,10 +137,43 @@ def structure(graph, task, roots, truth, predicted, places):
         degree[e["target"]] += 1
         if e["flow"] == 0:
             preds[e["target"]].add(e["source"])
+    # Hops from the root, along the model's edges in either direction (the
+    # steps before the root's mark can reach the node at all), and for
+    # datadep along the data edges backwards (the dependency chain the
+    # answer follows: two hops per dependence, through the variable).
+    undirected = collections.defaultdict(set)
+    data_back = collections.defaultdict(set)
+    for e in graph["links"]:
+        undirected[e["source"]].add(e["target"])
+        undirected[e["target"]].add(e["source"])
+        if e["flow"] == 1:
+            data_back[e["target"]].add(e["source"])
+
+    def hops(root, adjacency):
+        seen, frontier, d = {root: 0}, [root], 0
+        while frontier:
+            d += 1
+            nxt = []
+            for u in frontier:
+                for v in adjacency[u]:
+                    if v not in seen:
+                        seen[v] = d
+                        nxt.append(v)
+            frontier = nxt
+        return seen
+
+    def bucket(d):
+        return "unreached" if d is None else "1-5" if d <= 5 else "6-10" if d <= 10 else "11-20" if d <= 20 else "21-30" if d <= 30 else "over 30"
+
     for r in roots:
         t, q = truth.get(r, set()), predicted.get(r, set())
+        near = hops(r, undirected)
+        chain = hops(r, data_back) if task == "datadep" else {}
         for n in labelled:
             k = ("tp" if n in t else "fp") if n in q else ("fn" if n in t else "tn")
+            places[(f"hops from the root (either direction) {bucket(near.get(n))}", k)] += 1
+            if task == "datadep" and n in t:
+                places[(f"dependence chain hops {bucket(chain.get(n))}", k)] += 1
             d = degree[n]
             places[(f"messages averaged {'1-2' if d <= 2 else '3-4' if d <= 4 else '5-8' if d <= 8 else 'over 8'}", k)] += 1
             if task == "dominance" and len(preds[n]) >= 2:
