@@ -176,12 +176,22 @@ outcome "quick start" "$ok" "$qs_rc" "$logs/quickstart.log"
 step "scripts/errors.py (the models' error report) on examples/hello.c"
 errors_dir="$(mktemp -d)"
 clang-16 -O1 -S -emit-llvm "$root/examples/hello.c" -o "$errors_dir/hello.ll" &&
-    "$VIRTUAL_ENV/bin/python" "$root/scripts/errors.py" reachability --dir "$errors_dir" --files 1 >"$logs/errors.log" 2>&1
+    "$VIRTUAL_ENV/bin/python" "$root/scripts/errors.py" reachability --dir "$errors_dir" --files 1 --structure >"$logs/errors.log" 2>&1
 errors_rc=$?
 sed 's/^/[test]   /' "$logs/errors.log" | head -n 6
 rm -rf "$errors_dir"
 ok=0
-if [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log"; then
+# --structure's groups by distance hold every positive once: their counts
+# add up to tp + fn.
+if [ "$errors_rc" = 0 ] && grep -qE '^reachability: 1 file of .*tp [1-9][0-9]*, fp [0-9]+, fn [0-9]+; precision' "$logs/errors.log" &&
+    "$VIRTUAL_ENV/bin/python" - "$logs/errors.log" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+tp, fn = (int(x) for x in re.search(r"tp (\d+), fp \d+, fn (\d+)", text).groups())
+hops = [int(x) for x in re.findall(r"hops from the root \(either direction\) .*positives +(\d+)", text)]
+sys.exit(0 if hops and sum(hops) == tp + fn else f"hop groups hold {sum(hops)} positives, tp + fn = {tp + fn}")
+PY
+then
     ok=1
 fi
 outcome errors.py "$ok" "$errors_rc" "$logs/errors.log"
