@@ -104,6 +104,16 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
         let v = j[key].as_f64().unwrap_or_else(|| panic!("{key} missing: {j}"));
         assert!((0.0..=1.0).contains(&v), "{key} = {v}");
     }
+    // Grouped by kernel, no test row's kernel was trained on; stratified,
+    // the seen and unseen parts add up to the whole.
+    let g = &j["protocols"]["grouped"];
+    assert_eq!(g["rows_unseen_kernel"], g["rows_tested"], "{g}");
+    assert_eq!((g["error_unseen_kernel"].as_f64(), g["error_seen_kernel"].as_f64()), (g["error"].as_f64(), None), "{g}");
+    let st = &j["protocols"]["stratified"];
+    let (n, unseen) = (st["rows_tested"].as_f64().unwrap(), st["rows_unseen_kernel"].as_f64().unwrap());
+    let part = |k: &str| st[k].as_f64().unwrap_or(0.0);
+    let whole = part("error_seen_kernel") * (n - unseen) + part("error_unseen_kernel") * unseen;
+    assert!((whole - st["error"].as_f64().unwrap() * n).abs() < 1e-6, "{st}");
     // The failed row is an error wherever it is tested.
     assert!(j["error"].as_f64().unwrap() >= 1.0 / rows as f64);
     let folds = j["per_fold"].as_array().unwrap();

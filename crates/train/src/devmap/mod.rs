@@ -607,8 +607,24 @@ pub struct Figures {
     pub recall: f64,
     pub f1: f64,
     pub per_fold: Vec<FoldFigures>,
+    /// Test rows whose kernel (graph) no training row of their split has,
+    /// and how many of those the model got wrong: the rows that only
+    /// generalising from code can get right (`scripts/devmap_lookup.py`
+    /// gives the static mapping's and a kernel lookup's figures).
+    pub unseen_rows: usize,
+    pub unseen_errors: usize,
     /// Seconds the protocol took (its trainings and predictions).
     pub wall_s: f64,
+}
+
+impl Figures {
+    /// Error on the test rows whose kernel was in training, and on those
+    /// whose kernel was not (None where a part is empty).
+    pub fn error_by_kernel(&self) -> (Option<f64>, Option<f64>) {
+        let seen = self.rows - self.unseen_rows;
+        let part = |errors: usize, rows: usize| (rows > 0).then(|| errors as f64 / rows as f64);
+        (part(self.errors - self.unseen_errors, seen), part(self.unseen_errors, self.unseen_rows))
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -743,6 +759,7 @@ pub fn evaluate_splits(
 ) -> Result<Figures> {
     let mut total = Confusion::default();
     let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
+    let (mut unseen_rows, mut unseen_errors) = (0, 0);
     let mut per_fold = Vec::new();
     let split_probs = |f: usize| -> Result<HashMap<usize, f64>> {
         let split = &splits[f];
@@ -787,6 +804,7 @@ pub fn evaluate_splits(
             };
             let (train, test) = (&splits[f].train, &splits[f].test);
             let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
+            let trained_kernels: std::collections::HashSet<usize> = train.iter().map(|&r| kernels.row_kernel[r]).collect();
             let mut fold = Confusion::default();
             let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
             for &r in test {
@@ -796,6 +814,10 @@ pub fn evaluate_splits(
                 fold_errors += (predicted != rows[r].gpu) as usize;
                 fold_static += (majority_gpu != rows[r].gpu) as usize;
                 fold_failed += !probs.contains_key(&r) as usize;
+                if !trained_kernels.contains(&kernels.row_kernel[r]) {
+                    unseen_rows += 1;
+                    unseen_errors += (predicted != rows[r].gpu) as usize;
+                }
             }
             let figures = FoldFigures {
                 fold: f,
@@ -827,6 +849,8 @@ pub fn evaluate_splits(
         recall: total.recall(),
         f1: total.f1(),
         per_fold,
+        unseen_rows,
+        unseen_errors,
         wall_s: 0.0,
     })
 }
@@ -1136,13 +1160,15 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             figures.wall_s = t0.elapsed().as_secs_f64();
             if !o.json {
                 println!(
-                    "{name}, {} splits, aux {}: error {:.4} ({} of {} rows, {} failed to compile), static mapping {:.4}, precision {:.4} recall {:.4} F1 {:.4} (GPU positive), {:.0}s",
+                    "{name}, {} splits, aux {}: error {:.4} ({} of {} rows, {} failed to compile; {} rows of kernels unseen in training, {} wrong), static mapping {:.4}, precision {:.4} recall {:.4} F1 {:.4} (GPU positive), {:.0}s",
                     splits.len(),
                     s.aux,
                     figures.error,
                     figures.errors,
                     figures.rows,
                     figures.rows_failed,
+                    figures.unseen_rows,
+                    figures.unseen_errors,
                     figures.static_error,
                     figures.precision,
                     figures.recall,
@@ -1159,9 +1185,11 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         let summary: BTreeMap<&str, serde_json::Value> = results
             .iter()
             .map(|(p, f)| {
+                let (seen, unseen) = f.error_by_kernel();
                 let v = serde_json::json!({
                     "error": f.error, "precision": f.precision, "recall": f.recall, "f1": f.f1,
                     "static_error": f.static_error, "rows_tested": f.rows, "splits": f.per_fold.len(), "wall_s": f.wall_s,
+                    "rows_unseen_kernel": f.unseen_rows, "error_seen_kernel": seen, "error_unseen_kernel": unseen,
                 });
                 (p.name(), v)
             })
