@@ -60,6 +60,20 @@ pub struct Settings {
     /// one kind.
     #[serde(default, skip_serializing_if = "programl_model::Aggregation::is_mean")]
     pub aggregation: programl_model::Aggregation,
+    /// The message-passing steps the shipped bundle runs at
+    /// (`hyper.steps`), where they differ from the training T above:
+    /// chosen after training, on validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<Inference>,
+}
+
+/// The depth a shipped bundle runs at, and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Inference {
+    pub steps: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
 }
 
 /// One phase: a `train` run at its own rate and graph size limit.
@@ -122,6 +136,11 @@ impl Recipe {
         }
         if r.phases.is_empty() {
             bail!("{}: no phases", path.display());
+        }
+        if let Some(i) = &r.settings.inference {
+            if i.steps < 1 {
+                bail!("{}: settings.inference.steps {} is not at least 1", path.display(), i.steps);
+            }
         }
         for (i, p) in r.phases.iter().enumerate() {
             if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -266,6 +285,13 @@ fn ship(dir: &Path, recipe: &Recipe, runs: &[PathBuf]) -> Result<()> {
         };
         for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE] {
             std::fs::copy(last.join(f), staging.join(f)).map_err(io(&last.join(f)))?;
+        }
+        if let Some(inference) = &recipe.settings.inference {
+            let mut config = bundle::read_config(staging)?;
+            config.hyper.steps = inference.steps;
+            let path = staging.join(bundle::CONFIG_FILE);
+            let json = serde_json::to_string_pretty(&config).expect("a config serialises") + "\n";
+            std::fs::write(&path, json).map_err(io(&path))?;
         }
         let text = serde_json::to_string_pretty(recipe).expect("a recipe serialises") + "\n";
         std::fs::write(staging.join(FILE), text).map_err(io(&staging.join(FILE)))?;

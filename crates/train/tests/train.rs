@@ -502,7 +502,8 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     let recipe = |polish: u64| {
         serde_json::json!({
             "format": "programl-recipe", "version": 1, "task": "datadep",
-            "settings": {"seed": 0, "steps": 15, "state_dropout": 0.0, "pos_weight": 1.0, "batch_nodes": 4000, "val_examples": 150, "val_every": 100},
+            "settings": {"seed": 0, "steps": 15, "state_dropout": 0.0, "pos_weight": 1.0, "batch_nodes": 4000, "val_examples": 150, "val_every": 100,
+                         "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
                 {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "why": "a lower rate"}
@@ -543,6 +544,11 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     );
     let bundle = programl_infer::Model::open(&model).unwrap();
     assert_eq!(bundle.config.task, "datadep");
+    // Trained at T = 15, shipped to run at the recipe's inference depth.
+    assert_eq!(bundle.config.hyper.steps, 9);
+    let trained: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(runs.join("datadep-polish/model/config.json")).unwrap()).unwrap();
+    assert_eq!(trained["hyper"]["steps"].as_i64(), Some(15));
     let weights = std::fs::read(model.join("weights.safetensors")).unwrap();
     // Nothing more to do.
     run(&mut cmd(&runs));
@@ -558,11 +564,19 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert_eq!(state(&model), main_before, "phase one's budget was spent: untouched");
     let log = std::fs::read_to_string(model.join("polish/log.csv")).unwrap();
     assert!(log.lines().any(|l| l.starts_with("val,") && l.split(',').nth(1).unwrap().parse::<u64>().unwrap() >= 200), "{log}");
+    // So does the bundle continued elsewhere.
+    assert_eq!(programl_infer::Model::open(&model).unwrap().config.hyper.steps, 9);
     // A bad recipe names itself.
     std::fs::write(model.join("recipe.json"), r#"{"format": "programl-recipe", "version": 1, "task": "datadep", "phases": []}"#).unwrap();
     let out = cmd(&runs).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("recipe.json"), "{err}");
+    let mut zero = recipe(220);
+    zero["settings"]["inference"]["steps"] = serde_json::json!(0);
+    std::fs::write(model.join("recipe.json"), zero.to_string()).unwrap();
+    let out = cmd(&runs).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("recipe.json") && err.contains("settings.inference.steps 0"), "{err}");
 }
 
 /// `--init B --extend-vocab`: a bundle whose vocabulary lacks texts of the
