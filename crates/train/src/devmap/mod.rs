@@ -607,7 +607,7 @@ pub struct Figures {
     pub recall: f64,
     pub f1: f64,
     pub per_fold: Vec<FoldFigures>,
-    /// Test rows whose kernel (graph) no training row of their split has,
+    /// Test rows whose kernel (the CSV's `src`) no training row of their split has,
     /// and how many of those the model got wrong: the rows that only
     /// generalising from code can get right (`scripts/devmap_lookup.py`
     /// gives the static mapping's and a kernel lookup's figures).
@@ -804,7 +804,10 @@ pub fn evaluate_splits(
             };
             let (train, test) = (&splits[f].train, &splits[f].test);
             let majority_gpu = 2 * train.iter().filter(|&&r| rows[r].gpu).count() > train.len();
-            let trained_kernels: std::collections::HashSet<usize> = train.iter().map(|&r| kernels.row_kernel[r]).collect();
+            // A kernel is the CSV's `src` (as the grouped protocol and
+            // devmap_lookup.py take it): the sources input compiles a
+            // program once per dataset, so its graphs differ by row.
+            let trained_kernels: std::collections::HashSet<&str> = train.iter().map(|&r| rows[r].src.as_str()).collect();
             let mut fold = Confusion::default();
             let (mut fold_errors, mut fold_static, mut fold_failed) = (0, 0, 0);
             for &r in test {
@@ -814,7 +817,7 @@ pub fn evaluate_splits(
                 fold_errors += (predicted != rows[r].gpu) as usize;
                 fold_static += (majority_gpu != rows[r].gpu) as usize;
                 fold_failed += !probs.contains_key(&r) as usize;
-                if !trained_kernels.contains(&kernels.row_kernel[r]) {
+                if !trained_kernels.contains(rows[r].src.as_str()) {
                     unseen_rows += 1;
                     unseen_errors += (predicted != rows[r].gpu) as usize;
                 }
