@@ -321,6 +321,11 @@ enum Command {
         /// training only (upstream's graph-state dropout: 0.2).
         #[arg(long, default_value_t = 0.0)]
         state_dropout: f64,
+        /// Share of each model's training rows held out (stratified by
+        /// device) to choose the epoch whose weights it keeps: the lowest
+        /// error on them. 0: the last epoch's.
+        #[arg(long, default_value_t = 0.0)]
+        val_share: f64,
         /// The protocols, comma-separated (stratified, grouped, perfograph)
         /// or all; default stratified,grouped (PERFOGRAPH's 10 random
         /// 67-row test sets take as long again).
@@ -569,6 +574,7 @@ fn run(cli: Cli) -> Result<()> {
             init,
             code_loss,
             state_dropout,
+            val_share,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
@@ -579,8 +585,23 @@ fn run(cli: Cli) -> Result<()> {
             if !(0.0..1.0).contains(&state_dropout) {
                 anyhow::bail!("--state-dropout {state_dropout} is not a rate in [0, 1)");
             }
-            let settings =
-                devmap::Settings { aux: !no_aux, epochs, steps, lr, batch_nodes, aux_hidden: 32, pool, seed, init, code_loss, state_dropout };
+            if !(0.0..0.5).contains(&val_share) {
+                anyhow::bail!("--val-share {val_share} is not a share in [0, 0.5)");
+            }
+            let settings = devmap::Settings {
+                aux: !no_aux,
+                epochs,
+                steps,
+                lr,
+                batch_nodes,
+                aux_hidden: 32,
+                pool,
+                seed,
+                init,
+                code_loss,
+                state_dropout,
+                val_share,
+            };
             let options = devmap::Options {
                 platform,
                 input: input.parse()?,

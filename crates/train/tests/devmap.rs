@@ -153,6 +153,38 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
         let all_gpu: Vec<(usize, f64)> = pairs.iter().map(|&(r, _)| (r, 1.0)).collect();
         std::fs::write(f, serde_json::to_string(&all_gpu).unwrap()).unwrap();
     }
+    // Held-out rows choose the epoch kept: the lowest error on them (the
+    // later epoch on a tie).
+    let held = tmp.path().join("held");
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .arg("devmap")
+        .args(["--platform", "amd", "--epochs", "3", "--steps", "2", "--threads", "1", "--device", "cpu", "--quiet"])
+        .args(["--input", "csv", "--data", d, "--cache", c, "--no-cv", "--val-share", "0.3", "--out", held.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = text.lines().find_map(|l| l.strip_prefix("held-out rows' error by epoch: ")).unwrap_or_else(|| panic!("{text}"));
+    let (curve, kept) = line.split_once("; kept epoch ").unwrap();
+    let curve: Vec<f64> = curve.split(' ').map(|v| v.parse().unwrap()).collect();
+    let kept: usize = kept.trim().parse().unwrap();
+    assert_eq!(curve.len(), 3, "{line}");
+    let best = curve.iter().cloned().fold(f64::INFINITY, f64::min);
+    assert_eq!(kept, curve.iter().rposition(|&e| e == best).unwrap() + 1, "{line}");
+    // The bundle holds that epoch's weights: a run that stops there saves
+    // the same bytes (training is deterministic on one thread).
+    let short = tmp.path().join("short");
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .arg("devmap")
+        .args(["--platform", "amd", "--epochs", &kept.to_string(), "--steps", "2", "--threads", "1", "--device", "cpu", "--quiet"])
+        .args(["--input", "csv", "--data", d, "--cache", c, "--no-cv", "--val-share", "0.3", "--out", short.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let weights = |b: &Path| std::fs::read(b.join("weights.safetensors")).unwrap();
+    assert!(weights(&held) == weights(&short), "epoch {kept}'s weights: {line}");
     let again = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3"]);
     assert!((again["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "{again}");
     // By default: the stratified and grouped protocols, not PERFOGRAPH's.

@@ -476,6 +476,11 @@ pub struct Settings {
     pub code_loss: f64,
     /// Dropout on the node states between steps, in training only.
     pub state_dropout: f64,
+    /// Share of the training rows held out, stratified by device, to
+    /// choose the epoch whose weights are kept (the lowest error on them;
+    /// a run that collapses onto one device late keeps its better epoch).
+    /// 0: none, the last epoch's weights.
+    pub val_share: f64,
 }
 
 /// A model trained on some rows, with the vocabulary it reads.
@@ -484,6 +489,65 @@ pub struct Trained {
     pub vocabulary: Vocabulary,
     pub hyper: Hyper,
     pub rows_seen: u64,
+    /// With held-out rows: the error on them after each epoch, and the
+    /// epoch (from 1) whose weights were kept.
+    pub val_errors: Vec<f64>,
+    pub best_epoch: Option<usize>,
+}
+
+/// The epoch with the lowest held-out error so far, and a copy of its
+/// weights (parameters and buffers).
+#[derive(Default)]
+pub struct BestEpoch {
+    /// The held-out error after each epoch offered.
+    pub errors: Vec<f64>,
+    kept: Option<(usize, Vec<Tensor>)>,
+}
+
+impl BestEpoch {
+    /// The model after the next epoch, with its held-out error: kept if no
+    /// earlier epoch did better (a tie keeps the later epoch: more
+    /// training, the same error).
+    pub fn offer(&mut self, model: &Ggnn, error: f64) {
+        if self.errors.iter().all(|&e| error <= e) {
+            let _guard = tch::no_grad_guard();
+            self.kept = Some((self.errors.len() + 1, model.named_tensors().iter().map(|(_, t)| t.detach().copy()).collect()));
+        }
+        self.errors.push(error);
+    }
+
+    /// Puts the kept epoch's weights back into `model`; its epoch (from 1),
+    /// or None if nothing was offered.
+    pub fn restore(&self, model: &Ggnn) -> Option<usize> {
+        let (epoch, kept) = self.kept.as_ref()?;
+        let _guard = tch::no_grad_guard();
+        for ((_, t), k) in model.named_tensors().iter().zip(kept) {
+            t.shallow_clone().copy_(k);
+        }
+        Some(*epoch)
+    }
+}
+
+/// Splits `ids` into rows to fit and rows held out: `share` of each
+/// device's rows (at least one where the device has two or more), chosen
+/// by `seed`.
+pub fn hold_out(rows: &[Row], ids: &[usize], share: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let (mut fit, mut held) = (Vec::new(), Vec::new());
+    for gpu in [false, true] {
+        let of: Vec<usize> = ids.iter().copied().filter(|&r| rows[r].gpu == gpu).collect();
+        let n = if share > 0.0 && of.len() >= 2 { ((of.len() as f64 * share).round() as usize).clamp(1, of.len() - 1) } else { 0 };
+        let order = programl::batch::permutation(of.len(), programl::hash::mix(seed ^ 0x686f_6c64 ^ gpu as u64));
+        for (k, &i) in order.iter().enumerate() {
+            if k < n {
+                held.push(of[i])
+            } else {
+                fit.push(of[i])
+            }
+        }
+    }
+    fit.sort_unstable();
+    held.sort_unstable();
+    (fit, held)
 }
 
 /// The examples of `rows` (indices) whose kernels compiled, featurised with
@@ -512,6 +576,7 @@ fn examples(rows: &[Row], kernels: &Kernels, ids: &[usize], vocabulary: &Vocabul
 /// Trains on the compiled rows among `train` (row indices).
 pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Settings, device: Device) -> Result<Trained> {
     let compiled: Vec<usize> = train.iter().copied().filter(|&r| kernels.compiled(r)).collect();
+    let (compiled, held) = hold_out(rows, &compiled, s.val_share, s.seed);
     let vocabulary = vocabulary_of(
         compiled
             .iter()
@@ -552,6 +617,9 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     let mut opt = AdamW::new(&params, s.lr);
     let mut rows_seen = 0;
     let items: Vec<usize> = (0..data.items.len()).collect();
+    let held_data = examples(rows, kernels, &held, &vocabulary);
+    let held_items: Vec<usize> = (0..held_data.items.len()).collect();
+    let mut best = BestEpoch::default();
     for epoch in 0..s.epochs {
         // Batch statistics (the aux inputs' normalisation) need two rows.
         for batch in graphtask::epoch_batches(&data, &items, s.seed, epoch, s.batch_nodes, 2) {
@@ -559,8 +627,14 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
                 .with_context(|| format!("devmap: epoch {}", epoch + 1))?;
             rows_seen += batch.len() as u64;
         }
+        if !held_items.is_empty() {
+            let probs = graphtask::probabilities(&model, &held_data, &held_items, hyper.steps, s.batch_nodes);
+            let wrong = probs.iter().zip(&held_data.items).filter(|(p, item)| (p[1] >= 0.5) != (item.label == 1)).count();
+            best.offer(&model, wrong as f64 / held_items.len() as f64);
+        }
     }
-    Ok(Trained { model, vocabulary, hyper, rows_seen })
+    let best_epoch = best.restore(&model);
+    Ok(Trained { model, vocabulary, hyper, rows_seen, val_errors: best.errors, best_epoch })
 }
 
 /// Copies into `to` every parameter of `from` with the same name and shape,
@@ -916,7 +990,7 @@ impl Resume {
         // Settings added later enter the hash only away from their
         // defaults, so that splits kept before they existed still resume.
         let settings = format!("{s:?}");
-        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "");
+        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "").replace(", val_share: 0.0", "");
         h.write(format!("{settings} {}", env!("CARGO_PKG_VERSION")).as_bytes());
         for part in [&split.train, &split.test] {
             h.write(&(part.len() as u64).to_le_bytes());
@@ -1236,8 +1310,21 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         let all: Vec<usize> = (0..rows.len()).collect();
         let trained = train_model(&rows, &kernels, &all, s, device)?;
         save_bundle(dir, &trained, &o.platform, &rows, o.input, &flags, t0.elapsed().as_secs_f64())?;
+        // How well it fits what it trained on (libtorch's forward, in
+        // evaluation mode: `eval` of the bundle on the CSV gives the same).
+        let probs = predict(&trained, &rows, &kernels, &all, s.batch_nodes);
+        let wrong = all.iter().filter(|&&r| probs.get(&r).is_none_or(|&p| (p >= 0.5) != rows[r].gpu)).count();
         if !o.json {
-            println!("saved {} (trained on every compiled row, {:.0}s)", dir.display(), t0.elapsed().as_secs_f64());
+            println!(
+                "saved {} (trained on every compiled row, {:.0}s; error on those rows {:.4})",
+                dir.display(),
+                t0.elapsed().as_secs_f64(),
+                wrong as f64 / all.len().max(1) as f64
+            );
+            if let Some(e) = trained.best_epoch {
+                let curve: Vec<String> = trained.val_errors.iter().map(|v| format!("{v:.3}")).collect();
+                println!("held-out rows' error by epoch: {}; kept epoch {e}", curve.join(" "));
+            }
         }
     }
     Ok(())
@@ -1285,6 +1372,63 @@ mod tests {
             compile_kernel("__kernel void Z() {}", cache.path(), Path::new("/no/clang")).is_err(),
             "a missing clang is an error, not a failure"
         );
+    }
+
+    /// The best epoch's weights, buffers included, come back whatever
+    /// was trained after it.
+    #[test]
+    fn the_best_epoch_is_restored() {
+        let head = GraphHead { aux: vec!["transfer".into(), "wgsize".into()], aux_hidden: 4, pool: Pool::Gated };
+        let hyper = Hyper { steps: 2, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(5) };
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        let snapshot = |m: &Ggnn| -> Vec<Vec<f32>> {
+            m.named_tensors().iter().map(|(_, t)| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()).collect()
+        };
+        let bump = |m: &Ggnn, by: f64| {
+            let _g = tch::no_grad_guard();
+            for (_, t) in m.named_tensors() {
+                let _ = t.shallow_clone().f_add_scalar_(by).unwrap();
+            }
+        };
+        let mut best = BestEpoch::default();
+        assert_eq!(best.restore(&model), None);
+        best.offer(&model, 0.4);
+        bump(&model, 1.0);
+        best.offer(&model, 0.2);
+        let second = snapshot(&model);
+        bump(&model, 1.0);
+        best.offer(&model, 0.3);
+        bump(&model, 1.0);
+        best.offer(&model, 0.2);
+        let fourth = snapshot(&model);
+        bump(&model, 1.0);
+        assert_ne!(snapshot(&model), fourth);
+        // Epochs 2 and 4 tie: the later is kept.
+        assert_eq!(best.restore(&model), Some(4));
+        assert_eq!(snapshot(&model), fourth);
+        assert_ne!(second, fourth);
+        assert_eq!(best.errors, vec![0.4, 0.2, 0.3, 0.2]);
+    }
+
+    /// The held-out rows: a share of each device's rows, disjoint from the
+    /// rows to fit, the same for a seed, other for another; none at 0.
+    #[test]
+    fn held_out_rows_are_a_stratified_share() {
+        let rows: Vec<Row> = (0..40).map(|i| row(&format!("b{i}"), &format!("k{i}"), i % 4 == 0)).collect();
+        let ids: Vec<usize> = (0..40).collect();
+        let (fit, held) = hold_out(&rows, &ids, 0.2, 3);
+        assert_eq!((fit.len(), held.len()), (32, 8));
+        assert_eq!(held.iter().filter(|&&r| rows[r].gpu).count(), 2, "10 GPU rows: 2 held out");
+        let mut all: Vec<usize> = fit.iter().chain(&held).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, ids);
+        assert_eq!(hold_out(&rows, &ids, 0.2, 3), (fit, held.clone()));
+        assert_ne!(hold_out(&rows, &ids, 0.2, 4).1, held);
+        assert_eq!(hold_out(&rows, &ids, 0.0, 3), (ids.clone(), Vec::new()));
+        // A device with a single row keeps it for fitting.
+        let one: Vec<usize> = (1..8).collect();
+        let (fit, held) = hold_out(&rows, &one, 0.2, 3);
+        assert!(fit.contains(&4) && held.len() == 1 && !held.contains(&4), "row 4 is the only GPU row: {fit:?} {held:?}");
     }
 
     #[test]
