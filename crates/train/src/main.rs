@@ -326,6 +326,10 @@ enum Command {
         /// error on them. 0: the last epoch's.
         #[arg(long, default_value_t = 0.0)]
         val_share: f64,
+        /// `constant`, or `cosine`: the rate falls along a half cosine
+        /// over the epochs, from --lr at the first.
+        #[arg(long, default_value = "constant")]
+        lr_schedule: String,
         /// The protocols, comma-separated (stratified, grouped, perfograph)
         /// or all; default stratified,grouped (PERFOGRAPH's 10 random
         /// 67-row test sets take as long again).
@@ -575,6 +579,7 @@ fn run(cli: Cli) -> Result<()> {
             code_loss,
             state_dropout,
             val_share,
+            lr_schedule,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
@@ -601,6 +606,11 @@ fn run(cli: Cli) -> Result<()> {
                 code_loss,
                 state_dropout,
                 val_share,
+                cosine: match lr_schedule.as_str() {
+                    "constant" => false,
+                    "cosine" => true,
+                    other => anyhow::bail!("--lr-schedule '{other}': expected constant or cosine"),
+                },
             };
             let options = devmap::Options {
                 platform,

@@ -481,6 +481,9 @@ pub struct Settings {
     /// a run that collapses onto one device late keeps its better epoch).
     /// 0: none, the last epoch's weights.
     pub val_share: f64,
+    /// The learning rate falls along a half cosine over the epochs (epoch
+    /// e of E at `lr · (1 + cos(π e / E)) / 2`), instead of staying put.
+    pub cosine: bool,
 }
 
 /// A model trained on some rows, with the vocabulary it reads.
@@ -493,6 +496,14 @@ pub struct Trained {
     /// epoch (from 1) whose weights were kept.
     pub val_errors: Vec<f64>,
     pub best_epoch: Option<usize>,
+}
+
+/// The learning rate of epoch `epoch` (from 0) under `s`'s schedule.
+pub fn epoch_lr(s: &Settings, epoch: usize) -> f64 {
+    match s.cosine {
+        true => s.lr * 0.5 * (1.0 + (std::f64::consts::PI * epoch as f64 / s.epochs.max(1) as f64).cos()),
+        false => s.lr,
+    }
 }
 
 /// The epoch with the lowest held-out error so far, and a copy of its
@@ -621,6 +632,7 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
     let held_items: Vec<usize> = (0..held_data.items.len()).collect();
     let mut best = BestEpoch::default();
     for epoch in 0..s.epochs {
+        opt.lr = epoch_lr(s, epoch);
         // Batch statistics (the aux inputs' normalisation) need two rows.
         for batch in graphtask::epoch_batches(&data, &items, s.seed, epoch, s.batch_nodes, 2) {
             graphtask::train_step(&model, &mut opt, &params, &data, &batch, s.code_loss)
@@ -990,7 +1002,7 @@ impl Resume {
         // Settings added later enter the hash only away from their
         // defaults, so that splits kept before they existed still resume.
         let settings = format!("{s:?}");
-        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "").replace(", val_share: 0.0", "");
+        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "").replace(", val_share: 0.0", "").replace(", cosine: false", "");
         h.write(format!("{settings} {}", env!("CARGO_PKG_VERSION")).as_bytes());
         for part in [&split.train, &split.test] {
             h.write(&(part.len() as u64).to_le_bytes());
@@ -1299,6 +1311,8 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "pool": s.pool,
             "init": s.init.as_ref().map(|p| p.display().to_string()),
             "code_loss": s.code_loss,
+            "val_share": s.val_share,
+            "lr_schedule": if s.cosine { "cosine" } else { "constant" },
             "state_dropout": s.state_dropout,
             "wall_s": start.elapsed().as_secs_f64(),
         });
@@ -1372,6 +1386,30 @@ mod tests {
             compile_kernel("__kernel void Z() {}", cache.path(), Path::new("/no/clang")).is_err(),
             "a missing clang is an error, not a failure"
         );
+    }
+
+    #[test]
+    fn the_cosine_schedule_falls_from_the_rate_by_half_a_cosine() {
+        let s = Settings {
+            aux: true,
+            epochs: 10,
+            steps: 2,
+            lr: 1e-3,
+            batch_nodes: 1000,
+            aux_hidden: 4,
+            pool: Pool::Gated,
+            seed: 0,
+            init: None,
+            code_loss: 0.0,
+            state_dropout: 0.0,
+            val_share: 0.0,
+            cosine: true,
+        };
+        let rates: Vec<f64> = (0..10).map(|e| epoch_lr(&s, e)).collect();
+        assert_eq!(rates[0], 1e-3);
+        assert!((rates[5] - 5e-4).abs() < 1e-12, "{rates:?}");
+        assert!(rates.windows(2).all(|w| w[1] < w[0]) && rates[9] > 0.0 && rates[9] < 3e-5, "{rates:?}");
+        assert!((0..10).all(|e| epoch_lr(&Settings { cosine: false, ..s.clone() }, e) == 1e-3));
     }
 
     /// The best epoch's weights, buffers included, come back whatever
