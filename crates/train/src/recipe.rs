@@ -338,3 +338,27 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shipped DeepDataFlow bundle's recipe reads, and its bundle
+    /// runs at the depth the recipe says: `settings.inference.steps` where
+    /// set, else the training T.
+    #[test]
+    fn shipped_recipes_read_and_match_their_bundles() {
+        let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        let mut read = 0;
+        for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
+            let dir = models.join(task);
+            let recipe = Recipe::read(&dir).unwrap();
+            assert_eq!(recipe.task, task);
+            let config = bundle::read_config(&dir).unwrap();
+            let want = recipe.settings.inference.as_ref().map_or(recipe.settings.steps, |i| i.steps);
+            assert_eq!(config.hyper.steps, want, "{}", dir.display());
+            read += 1;
+        }
+        assert_eq!(read, 5);
+    }
+}
