@@ -445,17 +445,24 @@ mod tests {
         assert!(orders.len() > 1);
     }
 
+    /// The examples and a 3-step gated head with their two auxiliary
+    /// inputs, initialised from `seed`.
+    fn gated_model(seed: i64) -> (Examples, programl::vocab::Vocabulary, Hyper, Ggnn) {
+        let (data, vocabulary) = examples();
+        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated };
+        let hyper = Hyper { steps: 3, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
+        tch::manual_seed(seed);
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        (data, vocabulary, hyper, model)
+    }
+
     /// The code-only term: the step's loss is the head's cross-entropy
     /// plus the weight times the pooled logits' own, and training with it
     /// makes the graph's pooled logits predict the label without the
     /// auxiliary inputs.
     #[test]
     fn the_code_loss_adds_the_pooled_logits_cross_entropy() {
-        let (data, vocabulary) = examples();
-        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated };
-        let hyper = Hyper { steps: 3, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
-        tch::manual_seed(5);
-        let model = Ggnn::new(&hyper, Device::Cpu);
+        let (data, _, hyper, model) = gated_model(5);
         let params = model.parameters();
         let mut opt = AdamW::new(&params, 0.01);
         // Graph 1 is labelled 0, graph 2 is labelled 1, one item each.
@@ -483,11 +490,7 @@ mod tests {
 
     #[test]
     fn training_fits_a_batch_and_both_forwards_agree_on_shared_graphs() {
-        let (data, vocabulary) = examples();
-        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated };
-        let hyper = Hyper { steps: 3, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
-        tch::manual_seed(3);
-        let model = Ggnn::new(&hyper, Device::Cpu);
+        let (data, vocabulary, hyper, model) = gated_model(3);
         let params = model.parameters();
         let mut opt = AdamW::new(&params, 0.01);
         let all = [0, 1, 2, 3];
