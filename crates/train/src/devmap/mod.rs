@@ -486,6 +486,16 @@ pub struct Settings {
     pub cosine: bool,
 }
 
+impl Settings {
+    /// What a kept split's predictions depend on among the settings: their
+    /// `Debug` text, less the fields added after splits were first kept
+    /// where those are at their defaults (so such splits still resume).
+    fn resume_key(&self) -> String {
+        const LATER_DEFAULTS: [&str; 4] = [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false"];
+        LATER_DEFAULTS.iter().fold(format!("{self:?}"), |key, field| key.replace(field, ""))
+    }
+}
+
 /// A model trained on some rows, with the vocabulary it reads.
 pub struct Trained {
     pub model: Ggnn,
@@ -999,11 +1009,7 @@ impl Resume {
     fn path(&self, split: &Split, s: &Settings) -> PathBuf {
         let mut h = Fnv1a::default();
         h.write(&self.base.to_le_bytes());
-        // Settings added later enter the hash only away from their
-        // defaults, so that splits kept before they existed still resume.
-        let settings = format!("{s:?}");
-        let settings = settings.replace(", code_loss: 0.0", "").replace(", state_dropout: 0.0", "").replace(", val_share: 0.0", "").replace(", cosine: false", "");
-        h.write(format!("{settings} {}", env!("CARGO_PKG_VERSION")).as_bytes());
+        h.write(format!("{} {}", s.resume_key(), env!("CARGO_PKG_VERSION")).as_bytes());
         for part in [&split.train, &split.test] {
             h.write(&(part.len() as u64).to_le_bytes());
             for &r in part {
