@@ -25,12 +25,12 @@
 //! - with one root (`roots=all;max_roots=1`), the inference a single
 //!   decision costs;
 //! - at the default `dtype=auto` (INT8 where the CPU has AVX-512 VNNI,
-//!   else FP32) on the best kernel path the CPU runs; then both again with
-//!   each other setting that the CPU runs ([`variants`]): `dtype=f32`
-//!   where the default is INT8 (`dtype=int8` where it is FP32: the AVX2
-//!   or portable INT8 step), `dtype=bf16` where the CPU has BF16
-//!   instructions, and every lower kernel path (`isa=avx512`, `isa=avx2`,
-//!   `isa=portable`).
+//!   else FP32) on the best kernel path the CPU runs; then both
+//!   again with each other setting that the CPU runs ([`variants`]):
+//!   `dtype=f32` where the default is INT8 (`dtype=int8` where it is FP32:
+//!   the AVX2 or portable INT8 step), `dtype=bf16` where the CPU has BF16
+//!   instructions, and every lower kernel path (`isa=avx512`,
+//!   `isa=avxvnni`, `isa=avx2`, `isa=portable`).
 //!
 //! Then `opt -passes=verify` with and without the plugin loaded (the cost
 //! of loading it, wall and CPU), and a ThinLTO link of Lua with the plugin
@@ -255,15 +255,10 @@ fn cpu_has_bf16() -> bool {
     cpu::has_flag("avx512_bf16")
 }
 
-/// Whether the CPU has AVX-512 VNNI (the default `dtype=auto` is `int8`;
-/// elsewhere INT8 runs on the AVX2 or portable path, `dtype=int8`).
-fn cpu_has_vnni() -> bool {
-    Isa::Vnni.supported()
-}
-
-/// What the default (`dtype=auto`) runs on this CPU.
+/// What the default (`dtype=auto`) runs on this CPU: INT8 where it is the
+/// fastest precision (AVX-512 VNNI), else FP32.
 fn auto_dtype() -> &'static str {
-    if cpu_has_vnni() {
+    if programl_infer::int8_preferred() {
         "int8"
     } else {
         "f32"
@@ -292,10 +287,13 @@ fn all_variants() -> Vec<&'static str> {
     if cpu_has_bf16() {
         out.push("dtype=bf16");
     }
-    if cpu_has_vnni() {
+    if Isa::Vnni.supported() {
         out.push("isa=avx512");
     }
-    if Isa::Avx512.supported() {
+    if Isa::AvxVnni.supported() && cpu::detected() > Isa::AvxVnni {
+        out.push("isa=avxvnni");
+    }
+    if cpu::detected() > Isa::Avx2 {
         out.push("isa=avx2");
     }
     if Isa::Avx2.supported() {

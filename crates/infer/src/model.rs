@@ -478,7 +478,10 @@ impl Model {
                 }
                 (all, steps)
             };
-            Run { logits, precision, isa: cpu::active(), steps_per_graph }
+            // The path the products took: INT8's own (AVX-VNNI under an
+            // `avx512` cap), else the float kernels'.
+            let isa = if precision == Precision::Int8 { int8::path() } else { cpu::active_float() };
+            Run { logits, precision, isa, steps_per_graph }
         })
     }
 

@@ -12,13 +12,22 @@ use std::fmt;
 use std::str::FromStr;
 
 /// An x86-64 kernel path, from the most portable up. Each includes the
-/// ones below it.
+/// ones below it, with one exception: AVX-VNNI (256-bit `vpdpbusd`, VEX
+/// encoded) is a flag of its own, which CPUs with AVX-512 VNNI may lack
+/// (Cascade Lake, Ice Lake, Zen 4) and CPUs without AVX-512 may have
+/// (Alder Lake and later client cores, Sierra Forest). So a path is
+/// [`Isa::supported`] where the CPU has its flags, and [`active`] falls
+/// back from `avxvnni` to `avx2` where it does not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     /// Plain Rust, any target (on x86-64: SSE2, FMAs as library calls).
     Portable,
     /// AVX2 and FMA (Haswell, Zen).
     Avx2,
+    /// AVX2 and FMA with AVX-VNNI (`vpdpbusd` on 256 bits: Alder Lake,
+    /// Sapphire Rapids, Zen 5): INT8 products at AVX2's width. Its FP32
+    /// kernels are AVX2's.
+    AvxVnni,
     /// AVX-512 F, BW and VL (Skylake-SP, Zen 4).
     Avx512,
     /// AVX-512 with VNNI (`vpdpbusd`: Cascade Lake, Zen 4): INT8 products.
@@ -26,21 +35,22 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Vnni];
+    pub const ALL: [Isa; 5] = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Vnni];
 
     /// The CPU flags this path needs, as `/proc/cpuinfo` names them.
     pub fn flags(self) -> &'static [&'static str] {
         match self {
             Isa::Portable => &[],
             Isa::Avx2 => &["avx2", "fma"],
+            Isa::AvxVnni => &["avx2", "fma", "avx_vnni"],
             Isa::Avx512 => &["avx512f", "avx512bw", "avx512vl"],
             Isa::Vnni => &["avx512f", "avx512bw", "avx512vl", "avx512_vnni"],
         }
     }
 
-    /// Whether this CPU runs the path.
+    /// Whether this CPU runs the path: it has the path's flags.
     pub fn supported(self) -> bool {
-        self <= detected()
+        self.flags().iter().all(|f| has_flag(f))
     }
 
     /// `Ok` where the CPU runs the path; else why not, naming the flag.
@@ -58,6 +68,7 @@ impl fmt::Display for Isa {
         f.write_str(match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Vnni => "vnni",
         })
@@ -70,9 +81,10 @@ impl FromStr for Isa {
         match s {
             "portable" => Ok(Isa::Portable),
             "avx2" => Ok(Isa::Avx2),
+            "avxvnni" => Ok(Isa::AvxVnni),
             "avx512" => Ok(Isa::Avx512),
             "vnni" => Ok(Isa::Vnni),
-            _ => Err(format!("isa '{s}' is not one of portable, avx2, avx512, vnni")),
+            _ => Err(format!("isa '{s}' is not one of portable, avx2, avxvnni, avx512, vnni")),
         }
     }
 }
@@ -89,6 +101,7 @@ pub fn has_flag(flag: &str) -> bool {
             "avx512vl" => std::is_x86_feature_detected!("avx512vl"),
             "avx512dq" => std::is_x86_feature_detected!("avx512dq"),
             "avx512_vnni" => std::is_x86_feature_detected!("avx512vnni"),
+            "avx_vnni" => std::is_x86_feature_detected!("avxvnni"),
             "avx512_bf16" => std::is_x86_feature_detected!("avx512bf16"),
             _ => false,
         }
@@ -103,10 +116,7 @@ pub fn has_flag(flag: &str) -> bool {
 /// The best path this CPU runs.
 pub fn detected() -> Isa {
     static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-    *BEST.get_or_init(|| {
-        let all = |isa: Isa| isa.flags().iter().all(|f| has_flag(f));
-        Isa::ALL.into_iter().rev().find(|&i| all(i)).unwrap_or(Isa::Portable)
-    })
+    *BEST.get_or_init(|| Isa::ALL.into_iter().rev().find(|&i| i.supported()).unwrap_or(Isa::Portable))
 }
 
 thread_local! {
@@ -119,9 +129,21 @@ pub fn cap() -> Isa {
 }
 
 /// The path the kernels take on this thread: the best the CPU runs, at
-/// most the cap.
+/// most the cap (`avxvnni` where the CPU lacks AVX-VNNI: `avx2`).
 pub fn active() -> Isa {
-    detected().min(cap())
+    match detected().min(cap()) {
+        Isa::AvxVnni if !Isa::AvxVnni.supported() => Isa::Avx2,
+        isa => isa,
+    }
+}
+
+/// The path the FP32 and BF16 kernels take on this thread: [`active`],
+/// where AVX-VNNI (INT8 products only) runs AVX2's.
+pub fn active_float() -> Isa {
+    match active() {
+        Isa::AvxVnni => Isa::Avx2,
+        isa => isa,
+    }
 }
 
 /// Whether the kernels may take `isa`'s path on this thread.

@@ -87,7 +87,7 @@ fn node_heads_match_the_libtorch_forward_on_real_ir() {
     let test = "infer_parity::node_heads_match_the_libtorch_forward_on_real_ir";
     let paths = fp32_paths(test);
     let int8: Vec<Isa> =
-        [Isa::Portable, Isa::Avx2, Isa::Vnni].into_iter().filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]"))).collect();
+        [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni].into_iter().filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]"))).collect();
     for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
         let dir = root().join("models").join(task);
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();

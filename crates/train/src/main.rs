@@ -67,9 +67,9 @@ struct Runtime {
     /// models" gives their figures in f32 and int8.
     #[arg(long, default_value = "auto")]
     dtype: Dtype,
-    /// The highest CPU kernel path for eval and predict: vnni, avx512, avx2
-    /// or portable (default: the best this CPU runs; a path it lacks is an
-    /// error). For tests and benchmarks of one path.
+    /// The highest CPU kernel path for eval and predict: vnni, avx512,
+    /// avxvnni, avx2 or portable (default: the best this CPU runs; a path
+    /// it lacks is an error). For tests and benchmarks of one path.
     #[arg(long)]
     isa: Option<programl_infer::Isa>,
 }

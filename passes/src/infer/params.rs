@@ -17,8 +17,8 @@
 //! | `roots` | `sample`, `all`, `marked` | `sample` |
 //! | `steps` | message-passing steps, ≥ 1 | the bundle's |
 //! | `threads` | threads of one prediction, ≥ 1 | 1 |
-//! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products on every CPU: the VNNI, AVX2 or portable INT8 step) | `auto` |
-//! | `isa` | the highest CPU kernel path: `vnni`, `avx512`, `avx2`, `portable` (for tests and benchmarks; a path the CPU lacks is an error) | the best the CPU runs |
+//! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products on every CPU: the VNNI, AVX-VNNI, AVX2 or portable INT8 step) | `auto` |
+//! | `isa` | the highest CPU kernel path: `vnni`, `avx512`, `avxvnni`, `avx2`, `portable` (for tests and benchmarks; a path the CPU lacks is an error) | the best the CPU runs |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
 //! | `sidecar` | a file to append decisions to | none |
@@ -190,7 +190,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             "dtype" => {
                 p.dtype = value.parse().map_err(|_| bad("auto, f32, bf16 or int8"))?;
             }
-            "isa" => p.isa = Some(value.parse().map_err(|_| bad("vnni, avx512, avx2 or portable"))?),
+            "isa" => p.isa = Some(value.parse().map_err(|_| bad("vnni, avx512, avxvnni, avx2 or portable"))?),
             "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
             "sidecar" => p.sidecar = Some(PathBuf::from(value)),
             "transfer" => p.transfer = Some(value.parse().map_err(|_| bad("a number of bytes"))?),
@@ -234,7 +234,8 @@ mod tests {
         assert_eq!(d.isa, None);
         assert_eq!(parse("model=m;isa=avx2").unwrap().isa, Some(programl_infer::Isa::Avx2));
         assert_eq!(parse("model=m;isa=portable").unwrap().isa, Some(programl_infer::Isa::Portable));
-        assert!(parse("model=m;isa=sse").unwrap_err().to_string().contains("vnni, avx512, avx2 or portable"));
+        assert_eq!(parse("model=m;isa=avxvnni").unwrap().isa, Some(programl_infer::Isa::AvxVnni));
+        assert!(parse("model=m;isa=sse").unwrap_err().to_string().contains("vnni, avx512, avxvnni, avx2 or portable"));
         let c = parse("model=m,device=cpu,verify").unwrap();
         assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
     }

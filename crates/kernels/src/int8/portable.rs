@@ -1,6 +1,7 @@
 //! The INT8 step in plain Rust: the portable path (every target), and,
 //! compiled again for AVX2 and FMA, the AVX2 path, whose integer sums are
-//! AVX2's 16-bit products ([`super::avx2`]).
+//! AVX2's 16-bit products ([`super::avx2`]), and the AVX-VNNI path (the
+//! same with the sums in 256-bit `vpdpbusd`).
 //!
 //! The same layouts, the same quantisation and the same integer sums as
 //! the AVX-512 VNNI step ([`super`]); the sums' FP32 epilogue is the same
@@ -59,7 +60,12 @@ pub(crate) fn sigmoid_approx<const FMA: bool>(x: f32) -> f32 {
         p = madd::<FMA>(-p, r, c);
     }
     // `vscalefps`: p · 2^n, exact (p within [0.7, 1.5], n at least -126).
-    let scaled = if n > 127.0 { f32::INFINITY } else { p * f32::from_bits(((n as i32 + 127) << 23) as u32) };
+    // `n` is an integer within [-126, 200] (`x <= 87` above, `y <= 200`; a
+    // NaN `x` is 87 after `min`), so the plain conversion, which
+    // vectorises where a saturating `as` does not, is exact.
+    // SAFETY: finite and within i32.
+    let n_int = unsafe { n.to_int_unchecked::<i32>() };
+    let scaled = if n > 127.0 { f32::INFINITY } else { p * f32::from_bits(((n_int + 127) << 23) as u32) };
     1.0 / (scaled + 1.0)
 }
 
@@ -339,6 +345,37 @@ twice! {
     fn aggregate_portable / aggregate_avx2 <FMA> (f: &[f32], edges: &Edges<'_>, biases: &[f32], gates: &[f32], range: std::ops::Range<usize>, stride: usize, quads: *mut u32, scales: *mut f32, tails: [*mut f32; TAIL]) => {
         aggregate_nodes::<FMA>(f, edges, biases, gates, range, stride, quads, scales, tails)
     };
+}
+
+/// The AVX-VNNI build of [`gru_avx2`]: the same loops, the sums in
+/// 256-bit `vpdpbusd` ([`super::avx2`]).
+///
+/// # Safety
+/// As [`gru_tile`], on a CPU with AVX2, FMA and AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(crate) unsafe fn gru_avxvnni(
+    m: &Nodes<'_>,
+    h: &Nodes<'_>,
+    h_full: &[f32],
+    w: &Gru,
+    bias: &GruBias,
+    n0: usize,
+    out: (*mut f32, *mut u32, *mut f32),
+) {
+    let mut sums = [[[0i32; P]; GATES]; 2];
+    super::avx2::gru_sums_vnni([m, h], w, n0, &mut sums);
+    gru_tile::<true>([m, h], &sums, h_full, w, bias, n0, out)
+}
+
+/// The AVX-VNNI build of [`messages_avx2`].
+///
+/// # Safety
+/// As [`message_rows`], on a CPU with AVX2, FMA and AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(crate) unsafe fn messages_avxvnni(x: &Nodes<'_>, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    super::avx2::message_rows_vnni(x, at, rows, b, first)
 }
 
 /// The columns' bytes as signed values, `[cols][32]` (the scalar sums').
