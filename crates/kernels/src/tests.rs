@@ -116,3 +116,19 @@ fn bf16_rounds_to_nearest_even() {
         assert_eq!(Bf16(bits).f32(), f32::from_bits((bits as u32) << 16));
     }
 }
+
+/// Every path's name (`isa=`, `--isa`) reads back as the path, an unknown
+/// one is refused naming all five, and the best path the CPU runs is one
+/// it has every flag of, with none above it that it could run.
+#[test]
+fn paths_read_back_and_the_best_is_the_cpus() {
+    for isa in Isa::ALL {
+        assert_eq!(isa.to_string().parse::<Isa>(), Ok(isa));
+    }
+    let err = "sse4".parse::<Isa>().unwrap_err();
+    assert!(Isa::ALL.iter().all(|i| err.contains(&i.to_string())), "{err}");
+    let best = cpu::detected();
+    assert!(best.supported() && best.check().is_ok());
+    assert!(Isa::ALL.iter().filter(|&&i| i > best).all(|i| !i.supported()), "a path above {best} runs here");
+    assert!(Isa::Portable.supported());
+}
