@@ -30,7 +30,8 @@
 //!   `dtype=f32` where the default is INT8 (`dtype=int8` where it is FP32:
 //!   the AVX2 or portable INT8 step), `dtype=bf16` where the CPU has BF16
 //!   instructions, and every lower kernel path (`isa=avx512`,
-//!   `isa=avxvnni`, `isa=avx2`, `isa=portable`).
+//!   `isa=avxvnni;dtype=int8`: AVX-VNNI's INT8 step, `isa=avx2`,
+//!   `isa=portable`).
 //!
 //! Then `opt -passes=verify` with and without the plugin loaded (the cost
 //! of loading it, wall and CPU), and a ThinLTO link of Lua with the plugin
@@ -290,8 +291,10 @@ fn all_variants() -> Vec<&'static str> {
     if Isa::Vnni.supported() {
         out.push("isa=avx512");
     }
+    // What AVX-VNNI adds is INT8 products (its FP32 is `isa=avx2`'s, and
+    // `auto` is FP32 there).
     if Isa::AvxVnni.supported() && cpu::detected() > Isa::AvxVnni {
-        out.push("isa=avxvnni");
+        out.push("isa=avxvnni;dtype=int8");
     }
     if cpu::detected() > Isa::Avx2 {
         out.push("isa=avx2");
