@@ -17,8 +17,8 @@ for task in reachability dominance datadep liveness subexpressions; do
   t eval-$task-cuda $B eval --model models/$task --data .dev/store --split train --device cuda --json
   t eval-$task-cpu $B eval --model models/$task --data .dev/store --split train --device cpu --dtype f32 --threads 16 --json
 done
-t eval-reach-stop-cuda $B eval --model models/reachability --data .dev/store --split train --device cuda --stop 0.1 --steps 600 --json
-t eval-reach-stop-cpu $B eval --model models/reachability --data .dev/store --split train --device cpu --dtype f32 --threads 16 --stop 0.1 --steps 600 --json
+t eval-reach-stop-cuda $B eval --model models/reachability --data .dev/store --split train --device cuda --stop 0.1 --steps 600 --limit 60 --json
+t eval-reach-stop-cpu $B eval --model models/reachability --data .dev/store --split train --device cpu --dtype f32 --threads 16 --stop 0.1 --steps 600 --limit 60 --json
 echo "== a short training run on CUDA, then its bundle on the CPU"
 t train-cuda $B train --task reachability --data .dev/store --out /tmp/trun --device cuda --budget 45s --val-examples 20 --val-every 100
 tail -3 /tmp/trun/log.csv

@@ -179,6 +179,14 @@ pub fn check_config(dir: &Path, config: &Config) -> Result<(), BundleError> {
             format!("hyper.hidden {h} is not an even width in 4..={MAX_HIDDEN} (an even text embedding and the 2 selector entries)"),
         ));
     }
+    if let Some(g) = config.hyper.graph.as_ref().filter(|g| g.join == crate::config::Join::State) {
+        if g.pool != crate::config::Pool::Gated || g.aux.is_empty() {
+            return Err(invalid(
+                &path,
+                "hyper.graph.join \"state\" needs pool \"gated\" and auxiliary inputs (the state it joins them with)",
+            ));
+        }
+    }
     if let Some(stop) = &config.hyper.stop {
         if !(stop.tolerance.is_finite() && stop.tolerance >= 0.0) {
             return Err(invalid(&path, format!("hyper.stop.tolerance {} is not a finite value ≥ 0", stop.tolerance)));

@@ -161,6 +161,35 @@ pub struct GraphHead {
     /// train stably), or `gated`, a pooling of the node states ([`Pool`]).
     #[serde(default, skip_serializing_if = "Pool::is_sum")]
     pub pool: Pool,
+    /// What the auxiliary inputs join ([`Join`]): the graph's C logits
+    /// (the default) or, with `gated` pooling, the pooled state itself.
+    #[serde(default, skip_serializing_if = "Join::is_logits")]
+    pub join: Join,
+}
+
+/// What a graph head's auxiliary inputs are concatenated with before its
+/// classifier. `logits`: the graph's C pooled logits (upstream's; the
+/// code reaches the classifier through C numbers). `state`: the `gated`
+/// pooling's H-wide mean of node terms, before `pool.out`, so that the
+/// classifier sees the graph vector whole and can learn thresholds on the
+/// auxiliary inputs that differ from one kind of code to another:
+///
+/// ```text
+/// x = [mean_v(u_v) ; log(1 + aux)]     (H + A; `pool.out` then serves
+///                                       only the training's code loss)
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Join {
+    #[default]
+    Logits,
+    State,
+}
+
+impl Join {
+    pub fn is_logits(&self) -> bool {
+        *self == Join::Logits
+    }
 }
 
 /// A graph head's pooling. `sum` and `mean` pool the per-node readout
@@ -236,6 +265,22 @@ impl Hyper {
         .collect()
     }
 
+    /// Whether the auxiliary classifier takes the pooled state rather than
+    /// the pooled logits ([`Join::State`]).
+    pub fn joins_state(&self) -> bool {
+        self.graph.as_ref().is_some_and(|g| g.join == Join::State)
+    }
+
+    /// The width of the auxiliary classifier's input: the pooled logits
+    /// (C) or state (H), then the auxiliary inputs (0 without them).
+    pub fn aux_width(&self) -> i64 {
+        match self.aux_inputs() {
+            0 => 0,
+            a if self.joins_state() => self.hidden + a,
+            a => self.classes + a,
+        }
+    }
+
     /// Whether the graph head pools node states ([`Pool::Gated`]).
     pub fn pools_states(&self) -> bool {
         self.graph.as_ref().is_some_and(|g| g.pool == Pool::Gated)
@@ -259,17 +304,17 @@ impl Hyper {
 
     /// The auxiliary classifier's tensors, trainable and not.
     fn aux_shapes(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let (a, c) = (self.aux_inputs(), self.classes);
-        if a == 0 {
+        let (w, c) = (self.aux_width(), self.classes);
+        if w == 0 {
             return Vec::new();
         }
         let hidden = self.graph.as_ref().map_or(0, |g| g.aux_hidden);
         vec![
-            ("aux.norm.weight", vec![c + a]),
-            ("aux.norm.bias", vec![c + a]),
-            ("aux.norm.running_mean", vec![c + a]),
-            ("aux.norm.running_var", vec![c + a]),
-            ("aux.hidden.weight", vec![hidden, c + a]),
+            ("aux.norm.weight", vec![w]),
+            ("aux.norm.bias", vec![w]),
+            ("aux.norm.running_mean", vec![w]),
+            ("aux.norm.running_var", vec![w]),
+            ("aux.hidden.weight", vec![hidden, w]),
             ("aux.hidden.bias", vec![hidden]),
             ("aux.out.weight", vec![c, hidden]),
             ("aux.out.bias", vec![c]),

@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Join, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::weights::Weights;
 use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
@@ -528,7 +528,8 @@ impl Model {
                 row.iter_mut().for_each(|x| *x /= n.max(1.0));
             }
         }
-        if self.pool.is_some() {
+        let joins_state = aux.is_some() && head.join == Join::State;
+        if self.pool.is_some() && !joins_state {
             let (ow, ob) = (self.weights.get("pool.out.weight"), self.weights.get("pool.out.bias"));
             pooled = pooled
                 .chunks_exact(width)
@@ -537,7 +538,7 @@ impl Model {
         }
         let mut out = match aux {
             None => pooled,
-            Some(aux) => self.aux_classifier(&pooled, aux, g),
+            Some(aux) => self.aux_classifier(&pooled, if joins_state { width } else { c }, aux, g),
         };
         softmax_rows(&mut out, c);
         let steps = run.steps();
@@ -546,11 +547,13 @@ impl Model {
 
     /// The auxiliary classifier in evaluation mode: `[pooled; log1p(aux)]`,
     /// batch-normalised with the running statistics, one ReLU layer.
-    fn aux_classifier(&self, pooled: &[f32], aux: &[f32], g: usize) -> Vec<f32> {
+    /// `pooled` is `p` wide per graph: the C logits, or the H-wide state
+    /// ([`Join`]).
+    fn aux_classifier(&self, pooled: &[f32], p: usize, aux: &[f32], g: usize) -> Vec<f32> {
         let w = &self.weights;
         let c = self.classes();
         let a = aux.len() / g.max(1);
-        let width = c + a;
+        let width = p + a;
         let (nw, nb, rm, rv) =
             (w.get("aux.norm.weight"), w.get("aux.norm.bias"), w.get("aux.norm.running_mean"), w.get("aux.norm.running_var"));
         let (hw, hb, ow, ob) = (w.get("aux.hidden.weight"), w.get("aux.hidden.bias"), w.get("aux.out.weight"), w.get("aux.out.bias"));
@@ -559,7 +562,7 @@ impl Model {
         for r in 0..g {
             let x: Vec<f32> = (0..width)
                 .map(|j| {
-                    let raw = if j < c { pooled[r * c + j] } else { aux[r * a + j - c].max(0.0).ln_1p() };
+                    let raw = if j < p { pooled[r * p + j] } else { aux[r * a + j - p].max(0.0).ln_1p() };
                     (raw - rm[j]) / (rv[j] + NORM_EPS as f32).sqrt() * nw[j] + nb[j]
                 })
                 .collect();

@@ -346,6 +346,24 @@ fn a_bad_width_or_stopping_rule_is_an_error_naming_the_config() {
         };
         assert!(e.contains("config.json") && e.contains(says), "{edit}: {e}");
     }
+    // A graph head whose auxiliary inputs join a state it does not pool,
+    // or that has no auxiliary inputs to join.
+    for graph in [
+        serde_json::json!({"aux": ["transfer"], "aux_hidden": 4, "pool": "mean", "join": "state"}),
+        serde_json::json!({"aux": [], "aux_hidden": 4, "pool": "gated", "join": "state"}),
+    ] {
+        let dir = synthetic(&good, 1);
+        let path = dir.path().join("config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config["head"] = serde_json::json!("graph");
+        config["hyper"]["graph"] = graph.clone();
+        std::fs::write(&path, config.to_string()).unwrap();
+        let e = match Model::open(dir.path()) {
+            Ok(_) => panic!("{graph} opened"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("config.json") && e.contains("hyper.graph.join \"state\" needs pool \"gated\""), "{graph}: {e}");
+    }
     // Weights of another width than the config's: one error naming them.
     let dir = synthetic(&good, 1);
     let path = dir.path().join("config.json");

@@ -55,7 +55,7 @@ pub const EDGE_TYPES: i64 = kernels::EDGE_TYPES as i64;
 /// gates (306 = 9 × 34).
 pub(crate) const FUSED_BLOCKS: i64 = EDGE_TYPES + 3;
 
-pub use programl_infer::config::{Aggregation, GraphHead, Hyper, Pool, NORM_EPS};
+pub use programl_infer::config::{Aggregation, GraphHead, Hyper, Join, Pool, NORM_EPS};
 
 /// Batch-norm momentum of the auxiliary classifier (PyTorch's `BatchNorm1d` default).
 const NORM_MOMENTUM: f64 = 0.1;
@@ -149,7 +149,7 @@ impl Ggnn {
         let v = hyper.selector_value;
         let selector_table = Tensor::from_slice(&[v as f32, 0.0, 0.0, v as f32]).view([2, 2]).to_device(device);
         let aux = (hyper.aux_inputs() > 0).then(|| {
-            let width = c + hyper.aux_inputs();
+            let width = hyper.aux_width();
             let hidden = hyper.graph.as_ref().map_or(0, |g| g.aux_hidden);
             let p = &root / "aux";
             let norm = &p / "norm";
@@ -788,7 +788,8 @@ impl Ggnn {
 
     /// Graph logits \[G, C\]: each graph's per-node logits after `steps`
     /// steps, summed (or averaged, as the head's [`Pool`] says) over its
-    /// nodes.
+    /// nodes. Where the auxiliary inputs join the gated pooling's state
+    /// ([`Join::State`]), that state instead, \[G, H\].
     pub fn pooled_logits(&self, input: &Prepared, steps: i64, train: bool) -> Tensor {
         let Some(p) = &self.pool_net else {
             return self.pool(input, &self.forward(input, steps, train));
@@ -801,7 +802,22 @@ impl Ggnn {
         let sum = Tensor::zeros([input.graphs, nodes.size()[1]], options).index_add(0, &input.graph_index, &nodes);
         let ones = Tensor::ones([input.graph_index.size()[0], 1], options);
         let counts = Tensor::zeros([input.graphs, 1], options).index_add(0, &input.graph_index, &ones).clamp_min(1.0);
-        (sum / counts).linear(&p.out_w, Some(&p.out_b))
+        let state = sum / counts;
+        if self.hyper.joins_state() {
+            return state;
+        }
+        state.linear(&p.out_w, Some(&p.out_b))
+    }
+
+    /// The graph's logits from the code alone, from rows of
+    /// [`Ggnn::pooled_logits`]: those rows themselves, or, where the
+    /// auxiliary inputs join the pooled state ([`Join::State`]), the
+    /// state through `pool.out` (the training's code loss).
+    pub fn code_logits(&self, pooled: &Tensor) -> Tensor {
+        match (&self.pool_net, self.hyper.joins_state()) {
+            (Some(p), true) => pooled.linear(&p.out_w, Some(&p.out_b)),
+            _ => pooled.shallow_clone(),
+        }
     }
 
     /// Graph logits \[G, C\] from per-node logits \[N, C\], as the head's

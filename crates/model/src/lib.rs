@@ -32,7 +32,7 @@ mod workspace;
 
 pub use bptt::{class_weights, Gradients, Until};
 pub use ggnn::{
-    hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM,
+    hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Join, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM,
     TEXT_DIM,
 };
 

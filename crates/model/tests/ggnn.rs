@@ -181,8 +181,11 @@ fn inference_arrangement_equals_the_plain_forward_pass() {
         let diff = (&plain - &fast).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "T = {steps}: logits differ by {diff}");
     }
-    let graph =
-        Hyper { classes: 3, graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool: Pool::Mean }), ..Hyper::spec(vocab.len()) };
+    let graph = Hyper {
+        classes: 3,
+        graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool: Pool::Mean, join: Default::default() }),
+        ..Hyper::spec(vocab.len())
+    };
     let model = Ggnn::new(&graph, Device::Cpu);
     randomise(&model, 12);
     let prepared = Prepared::new(&batch, &graph, Device::Cpu);
@@ -236,7 +239,11 @@ fn graph_heads_sum_or_average_each_graphs_node_logits() {
     .unwrap();
     let _guard = tch::no_grad_guard();
     for pool in [Pool::Sum, Pool::Mean] {
-        let hyper = Hyper { classes: 3, graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool }), ..Hyper::spec(vocab.len()) };
+        let hyper = Hyper {
+            classes: 3,
+            graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 8, pool, join: Default::default() }),
+            ..Hyper::spec(vocab.len())
+        };
         let model = Ggnn::new(&hyper, Device::Cpu);
         randomise(&model, 5);
         let prepared = Prepared::new(&batch, &hyper, Device::Cpu);

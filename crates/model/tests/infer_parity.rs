@@ -224,15 +224,24 @@ fn the_bench_units_match_the_libtorch_forward() {
 /// inputs: a model with the devmap bundle's trained message passing and
 /// seeded random pooling weights, saved as a bundle, gives the same
 /// probabilities through the torch-free inference on every FP32 path, for
-/// one graph and for a batch of graphs of different sizes.
+/// one graph and for a batch of graphs of different sizes; with the
+/// auxiliary inputs joining the pooled logits and joining the pooled state
+/// (`join: state`, whose classifier is then wider and random too).
 #[test]
 fn a_gated_state_pooling_head_matches_the_libtorch_forward() {
-    use programl_model::{Ggnn, GraphHead, Pool};
+    use programl_model::Join;
     set_matmul_precision(Precision::F32).unwrap();
     let paths = fp32_paths("infer_parity::a_gated_state_pooling_head_matches_the_libtorch_forward");
+    for join in [Join::Logits, Join::State] {
+        gated_head_matches(&paths, join);
+    }
+}
+
+fn gated_head_matches(paths: &[Isa], join: programl_model::Join) {
+    use programl_model::{Ggnn, GraphHead, Pool};
     let base = Bundle::load(&root().join("models/devmap-amd"), tch::Device::Cpu).unwrap();
     let mut hyper = base.model.hyper().clone();
-    hyper.graph = Some(GraphHead { pool: Pool::Gated, ..hyper.graph.clone().unwrap() });
+    hyper.graph = Some(GraphHead { pool: Pool::Gated, join, ..hyper.graph.clone().unwrap() });
     tch::manual_seed(7);
     let model = Ggnn::new(&hyper, tch::Device::Cpu);
     // The trained step and embedding; the new pooling stays random.
@@ -250,6 +259,8 @@ fn a_gated_state_pooling_head_matches_the_libtorch_forward() {
     Bundle::save(dir.path(), &config, &model, &base.vocabulary).unwrap();
     let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
     assert!(json.contains("\"pool\": \"gated\"") || json.contains("\"pool\":\"gated\""), "{json}");
+    let joins_state = json.contains("\"join\": \"state\"") || json.contains("\"join\":\"state\"");
+    assert_eq!(joins_state, join == programl_model::Join::State, "{json}");
     let reference = Bundle::load(dir.path(), tch::Device::Cpu).unwrap();
     let cpu = Model::open(dir.path()).unwrap();
     let kernel = graph_of(
@@ -263,10 +274,10 @@ fn a_gated_state_pooling_head_matches_the_libtorch_forward() {
         let batch = Batch::from_samples(&samples).unwrap();
         let want = graph_probabilities(&reference.model, &batch, Some(&aux), hyper.steps);
         assert_eq!(want.len(), 2 * graphs.len());
-        for &isa in &paths {
+        for &isa in paths {
             let got = cpu.graph_probabilities(&batch, Some(&aux), &opts(Dtype::F32, isa)).unwrap();
             let d = max_diff(&want, &got.probabilities);
-            assert!(d < 1e-5, "{} graphs on {isa}: probabilities differ by {d}", graphs.len());
+            assert!(d < 1e-5, "{} graphs on {isa}, join {join:?}: probabilities differ by {d}", graphs.len());
         }
     }
 }

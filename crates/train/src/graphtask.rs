@@ -126,7 +126,7 @@ pub fn train_step(model: &Ggnn, opt: &mut AdamW, params: &[&Tensor], data: &Exam
     let labels = Tensor::from_slice(&labels).to_device(device);
     let mut loss = logits.cross_entropy_for_logits(&labels);
     if aux.is_some() && code_loss != 0.0 {
-        loss = loss + per_item.cross_entropy_for_logits(&labels) * code_loss;
+        loss = loss + model.code_logits(&per_item).cross_entropy_for_logits(&labels) * code_loss;
     }
     let value = loss.double_value(&[]);
     if !value.is_finite() {
@@ -407,7 +407,7 @@ fn write_log(out: &Path, rows: &[LogRow]) -> Result<()> {
 mod tests {
     use super::*;
     use programl::builder::{build_file, BuildOptions};
-    use programl_model::{GraphHead, Hyper, Pool};
+    use programl_model::{GraphHead, Hyper, Join, Pool};
 
     /// Three real graphs; graph 0 has two items that differ only in their
     /// auxiliary inputs, as two DevMap rows of one kernel do.
@@ -446,10 +446,10 @@ mod tests {
     }
 
     /// The examples and a 3-step gated head with their two auxiliary
-    /// inputs, initialised from `seed`.
-    fn gated_model(seed: i64) -> (Examples, programl::vocab::Vocabulary, Hyper, Ggnn) {
+    /// inputs joining `join`, initialised from `seed`.
+    fn gated_model(seed: i64, join: Join) -> (Examples, programl::vocab::Vocabulary, Hyper, Ggnn) {
         let (data, vocabulary) = examples();
-        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated };
+        let head = GraphHead { aux: vec!["a".into(), "b".into()], aux_hidden: 8, pool: Pool::Gated, join };
         let hyper = Hyper { steps: 3, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
         tch::manual_seed(seed);
         let model = Ggnn::new(&hyper, Device::Cpu);
@@ -462,7 +462,18 @@ mod tests {
     /// auxiliary inputs.
     #[test]
     fn the_code_loss_adds_the_pooled_logits_cross_entropy() {
-        let (data, _, hyper, model) = gated_model(5);
+        code_loss_adds_the_code_logits_cross_entropy(Join::Logits);
+    }
+
+    /// The same where the auxiliary inputs join the pooled state: the code
+    /// loss reads the state through `pool.out`.
+    #[test]
+    fn the_code_loss_reads_the_joined_state_through_pool_out() {
+        code_loss_adds_the_code_logits_cross_entropy(Join::State);
+    }
+
+    fn code_loss_adds_the_code_logits_cross_entropy(join: Join) {
+        let (data, _, hyper, model) = gated_model(5, join);
         let params = model.parameters();
         let mut opt = AdamW::new(&params, 0.01);
         // Graph 1 is labelled 0, graph 2 is labelled 1, one item each.
@@ -475,7 +486,9 @@ mod tests {
             let pooled = model.pooled_logits(&prepared, hyper.steps, true).index_select(0, &Tensor::from_slice(&rows));
             let aux = aux_tensor(&model, &data, &items);
             let logits = model.graph_logits(&pooled, aux.as_ref(), true);
-            (logits.cross_entropy_for_logits(&labels).double_value(&[]), pooled.cross_entropy_for_logits(&labels).double_value(&[]))
+            let code = model.code_logits(&pooled);
+            assert_eq!(pooled.size()[1], if join == Join::State { hyper.hidden } else { 2 });
+            (logits.cross_entropy_for_logits(&labels).double_value(&[]), code.cross_entropy_for_logits(&labels).double_value(&[]))
         };
         let value = train_step(&model, &mut opt, &params, &data, &items, 0.5).unwrap();
         assert!((value - (main + 0.5 * code)).abs() < 1e-5, "loss {value}, head {main}, code-only {code}");
@@ -483,14 +496,26 @@ mod tests {
             train_step(&model, &mut opt, &params, &data, &items, 0.5).unwrap();
         }
         let _g = tch::no_grad_guard();
-        let pooled = model.pooled_inference(&prepared, hyper.steps);
+        let pooled = model.code_logits(&model.pooled_inference(&prepared, hyper.steps));
         let pooled: Vec<f32> = Vec::try_from(pooled.index_select(0, &Tensor::from_slice(&rows)).flatten(0, -1)).unwrap();
         assert!(pooled[0] > pooled[1] && pooled[3] > pooled[2], "the pooled logits alone give each graph its label: {pooled:?}");
     }
 
     #[test]
     fn training_fits_a_batch_and_both_forwards_agree_on_shared_graphs() {
-        let (data, vocabulary, hyper, model) = gated_model(3);
+        fits_and_agrees(Join::Logits);
+    }
+
+    /// The same with the auxiliary inputs joining the pooled state: it
+    /// trains, and the torch-free inference (the pass's) reads the bundle
+    /// the same way.
+    #[test]
+    fn a_state_joined_head_trains_and_both_forwards_agree() {
+        fits_and_agrees(Join::State);
+    }
+
+    fn fits_and_agrees(join: Join) {
+        let (data, vocabulary, hyper, model) = gated_model(3, join);
         let params = model.parameters();
         let mut opt = AdamW::new(&params, 0.01);
         let all = [0, 1, 2, 3];

@@ -42,7 +42,7 @@ use programl::metrics::Confusion;
 use programl::vocab::{Counts, Vocabulary};
 use programl::ProgramGraph;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompile};
-use programl_model::{Ggnn, GraphHead, Hyper, Pool};
+use programl_model::{Ggnn, GraphHead, Hyper, Join, Pool};
 use rayon::prelude::*;
 use regex::Regex;
 use serde::Serialize;
@@ -484,6 +484,9 @@ pub struct Settings {
     /// The learning rate falls along a half cosine over the epochs (epoch
     /// e of E at `lr · (1 + cos(π e / E)) / 2`), instead of staying put.
     pub cosine: bool,
+    /// What the auxiliary inputs join: the pooled logits, or (gated
+    /// pooling) the pooled state ([`Join`]).
+    pub join: Join,
 }
 
 impl Settings {
@@ -491,7 +494,8 @@ impl Settings {
     /// `Debug` text, less the fields added after splits were first kept
     /// where those are at their defaults (so such splits still resume).
     fn resume_key(&self) -> String {
-        const LATER_DEFAULTS: [&str; 4] = [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false"];
+        const LATER_DEFAULTS: [&str; 5] =
+            [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false", ", join: Logits"];
         LATER_DEFAULTS.iter().fold(format!("{self:?}"), |key, field| key.replace(field, ""))
     }
 }
@@ -620,6 +624,7 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         aux: if s.aux { AUX.iter().map(|a| a.to_string()).collect() } else { Vec::new() },
         aux_hidden: s.aux_hidden,
         pool: s.pool,
+        join: if s.aux { s.join } else { Join::Logits },
     };
     let hyper = Hyper { steps: s.steps, state_dropout: s.state_dropout, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
     // libtorch's generator is the process's: splits trained at once seed
@@ -1319,6 +1324,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "code_loss": s.code_loss,
             "val_share": s.val_share,
             "lr_schedule": if s.cosine { "cosine" } else { "constant" },
+            "join": if s.join == Join::State { "state" } else { "logits" },
             "state_dropout": s.state_dropout,
             "wall_s": start.elapsed().as_secs_f64(),
         });
@@ -1410,6 +1416,7 @@ mod tests {
             state_dropout: 0.0,
             val_share: 0.0,
             cosine: true,
+            join: Join::Logits,
         };
         let rates: Vec<f64> = (0..10).map(|e| epoch_lr(&s, e)).collect();
         assert_eq!(rates[0], 1e-3);
@@ -1422,7 +1429,7 @@ mod tests {
     /// was trained after it.
     #[test]
     fn the_best_epoch_is_restored() {
-        let head = GraphHead { aux: vec!["transfer".into(), "wgsize".into()], aux_hidden: 4, pool: Pool::Gated };
+        let head = GraphHead { aux: vec!["transfer".into(), "wgsize".into()], aux_hidden: 4, pool: Pool::Gated, join: Default::default() };
         let hyper = Hyper { steps: 2, state_dropout: 0.0, graph: Some(head), ..Hyper::spec(5) };
         let model = Ggnn::new(&hyper, Device::Cpu);
         let snapshot = |m: &Ggnn| -> Vec<Vec<f32>> {
@@ -1511,9 +1518,9 @@ mod tests {
     /// leaves what it lacks (new rows, a state pooling) as initialised.
     #[test]
     fn transfer_copies_what_matches_and_keeps_the_rest() {
-        let other = GraphHead { aux: vec!["x".into(), "y".into()], aux_hidden: 4, pool: Pool::Mean };
+        let other = GraphHead { aux: vec!["x".into(), "y".into()], aux_hidden: 4, pool: Pool::Mean, join: Default::default() };
         let from = Ggnn::new(&Hyper { graph: Some(other), ..Hyper::spec(3) }, Device::Cpu);
-        let head = GraphHead { aux: vec!["a".into()], aux_hidden: 4, pool: Pool::Gated };
+        let head = GraphHead { aux: vec!["a".into()], aux_hidden: 4, pool: Pool::Gated, join: Default::default() };
         let to = Ggnn::new(&Hyper { graph: Some(head), ..Hyper::spec(5) }, Device::Cpu);
         let before: HashMap<&str, Tensor> = to.named_parameters().into_iter().map(|(n, t)| (n, t.copy())).collect();
         let copied = transfer(&from, &to);

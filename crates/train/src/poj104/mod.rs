@@ -465,7 +465,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         steps: s.steps,
         state_dropout: 0.0,
         classes: corpus.classes.len() as i64,
-        graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 32, pool: s.pool }),
+        graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 32, pool: s.pool, join: Default::default() }),
         ..Hyper::spec(vocabulary.len())
     };
     // Training examples: (program, level) with a graph, within max_nodes.
