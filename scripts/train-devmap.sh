@@ -14,7 +14,8 @@
 #    models/devmap-PLATFORM/ and its noaux/;
 # 3. the cross-validation figures beside them: cv.json in each.
 # Settings: T = 6 message-passing steps, gated pooling of the final node
-# states, 10 epochs, lr 1e-3 on a cosine schedule, 1 thread.
+# states joining the auxiliary inputs whole, 10 epochs, lr 1e-3 on a
+# cosine schedule, 1 thread.
 # Kernels compile once into $PROGRAML_CACHE/devmap (cached). Logs and
 # results: $PROGRAML_CACHE/devmap/PLATFORM.log, PLATFORM-*.json.
 set -euo pipefail
@@ -25,7 +26,7 @@ platform="${1:?usage: train-devmap.sh amd|nvidia}"
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 out="$PROGRAML_CACHE/devmap"
 mkdir -p "$out"
-common=(devmap --platform "$platform" --folds 10 --epochs 10 --steps 6 --lr 1e-3 --lr-schedule cosine --pool gated --seed 0 --threads 1 --device cpu)
+common=(devmap --platform "$platform" --folds 10 --epochs 10 --steps 6 --lr 1e-3 --lr-schedule cosine --pool gated --join state --seed 0 --threads 1 --device cpu)
 log="$out/$platform.log"
 echo "[train-devmap] $platform: cross-validation with aux ($(date +%H:%M:%S)); log $log"
 "$train" "${common[@]}" --protocol all --json >"$out/$platform-aux.json.tmp" 2>>"$log"

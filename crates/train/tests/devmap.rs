@@ -194,6 +194,10 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));
     assert_eq!(loaded.config.classes, ["cpu", "gpu"]);
     assert_eq!(loaded.model.hyper().graph.as_ref().unwrap().aux, ["transfer", "wgsize"]);
+    // The default head: gated pooling, its state joining the auxiliary inputs.
+    let head = loaded.model.hyper().graph.clone().unwrap();
+    assert_eq!((head.pool, head.join), (programl_model::Pool::Gated, programl_model::Join::State));
+    assert_eq!(j["join"].as_str(), Some("state"), "{j}");
     assert!(loaded.config.source.unwrap().flags.iter().any(|f| f == "spir64"));
     // Every compiled row, once per epoch.
     assert_eq!(loaded.config.provenance.examples_seen, 2 * (rows as u64 - 1));
@@ -364,6 +368,8 @@ fn bad_arguments_and_data_are_errors_naming_them() {
     std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,transfer,wgsize,oracle,src\nb,d,3,4,GPU,x\n").unwrap();
     bad(&["--platform", "amd", "--data", d, "--input", "llvm9"], "--input 'llvm9': expected sources, csv or ncc");
     bad(&["--platform", "amd", "--data", d, "--protocol", "loo"], "--protocol 'loo': expected stratified, grouped or perfograph");
+    bad(&["--platform", "amd", "--data", d, "--pool", "mean", "--join", "state"], "--join state joins the gated pooling's state: it needs --pool gated");
+    bad(&["--platform", "amd", "--data", d, "--join", "nodes"], "--join 'nodes': expected logits or state");
     // Nothing unpacked in this cache, and no archive beside the CSV.
     let c = tmp.path().join("cache");
     let c = c.to_str().unwrap();

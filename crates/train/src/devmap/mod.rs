@@ -1324,7 +1324,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "code_loss": s.code_loss,
             "val_share": s.val_share,
             "lr_schedule": if s.cosine { "cosine" } else { "constant" },
-            "join": if s.join == Join::State { "state" } else { "logits" },
+            "join": if s.aux && s.join == Join::State { "state" } else { "logits" },
             "state_dropout": s.state_dropout,
             "wall_s": start.elapsed().as_secs_f64(),
         });
