@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Join, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::weights::Weights;
 use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
@@ -528,7 +528,7 @@ impl Model {
                 row.iter_mut().for_each(|x| *x /= n.max(1.0));
             }
         }
-        let joins_state = aux.is_some() && head.join == Join::State;
+        let joins_state = self.config.hyper.joins_state();
         if self.pool.is_some() && !joins_state {
             let (ow, ob) = (self.weights.get("pool.out.weight"), self.weights.get("pool.out.bias"));
             pooled = pooled
@@ -548,7 +548,7 @@ impl Model {
     /// The auxiliary classifier in evaluation mode: `[pooled; log1p(aux)]`,
     /// batch-normalised with the running statistics, one ReLU layer.
     /// `pooled` is `p` wide per graph: the C logits, or the H-wide state
-    /// ([`Join`]).
+    /// ([`crate::config::Join`]).
     fn aux_classifier(&self, pooled: &[f32], p: usize, aux: &[f32], g: usize) -> Vec<f32> {
         let w = &self.weights;
         let c = self.classes();
