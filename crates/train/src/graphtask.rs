@@ -236,6 +236,42 @@ pub struct LogRow {
     pub val_accuracy: f64,
 }
 
+/// How the learning rate moves over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    /// The base rate throughout.
+    #[default]
+    Constant,
+    /// A half cosine from the base rate at the first batch towards 0 at the
+    /// last epoch's end, batch by batch: `lr · (1 + cos(π p)) / 2` at the
+    /// fraction `p` of the run's epochs done. Extending a run (more
+    /// `--epochs`) stretches what is left of the curve.
+    Cosine,
+}
+
+impl LrSchedule {
+    pub fn parse(text: &str) -> Result<LrSchedule> {
+        match text {
+            "constant" => Ok(LrSchedule::Constant),
+            "cosine" => Ok(LrSchedule::Cosine),
+            other => bail!("--lr-schedule '{other}': expected constant or cosine"),
+        }
+    }
+
+    /// The rate at batch `batch` of `batches` in epoch `epoch` (from 0) of
+    /// `epochs`, from the base rate `lr`.
+    pub fn rate(self, lr: f64, epoch: usize, batch: usize, batches: usize, epochs: usize) -> f64 {
+        match self {
+            LrSchedule::Constant => lr,
+            LrSchedule::Cosine => {
+                let done = (epoch as f64 + batch as f64 / batches.max(1) as f64) / epochs.max(1) as f64;
+                lr * 0.5 * (1.0 + (std::f64::consts::PI * done.clamp(0.0, 1.0)).cos())
+            }
+        }
+    }
+}
+
 /// One run of a graph-level task.
 pub struct Run<'a, S> {
     /// The task's name, in progress lines.
@@ -245,6 +281,8 @@ pub struct Run<'a, S> {
     /// Identifies the training data; a checkpoint of other data is refused.
     pub data_hash: String,
     pub epochs: usize,
+    /// The learning rate's schedule over the epochs, from `fit`'s `lr`.
+    pub schedule: LrSchedule,
     pub seed: u64,
     pub batch_nodes: usize,
     pub min_items: usize,
@@ -342,6 +380,7 @@ pub fn fit<S: RunSettings>(
                 save(&mut state, &opt)?;
                 return Ok(Ending::Stopped(state));
             }
+            opt.lr = run.schedule.rate(lr, state.epoch, b, batches.len(), run.epochs);
             let loss = train_step(model, &mut opt, &params, data, items, 0.0).map_err(|e| {
                 anyhow::anyhow!("{e} at epoch {}, batch {}: stopping (the checkpoint holds the last good state)", state.epoch + 1, b + 1)
             })?;
@@ -408,6 +447,25 @@ mod tests {
     use super::*;
     use programl::builder::{build_file, BuildOptions};
     use programl_model::{GraphHead, Hyper, Join, Pool};
+
+    /// The cosine schedule starts at the base rate, halves it halfway
+    /// through the epochs, moves within an epoch batch by batch, and ends
+    /// at 0; the constant one never moves.
+    #[test]
+    fn the_cosine_schedule_falls_batch_by_batch_to_zero() {
+        let c = LrSchedule::Cosine;
+        assert_eq!(c.rate(1e-3, 0, 0, 100, 4), 1e-3);
+        assert!((c.rate(1e-3, 2, 0, 100, 4) - 5e-4).abs() < 1e-12);
+        let (a, b) = (c.rate(1e-3, 1, 10, 100, 4), c.rate(1e-3, 1, 11, 100, 4));
+        assert!(a > b && b > c.rate(1e-3, 2, 0, 100, 4), "{a} {b}");
+        assert!(c.rate(1e-3, 3, 100, 100, 4).abs() < 1e-12);
+        // Past the end (a shortened run) it stays at 0, never rises.
+        assert!(c.rate(1e-3, 5, 0, 100, 4).abs() < 1e-12);
+        assert!((0..4).all(|e| LrSchedule::Constant.rate(1e-3, e, 7, 100, 4) == 1e-3));
+        assert_eq!(LrSchedule::parse("cosine").unwrap(), LrSchedule::Cosine);
+        let err = LrSchedule::parse("linear").unwrap_err().to_string();
+        assert!(err.contains("'linear'") && err.contains("constant or cosine"), "{err}");
+    }
 
     /// Three real graphs; graph 0 has two items that differ only in their
     /// auxiliary inputs, as two DevMap rows of one kernel do.

@@ -390,6 +390,11 @@ enum Command {
         /// the node logits, or gated (a gated mean of the final node states).
         #[arg(long, default_value = "mean")]
         pool: String,
+        /// `constant`, or `cosine`: the rate falls along a half cosine,
+        /// batch by batch, from --lr at the start to 0 at the last epoch's
+        /// end (raising --epochs on a resumed run stretches the rest).
+        #[arg(long, default_value = "constant")]
+        lr_schedule: String,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Stop training after this long (45m, 2h, 90s); run again to continue.
@@ -657,6 +662,7 @@ fn run(cli: Cli) -> Result<()> {
             batch_nodes,
             max_nodes,
             pool,
+            lr_schedule,
             seed,
             budget,
             compile_budget,
@@ -679,7 +685,8 @@ fn run(cli: Cli) -> Result<()> {
             };
             let levels = levels.split(',').map(|l| l.trim().trim_start_matches('-').to_string()).filter(|l| !l.is_empty()).collect();
             let pool = parse_pool(&pool)?;
-            let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed };
+            let lr_schedule = graphtask::LrSchedule::parse(&lr_schedule)?;
+            let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed, lr_schedule };
             let options = poj104::Options {
                 data,
                 cache,

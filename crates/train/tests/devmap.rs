@@ -145,13 +145,21 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
 
     // Each finished split kept its test predictions: a second run reads
     // them instead of training (here they are rewritten to say "GPU" for
-    // every row, so the rerun's error is the CPU rows' share).
+    // every row, so the rerun's error is the CPU rows' share), and the
+    // seconds each split took, which the rerun sums as the protocol's
+    // `split_s` (here rewritten to 1.5 s a split).
+    for p in ["stratified", "grouped", "perfograph"] {
+        let (wall, split) = (j["protocols"][p]["wall_s"].as_f64().unwrap(), j["protocols"][p]["split_s"].as_f64().unwrap());
+        assert!(split > 0.0 && split <= wall + 1e-6, "{p}: split_s {split}, wall_s {wall} on one worker");
+    }
     let kept: Vec<PathBuf> = std::fs::read_dir(cache.join("cv")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(kept.len(), 3 + 3 + 10, "{kept:?}");
     for f in &kept {
-        let pairs: Vec<(usize, f64)> = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        assert!(split["seconds"].as_f64().is_some_and(|s| s > 0.0), "{split}");
+        let pairs: Vec<(usize, f64)> = serde_json::from_value(split["probs"].clone()).unwrap();
         let all_gpu: Vec<(usize, f64)> = pairs.iter().map(|&(r, _)| (r, 1.0)).collect();
-        std::fs::write(f, serde_json::to_string(&all_gpu).unwrap()).unwrap();
+        std::fs::write(f, serde_json::json!({"probs": all_gpu, "seconds": 1.5}).to_string()).unwrap();
     }
     // Held-out rows choose the epoch kept: the lowest error on them (the
     // later epoch on a tie).
@@ -189,6 +197,9 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert!((again["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "{again}");
     // By default: the stratified and grouped protocols, not PERFOGRAPH's.
     assert!(again["error_grouped"].is_f64() && again["error_perfograph"].is_null(), "{again}");
+    for p in ["stratified", "grouped"] {
+        assert_eq!(again["protocols"][p]["split_s"].as_f64(), Some(4.5), "{again}");
+    }
 
     let loaded = Bundle::load(&bundle, programl_model::tch::Device::Cpu).unwrap();
     assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));

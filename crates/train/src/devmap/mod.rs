@@ -45,7 +45,7 @@ use programl_model::bundle::{self, Bundle, Config, Head, Provenance, SourceCompi
 use programl_model::{Ggnn, GraphHead, Hyper, Join, Pool};
 use rayon::prelude::*;
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
 use crate::graphtask;
@@ -714,8 +714,13 @@ pub struct Figures {
     /// gives the static mapping's and a kernel lookup's figures).
     pub unseen_rows: usize,
     pub unseen_errors: usize,
-    /// Seconds the protocol took (its trainings and predictions).
+    /// Seconds the protocol took in this run (its trainings and
+    /// predictions; near 0 where every split was kept from an earlier run).
     pub wall_s: f64,
+    /// Seconds its splits took, summed, whenever each ran (a kept split
+    /// brings its own): what the protocol costs, resumed or not. None where
+    /// a kept split predates the record.
+    pub split_s: Option<f64>,
 }
 
 impl Figures {
@@ -862,26 +867,29 @@ pub fn evaluate_splits(
     let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
     let (mut unseen_rows, mut unseen_errors) = (0, 0);
     let mut per_fold = Vec::new();
-    let split_probs = |f: usize| -> Result<HashMap<usize, f64>> {
+    let split_probs = |f: usize| -> Result<(HashMap<usize, f64>, Option<f64>)> {
         let split = &splits[f];
         let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
         let kept = resume.map(|r| r.path(split, &settings));
         // A kept file counts only if it holds exactly the split's compiled
         // test rows.
         let compiled: Vec<usize> = split.test.iter().copied().filter(|&r| kernels.compiled(r)).collect();
-        if let Some(probs) = kept.as_deref().and_then(Resume::read) {
+        if let Some((probs, seconds)) = kept.as_deref().and_then(Resume::read) {
             if probs.len() == compiled.len() && compiled.iter().all(|r| probs.contains_key(r)) {
-                return Ok(probs);
+                return Ok((probs, seconds));
             }
         }
+        let t0 = std::time::Instant::now();
         let trained = train_model(rows, kernels, &split.train, &settings, device)?;
         let probs = predict(&trained, rows, kernels, &split.test, s.batch_nodes);
+        let seconds = t0.elapsed().as_secs_f64();
         if let Some(path) = &kept {
-            Resume::write(path, &probs)?;
+            Resume::write(path, &probs, seconds)?;
         }
-        Ok(probs)
+        Ok((probs, Some(seconds)))
     };
-    let (send, done) = std::sync::mpsc::channel::<(usize, Result<HashMap<usize, f64>>)>();
+    let mut split_s = Some(0.0);
+    let (send, done) = std::sync::mpsc::channel::<(usize, Result<(HashMap<usize, f64>, Option<f64>)>)>();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<()> {
         for _ in 0..workers.clamp(1, splits.len().max(1)) {
@@ -896,7 +904,10 @@ pub fn evaluate_splits(
         drop(send);
         for (f, probs) in done.iter() {
             let probs = match probs {
-                Ok(p) => p,
+                Ok((p, seconds)) => {
+                    split_s = split_s.zip(seconds).map(|(a, b)| a + b);
+                    p
+                }
                 Err(e) => {
                     // Stop handing out splits; the running ones finish.
                     next.store(splits.len(), std::sync::atomic::Ordering::Relaxed);
@@ -956,6 +967,7 @@ pub fn evaluate_splits(
         unseen_rows,
         unseen_errors,
         wall_s: 0.0,
+        split_s,
     })
 }
 
@@ -1024,19 +1036,31 @@ impl Resume {
         self.dir.join(format!("{:016x}.json", h.finish()))
     }
 
-    fn read(path: &Path) -> Option<HashMap<usize, f64>> {
+    /// A kept split's test predictions (row, GPU probability) and the
+    /// seconds the split took: `{"probs": [[row, p], ...], "seconds": s}`,
+    /// or a bare list of pairs (written before the time was kept: None).
+    fn read(path: &Path) -> Option<(HashMap<usize, f64>, Option<f64>)> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Kept {
+            Timed { probs: Vec<(usize, f64)>, seconds: f64 },
+            Bare(Vec<(usize, f64)>),
+        }
         let text = std::fs::read_to_string(path).ok()?;
-        let pairs: Vec<(usize, f64)> = serde_json::from_str(&text).ok()?;
-        Some(pairs.into_iter().collect())
+        Some(match serde_json::from_str(&text).ok()? {
+            Kept::Timed { probs, seconds } => (probs.into_iter().collect(), Some(seconds)),
+            Kept::Bare(pairs) => (pairs.into_iter().collect(), None),
+        })
     }
 
-    fn write(path: &Path, probs: &HashMap<usize, f64>) -> Result<()> {
+    fn write(path: &Path, probs: &HashMap<usize, f64>, seconds: f64) -> Result<()> {
         let mut pairs: Vec<(usize, f64)> = probs.iter().map(|(&r, &p)| (r, p)).collect();
         pairs.sort_by_key(|&(r, _)| r);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
         }
-        programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, &serde_json::to_vec(&pairs)?)
+        let text = serde_json::to_vec(&serde_json::json!({ "probs": pairs, "seconds": seconds }))?;
+        programl::fsutil::write_bytes_atomically(path, programl::fsutil::Durability::Atomic, &text)
             .with_context(|| format!("{}: cannot write", path.display()))
     }
 }
@@ -1289,6 +1313,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
                 let v = serde_json::json!({
                     "error": f.error, "precision": f.precision, "recall": f.recall, "f1": f.f1,
                     "static_error": f.static_error, "rows_tested": f.rows, "splits": f.per_fold.len(), "wall_s": f.wall_s,
+                    "split_s": f.split_s,
                     "rows_unseen_kernel": f.unseen_rows, "error_seen_kernel": seen, "error_unseen_kernel": unseen,
                 });
                 (p.name(), v)
@@ -1359,6 +1384,21 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kept split reads with its seconds, and one written before the
+    /// seconds were kept (a bare list of pairs) reads without them.
+    #[test]
+    fn kept_splits_read_in_both_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cv").join("split.json");
+        let probs: HashMap<usize, f64> = [(3, 0.25), (1, 0.75)].into_iter().collect();
+        Resume::write(&path, &probs, 12.5).unwrap();
+        assert_eq!(Resume::read(&path), Some((probs.clone(), Some(12.5))));
+        std::fs::write(&path, "[[1,0.75],[3,0.25]]").unwrap();
+        assert_eq!(Resume::read(&path), Some((probs, None)));
+        std::fs::write(&path, "{\"probs\": 3}").unwrap();
+        assert_eq!(Resume::read(&path), None);
+    }
 
     fn clang() -> PathBuf {
         Path::new(programl::LLVM_BINDIR).join("clang")

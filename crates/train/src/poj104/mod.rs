@@ -300,6 +300,9 @@ pub struct Settings {
     pub max_nodes: usize,
     pub pool: Pool,
     pub seed: u64,
+    /// Runs started before the schedule existed were constant.
+    #[serde(default)]
+    pub lr_schedule: graphtask::LrSchedule,
 }
 
 impl RunSettings for Settings {
@@ -530,6 +533,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         settings: s.clone(),
         data_hash: hash.clone(),
         epochs: s.epochs,
+        schedule: s.lr_schedule,
         seed: s.seed,
         batch_nodes: s.batch_nodes,
         min_items: 1,
@@ -774,6 +778,20 @@ pub fn eval_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint written before the schedule existed (no `lr_schedule`
+    /// in its settings) resumes as the constant rate it ran at, and a
+    /// cosine run does not continue a constant one.
+    #[test]
+    fn settings_without_a_schedule_resume_as_constant() {
+        let old = r#"{"levels":["O0"],"epochs":12,"steps":6,"lr":0.003,"batch_nodes":5000,"max_nodes":10000,"pool":"mean","seed":0}"#;
+        let saved: Settings = serde_json::from_str(old).unwrap();
+        assert_eq!(saved.lr_schedule, graphtask::LrSchedule::Constant);
+        let now = Settings { epochs: 20, ..saved.clone() };
+        assert!(now.continues(&saved));
+        let cosine = Settings { lr_schedule: graphtask::LrSchedule::Cosine, ..saved.clone() };
+        assert!(!cosine.continues(&saved));
+    }
 
     #[test]
     fn the_split_is_by_program_and_about_80_10_10() {
