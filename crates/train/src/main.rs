@@ -338,6 +338,12 @@ enum Command {
         /// graph's 2 pooled logits, upstream's; the default for mean and sum).
         #[arg(long)]
         join: Option<String>,
+        /// Cross-validation only: train N models per split, differing only
+        /// by their seed (the first is the single model's), and average
+        /// their GPU probabilities. Each member's predictions are kept, so
+        /// raising N trains only the new members.
+        #[arg(long, default_value_t = 1)]
+        ensemble: usize,
         /// The protocols, comma-separated (stratified, grouped, perfograph)
         /// or all; default stratified,grouped (PERFOGRAPH's 10 random
         /// 67-row test sets take as long again).
@@ -594,9 +600,13 @@ fn run(cli: Cli) -> Result<()> {
             val_share,
             lr_schedule,
             join,
+            ensemble,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
+            if ensemble == 0 {
+                bail!("--ensemble 0: at least 1 model per split");
+            }
             let pool = parse_pool(&pool)?;
             let gated = pool == programl_model::Pool::Gated;
             let join = match join.as_deref().unwrap_or(if gated { "state" } else { "logits" }) {
@@ -646,6 +656,7 @@ fn run(cli: Cli) -> Result<()> {
                 out,
                 no_cv,
                 level: opt_level,
+                ensemble,
                 json,
                 quiet,
             };

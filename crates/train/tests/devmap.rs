@@ -152,9 +152,9 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
         let (wall, split) = (j["protocols"][p]["wall_s"].as_f64().unwrap(), j["protocols"][p]["split_s"].as_f64().unwrap());
         assert!(split > 0.0 && split <= wall + 1e-6, "{p}: split_s {split}, wall_s {wall} on one worker");
     }
-    let kept: Vec<PathBuf> = std::fs::read_dir(cache.join("cv")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(kept.len(), 3 + 3 + 10, "{kept:?}");
-    for f in &kept {
+    let kept_files: Vec<PathBuf> = std::fs::read_dir(cache.join("cv")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept_files.len(), 3 + 3 + 10, "{kept_files:?}");
+    for f in &kept_files {
         let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
         assert!(split["seconds"].as_f64().is_some_and(|s| s > 0.0), "{split}");
         let pairs: Vec<(usize, f64)> = serde_json::from_value(split["probs"].clone()).unwrap();
@@ -200,6 +200,28 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     for p in ["stratified", "grouped"] {
         assert_eq!(again["protocols"][p]["split_s"].as_f64(), Some(4.5), "{again}");
     }
+    // An ensemble's first member is the single model (its kept splits are
+    // read, not retrained); the others train and keep theirs.
+    let ens = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--ensemble", "2"]);
+    assert_eq!(ens["ensemble"].as_u64(), Some(2), "{ens}");
+    let now: Vec<PathBuf> = std::fs::read_dir(cache.join("cv")).unwrap().map(|e| e.unwrap().path()).collect();
+    let second: Vec<&PathBuf> = now.iter().filter(|f| !kept_files.contains(f)).collect();
+    assert_eq!(second.len(), 3 + 3, "one new kept split per stratified and grouped split: {second:?}");
+    // The members' GPU probabilities are averaged: 0.9 and 0.0 make 0.45,
+    // the CPU for every row, where the first member alone says the GPU.
+    let rewrite = |f: &Path, p: f64| {
+        let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        let pairs: Vec<(usize, f64)> = serde_json::from_value(split["probs"].clone()).unwrap();
+        let probs: Vec<(usize, f64)> = pairs.iter().map(|&(r, _)| (r, p)).collect();
+        std::fs::write(f, serde_json::json!({"probs": probs, "seconds": 1.0}).to_string()).unwrap();
+    };
+    kept_files.iter().for_each(|f| rewrite(f, 0.9));
+    second.iter().for_each(|f| rewrite(f, 0.0));
+    let ens = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--ensemble", "2"]);
+    assert!((ens["error"].as_f64().unwrap() - (gpu + 1) as f64 / rows as f64).abs() < 1e-9, "all CPU, and the failed row wrong: {ens}");
+    assert_eq!(ens["protocols"]["stratified"]["split_s"].as_f64(), Some(6.0), "{ens}");
+    let one = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3"]);
+    assert!((one["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "the first member alone: {one}");
 
     let loaded = Bundle::load(&bundle, programl_model::tch::Device::Cpu).unwrap();
     assert_eq!((loaded.config.head, loaded.config.task.as_str()), (Head::Graph, "devmap-amd"));

@@ -861,15 +861,19 @@ pub fn evaluate_splits(
     device: Device,
     resume: Option<&Resume>,
     workers: usize,
+    members: usize,
     mut progress: impl FnMut(usize, &FoldFigures),
 ) -> Result<Figures> {
     let mut total = Confusion::default();
     let (mut errors, mut static_errors, mut failed, mut tested) = (0, 0, 0, 0);
     let (mut unseen_rows, mut unseen_errors) = (0, 0);
     let mut per_fold = Vec::new();
-    let split_probs = |f: usize| -> Result<(HashMap<usize, f64>, Option<f64>)> {
+    // One member's test predictions for split `f`, and its seconds. Member
+    // 0 is the single model (its seed, and so its kept file, as without an
+    // ensemble); member k > 0 differs only by its seed.
+    let member_probs = |f: usize, k: usize| -> Result<(HashMap<usize, f64>, Option<f64>)> {
         let split = &splits[f];
-        let settings = Settings { seed: s.seed ^ (f as u64) << 32, ..s.clone() };
+        let settings = Settings { seed: s.seed ^ (f as u64) << 32 ^ (k as u64) << 48, ..s.clone() };
         let kept = resume.map(|r| r.path(split, &settings));
         // A kept file counts only if it holds exactly the split's compiled
         // test rows.
@@ -887,6 +891,19 @@ pub fn evaluate_splits(
             Resume::write(path, &probs, seconds)?;
         }
         Ok((probs, Some(seconds)))
+    };
+    // The ensemble's: the members' GPU probabilities, averaged.
+    let split_probs = |f: usize| -> Result<(HashMap<usize, f64>, Option<f64>)> {
+        let (mut sum, mut seconds) = member_probs(f, 0)?;
+        for k in 1..members.max(1) {
+            let (probs, s) = member_probs(f, k)?;
+            for (r, p) in &mut sum {
+                *p += probs.get(r).copied().unwrap_or(0.5);
+            }
+            seconds = seconds.zip(s).map(|(a, b)| a + b);
+        }
+        let n = members.max(1) as f64;
+        Ok((sum.into_iter().map(|(r, p)| (r, p / n)).collect(), seconds))
     };
     let mut split_s = Some(0.0);
     let (send, done) = std::sync::mpsc::channel::<(usize, Result<(HashMap<usize, f64>, Option<f64>)>)>();
@@ -1169,6 +1186,9 @@ pub struct Options {
     pub no_cv: bool,
     /// The -O level the programs' sources are compiled at ([`DEFAULT_LEVEL`]).
     pub level: String,
+    /// Models per split in cross-validation, their GPU probabilities
+    /// averaged (1: one model, as the bundle).
+    pub ensemble: usize,
     pub json: bool,
     pub quiet: bool,
 }
@@ -1262,7 +1282,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             let splits = splits(&rows, protocol, o.folds, s.seed);
             let t0 = std::time::Instant::now();
             let mut done = 0;
-            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, Some(&resume), workers, |f, fig| {
+            let mut figures = evaluate_splits(&rows, &kernels, &splits, s, device, Some(&resume), workers, o.ensemble, |f, fig| {
                 // Progress on stderr, also with --json (stdout).
                 done += 1;
                 if !o.quiet {
@@ -1351,6 +1371,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "lr_schedule": if s.cosine { "cosine" } else { "constant" },
             "join": if s.aux && s.join == Join::State { "state" } else { "logits" },
             "state_dropout": s.state_dropout,
+            "ensemble": o.ensemble,
             "wall_s": start.elapsed().as_secs_f64(),
         });
         println!("{out}");
