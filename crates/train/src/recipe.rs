@@ -84,6 +84,13 @@ pub struct Phase {
     /// subdirectory of the bundle that keeps its record.
     pub name: String,
     pub lr: f64,
+    /// Examples of linear warm-up to `lr` (`train --warmup`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warmup: u64,
+    /// Examples of cosine decay from `lr` to 0 after the warm-up (`train
+    /// --cosine-examples`); absent: `lr` throughout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosine_examples: Option<u64>,
     /// Training skips examples whose graph has more nodes.
     pub max_nodes: usize,
     /// Examples (`61066`) or wall time (`45m`), cumulative over resumes.
@@ -194,6 +201,8 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             data: phase.data.as_ref().map_or_else(|| o.data.clone(), |d| programl::fsutil::cache_dir().join(d)),
             seed: s.seed,
             lr: phase.lr,
+            warmup: phase.warmup,
+            cosine_examples: phase.cosine_examples,
             init: (i > 0).then(|| runs[i - 1].join("model")),
             extend_vocab: phase.extend_vocab && i > 0,
             steps: s.steps,
@@ -337,6 +346,10 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 #[cfg(test)]
