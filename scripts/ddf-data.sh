@@ -4,17 +4,18 @@
 #
 #   bash scripts/ddf-data.sh [STEP...]
 #
-# Steps (default: all, in this order; each is idempotent, so a killed run
-# continues where it stopped):
+# Steps (default: all, in this order, so that the store is there as soon
+# as its two sets are; each is idempotent, so a killed run continues where
+# it stopped):
 #   c           the C corpus: 17 projects and a POJ-104 sample, -O0 to -O3,
 #               opaque pointers   ($PROGRAML_CACHE/corpus-opaque-O0-O1-O2-O3)
 #   cxx         16 C++ projects, -O0 to -O3 ($PROGRAML_CACHE/cxx-opaque-O0-O1-O2-O3)
-#   unseen      5 C projects neither set holds (unseen-opaque-O0-O1-O2-O3)
-#   unseen-cxx  5 C++ projects neither set holds (unseen-cxx-opaque-O0-O1-O2-O3)
 #   store       the C and C++ store: every finished project of `c` and `cxx`
 #               hard-linked under $PROGRAML_CACHE/ddf-cxx-ir/{c,cxx}/<project>
 #               (the dataset build does not follow symbolic links), then
 #               `programl dataset build` into $PROGRAML_CACHE/ddf-cxx
+#   unseen      5 C projects neither set holds (unseen-opaque-O0-O1-O2-O3)
+#   unseen-cxx  5 C++ projects neither set holds (unseen-cxx-opaque-O0-O1-O2-O3)
 #
 # The unseen sets are read as IR directories by `programl-train eval --dir`
 # and scripts/errors.py; no store is built from them. JOBS (default: all
@@ -30,7 +31,7 @@ suffix="opaque-${levels// /-}"
 jobs="${JOBS:-$(nproc)}"
 programl="${PROGRAML_BIN:-$root/target/release/programl}"
 steps=("$@")
-((${#steps[@]})) || steps=(c cxx unseen unseen-cxx store)
+((${#steps[@]})) || steps=(c cxx store unseen unseen-cxx)
 
 say() { printf '[ddf-data] %s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
