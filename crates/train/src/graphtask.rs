@@ -266,10 +266,16 @@ impl LrSchedule {
             LrSchedule::Constant => lr,
             LrSchedule::Cosine => {
                 let done = (epoch as f64 + batch as f64 / batches.max(1) as f64) / epochs.max(1) as f64;
-                lr * 0.5 * (1.0 + (std::f64::consts::PI * done.clamp(0.0, 1.0)).cos())
+                half_cosine(lr, done)
             }
         }
     }
+}
+
+/// The rate a half cosine from `lr` to 0 gives at the fraction `done` of
+/// its span (clamped to 0..=1): the one cosine schedule of every trainer.
+pub fn half_cosine(lr: f64, done: f64) -> f64 {
+    lr * 0.5 * (1.0 + (std::f64::consts::PI * done.clamp(0.0, 1.0)).cos())
 }
 
 /// One run of a graph-level task.

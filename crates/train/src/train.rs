@@ -265,7 +265,7 @@ impl TrainArgs {
             None => self.lr,
             Some(span) => {
                 let done = ((examples - self.warmup) as f64 / span.max(1) as f64).min(1.0);
-                self.lr * 0.5 * (1.0 + (std::f64::consts::PI * done).cos())
+                crate::graphtask::half_cosine(self.lr, done)
             }
         }
     }

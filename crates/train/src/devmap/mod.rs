@@ -515,7 +515,7 @@ pub struct Trained {
 /// The learning rate of epoch `epoch` (from 0) under `s`'s schedule.
 pub fn epoch_lr(s: &Settings, epoch: usize) -> f64 {
     match s.cosine {
-        true => s.lr * 0.5 * (1.0 + (std::f64::consts::PI * epoch as f64 / s.epochs.max(1) as f64).cos()),
+        true => graphtask::half_cosine(s.lr, epoch as f64 / s.epochs.max(1) as f64),
         false => s.lr,
     }
 }
