@@ -441,7 +441,7 @@ impl Ggnn {
             }
         }
         let h_t = h;
-        let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
+        let head = self.readout_backward(&h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
         let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
         let mut dh = match &settle {
             Some((_, g)) => &head.dh_t + g,
@@ -617,7 +617,7 @@ impl Ggnn {
         }
         let h_t = h;
 
-        let head = self.readout_backward(&h_t, &h0, labels, pos_weight);
+        let head = self.readout_backward(&h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
         let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
         let mut dh = match &settle {
             Some((_, g)) => &head.dh_t + g,
@@ -711,8 +711,11 @@ impl Ggnn {
     }
 
     /// The readout and the loss, forward and backward, from the final and
-    /// initial states.
-    fn readout_backward(&self, h_t: &Tensor, h0: &Tensor, labels: &Tensor, pos_weight: f64) -> Head {
+    /// initial states. Each node weighs its class's weight (`pos_weight`
+    /// for label 1, else 1) times its entry of `node_weights` (1 when
+    /// absent), and the loss is the weighted mean of the nodes'
+    /// cross-entropies (0, with zero gradients, when every weight is 0).
+    fn readout_backward(&self, h_t: &Tensor, h0: &Tensor, labels: &Tensor, node_weights: Option<&Tensor>, pos_weight: f64) -> Head {
         let n = h_t.size()[0];
         let device = self.device();
         // Readout and cross-entropy: logits = σ(F) ⊙ g.
@@ -722,14 +725,24 @@ impl Ggnn {
         let logits = &f * &g;
         let classes = logits.size()[1];
         let residual = logits.softmax(1, Kind::Float) - labels.one_hot(classes).to_kind(Kind::Float);
-        let (loss, dlogits) = if pos_weight == 1.0 {
-            (logits.cross_entropy_for_logits(labels), residual / n as f64)
-        } else {
-            let weights = class_weights(classes, pos_weight, device);
-            let per_node = weights.index_select(0, labels).unsqueeze(1);
-            let total = per_node.sum(Kind::Float);
-            let loss = logits.cross_entropy_loss::<Tensor>(labels, Some(weights), tch::Reduction::Mean, -100, 0.0);
-            (loss, residual * per_node / total)
+        let (loss, dlogits) = match (node_weights, pos_weight == 1.0) {
+            (None, true) => (logits.cross_entropy_for_logits(labels), residual / n as f64),
+            (None, false) => {
+                let weights = class_weights(classes, pos_weight, device);
+                let per_node = weights.index_select(0, labels).unsqueeze(1);
+                let total = per_node.sum(Kind::Float);
+                let loss = logits.cross_entropy_loss::<Tensor>(labels, Some(weights), tch::Reduction::Mean, -100, 0.0);
+                (loss, residual * per_node / total)
+            }
+            (Some(mask), _) => {
+                let weights = class_weights(classes, pos_weight, device);
+                let per_node = (weights.index_select(0, labels) * mask.to_kind(Kind::Float)).unsqueeze(1);
+                // Clamped: a batch with no weighted node gives 0, not NaN.
+                let total = per_node.sum(Kind::Float).clamp_min(f64::from(f32::MIN_POSITIVE));
+                let nll = logits.log_softmax(1, Kind::Float).gather(1, &labels.unsqueeze(1), false).neg();
+                let loss = (&nll * &per_node).sum(Kind::Float) / &total;
+                (loss, residual * per_node / total)
+            }
         };
         let d_pre_f = &dlogits * &g * &f * one_minus(&f);
         let dg = &dlogits * &f;

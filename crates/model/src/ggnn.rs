@@ -1030,6 +1030,11 @@ pub struct Prepared {
     pub selector: Tensor,
     /// 0/1 labels, \[N\], if the batch is labelled.
     pub labels: Option<Tensor>,
+    /// Each node's weight in the training loss, \[N\] (float): `None`,
+    /// every node weighs 1; the trainer's `--loss-nodes labelled` gives 1
+    /// to the nodes that carry the task's label and 0 to the rest. The
+    /// loss is averaged over the weights (times `pos_weight`'s).
+    pub loss_weights: Option<Tensor>,
     /// For all edges of all six types, sorted by target: the row of the
     /// fused transform to read, `6 · source + type`, \[E\].
     pub sources: Tensor,
@@ -1108,6 +1113,7 @@ impl Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
             labels: batch.labels().map(|l| Tensor::from_slice(l).to_device(device)),
+            loss_weights: None,
             fused_rows: Tensor::from_slice(&sources.iter().map(|s| s / EDGE_TYPES * FUSED_BLOCKS + s % EDGE_TYPES).collect::<Vec<i64>>())
                 .to_device(device),
             edge_types: Tensor::from_slice(&sources.iter().map(|s| s % EDGE_TYPES).collect::<Vec<i64>>()).to_device(device),

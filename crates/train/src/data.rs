@@ -191,6 +191,22 @@ impl Examples {
         Batch::from_samples(&samples).expect("examples index their own graphs")
     }
 
+    /// 1 for each node of [`Examples::batch`]`(ids)` that carries the
+    /// task's label ([`Graph::labelled`]), 0 for the rest, in the batch's
+    /// node order: `train --loss-nodes labelled`'s loss weights.
+    pub fn labelled_mask(&self, ids: &[usize]) -> Vec<f32> {
+        let mut mask = Vec::new();
+        for &i in ids {
+            let graph = &self.graphs[self.examples[i].graph as usize];
+            let start = mask.len();
+            mask.resize(start + graph.input.node_count(), 0.0);
+            for &v in &graph.labelled {
+                mask[start + v as usize] = 1.0;
+            }
+        }
+        mask
+    }
+
     /// The fraction of the graphs' nodes whose text is in the vocabulary.
     pub fn vocab_coverage(&self) -> f64 {
         if self.all_nodes == 0 {

@@ -60,6 +60,9 @@ pub struct Settings {
     /// one kind.
     #[serde(default, skip_serializing_if = "programl_model::Aggregation::is_mean")]
     pub aggregation: programl_model::Aggregation,
+    /// `train --loss-nodes` (default `all`).
+    #[serde(default, skip_serializing_if = "crate::train::LossNodes::is_all")]
+    pub loss_nodes: crate::train::LossNodes,
     /// The message-passing steps the shipped bundle runs at
     /// (`hyper.steps`), where they differ from the training T above:
     /// chosen after training, on validation.
@@ -216,6 +219,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             state_dropout: s.state_dropout,
             aggregation: s.aggregation,
             pos_weight: s.pos_weight,
+            loss_nodes: s.loss_nodes,
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,
             val_examples: s.val_examples,

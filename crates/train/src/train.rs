@@ -35,7 +35,7 @@ use programl_infer::config::Stop;
 use programl_model::bundle::{self, Bundle, Config, Head, Provenance};
 use programl_model::{Aggregation, Ggnn, Hyper, Prepared, Until};
 use serde::{Deserialize, Serialize};
-use tch::Device;
+use tch::{Device, Tensor};
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Examples;
@@ -183,6 +183,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1.0)]
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub pos_weight: f64,
+    /// Which nodes the training loss averages over: `all` of the batch's
+    /// (every shipped bundle's), or only the `labelled` ones, the task's
+    /// node kind (instructions; variables for liveness), which the F1 is
+    /// measured on: the others are always negative and easy.
+    #[arg(long, value_enum, default_value_t = LossNodes::All)]
+    #[serde(default, skip_serializing_if = "LossNodes::is_all")]
+    pub loss_nodes: LossNodes,
     /// Nodes per batch (a larger graph alone).
     #[arg(long, default_value_t = 10_000)]
     pub batch_nodes: usize,
@@ -211,6 +218,23 @@ pub struct TrainArgs {
     #[serde(skip)]
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `train --loss-nodes`: the nodes the training loss is averaged over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LossNodes {
+    /// Every node of the batch (runs recorded before the flag).
+    #[default]
+    All,
+    /// Only the nodes that carry the task's label ([`crate::data::Graph::labelled`]).
+    Labelled,
+}
+
+impl LossNodes {
+    pub fn is_all(&self) -> bool {
+        *self == LossNodes::All
+    }
 }
 
 /// `--pos-weight`'s default, also for runs recorded before it existed.
@@ -624,7 +648,10 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             }
             let ids = &order[batches[state.batch_in_epoch as usize].clone()];
             let batch = train.batch(ids);
-            let input = Prepared::new(&batch, &hyper, device);
+            let mut input = Prepared::new(&batch, &hyper, device);
+            if args.loss_nodes == LossNodes::Labelled {
+                input.loss_weights = Some(Tensor::from_slice(&train.labelled_mask(ids)).to_device(device));
+            }
             tch::manual_seed(mix(args.seed ^ mix(state.batches_total + 1)) as i64);
             let (steps, until, stability) = match &stop {
                 Some(s) => {

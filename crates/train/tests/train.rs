@@ -152,6 +152,37 @@ fn a_short_run_beats_the_trivial_classifiers() {
     assert_eq!(v["vocab_coverage"].as_f64().unwrap(), 1.0, "the test split's texts all occur in train: {v}");
 }
 
+/// `--loss-nodes labelled`: the loss over the labelled nodes only. A
+/// short run learns as the default does (it beats the trivial
+/// classifiers), records the choice in its state, and trains other weights
+/// than the same run over every node.
+#[test]
+fn a_run_with_the_loss_over_labelled_nodes_learns() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (labelled, all) = (dir.path().join("labelled"), dir.path().join("all"));
+    run(trainer().args(train_args(data, &labelled, "1200")).args(["--loss-nodes", "labelled"]));
+    run(trainer().args(train_args(data, &all, "1200")));
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(labelled.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["loss_nodes"], "labelled", "{}", state["args"]);
+    let weights = |d: &Path| std::fs::read(d.join("checkpoint/weights.safetensors")).unwrap();
+    assert!(weights(&labelled) != weights(&all), "the loss's node set changed no weight");
+    let eval = run(trainer().args(["eval", "--model"]).arg(labelled.join("model")).arg("--data").arg(data).args([
+        "--subset",
+        "ddf-30",
+        "--json",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let (positives, labelled_nodes) = test_split_counts(data);
+    let share = positives as f64 / labelled_nodes as f64;
+    let f1 = v["f1"].as_f64().unwrap();
+    assert!(f1 > 2.0 * share / (1.0 + share), "F1 {f1} after 1,200 examples over labelled nodes: {v}");
+}
+
 #[test]
 fn a_killed_run_resumes_to_the_same_weights() {
     let (_, data) = fixture();
@@ -202,6 +233,11 @@ fn a_killed_run_resumes_to_the_same_weights() {
     let with_weight = |w: &str| [args_k.clone(), vec!["--pos-weight".into(), w.into()]].concat();
     run(trainer().args(with_weight("1")));
     let out = trainer().args(with_weight("5")).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
+    // So is the loss's node set: `all` (the default) is the same run.
+    let with_nodes = |n: &str| [args_k.clone(), vec!["--loss-nodes".into(), n.into()]].concat();
+    run(trainer().args(with_nodes("all")));
+    let out = trainer().args(with_nodes("labelled")).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
     let out = trainer().args(with_weight("0")).output().unwrap();
     assert!(
