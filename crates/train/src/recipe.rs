@@ -116,6 +116,10 @@ pub struct Phase {
     /// the phase trains, and ships, a bundle with a stopping rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<Adaptive>,
+    /// `train --loss-nodes` for this phase, where it differs from the
+    /// settings' (a phase that moves the loss to the labelled nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_nodes: Option<crate::train::LossNodes>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -219,7 +223,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             state_dropout: s.state_dropout,
             aggregation: s.aggregation,
             pos_weight: s.pos_weight,
-            loss_nodes: s.loss_nodes,
+            loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,
             val_examples: s.val_examples,

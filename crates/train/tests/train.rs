@@ -527,7 +527,8 @@ fn a_write_failure_names_the_file_and_the_run_completes_after() {
 /// the directory as a whole, with the recipe and each phase's record;
 /// nothing more to do on a second run; on a machine without the runs, a
 /// larger budget continues the last phase from the checkpoint kept in the
-/// bundle; a bad recipe is an error naming it.
+/// bundle; a bad recipe is an error naming it. The second phase moves
+/// the loss to the labelled nodes (a phase's `loss_nodes`).
 #[test]
 fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     let (_, data) = fixture();
@@ -542,7 +543,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
                          "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
-                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "why": "a lower rate"}
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "why": "a lower rate"}
             ]
         })
     };
@@ -573,6 +574,9 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert!(state(&model)["examples_seen"].as_u64().unwrap() >= 200);
     assert!(state(&model.join("polish"))["examples_seen"].as_u64().unwrap() >= 100);
     assert_eq!(state(&model.join("polish"))["args"]["lr"].as_f64(), Some(0.002));
+    // A phase's own loss_nodes; the other phase keeps the settings' (all).
+    assert_eq!(state(&model.join("polish"))["args"]["loss_nodes"], "labelled");
+    assert!(state(&model)["args"].get("loss_nodes").is_none(), "{}", state(&model)["args"]);
     assert!(
         state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
         "{}",
