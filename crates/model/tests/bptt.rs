@@ -44,18 +44,23 @@ fn autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) 
 /// The same with the positive class weighted `pos_weight` (PyTorch's
 /// weighted cross-entropy, averaged over the weights).
 fn weighted_autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64, pos_weight: f64) -> (f64, Vec<Tensor>) {
-    for p in model.parameters() {
-        let mut g = p.grad();
-        if g.defined() {
-            let _ = g.detach_().zero_();
-        }
-    }
+    zero_grads(model);
     tch::manual_seed(seed);
     let logits = model.forward(input, steps, train);
     let weights = Tensor::from_slice(&[1f32, pos_weight as f32]);
     let loss = logits.cross_entropy_loss::<Tensor>(input.labels.as_ref().unwrap(), Some(weights), tch::Reduction::Mean, -100, 0.0);
     loss.backward();
     (loss.double_value(&[]), model.parameters().iter().map(|p| p.grad().copy()).collect())
+}
+
+/// Clears the parameters' accumulated gradients before an autograd pass.
+fn zero_grads(model: &Ggnn) {
+    for p in model.parameters() {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.detach_().zero_();
+        }
+    }
 }
 
 fn by_hand(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64) -> (f64, Vec<Tensor>) {
@@ -307,12 +312,7 @@ fn a_training_forward_stops_where_the_rule_would() {
 /// Autograd's loss with per-node weights: the mean of the nodes'
 /// cross-entropies weighted by their class's weight times `input.loss_weights`.
 fn node_weighted_autograd(model: &Ggnn, input: &Prepared, steps: i64, train: bool, seed: i64, pos_weight: f64) -> (f64, Vec<Tensor>) {
-    for p in model.parameters() {
-        let mut g = p.grad();
-        if g.defined() {
-            let _ = g.detach_().zero_();
-        }
-    }
+    zero_grads(model);
     tch::manual_seed(seed);
     let logits = model.forward(input, steps, train);
     let labels = input.labels.as_ref().unwrap();

@@ -94,6 +94,20 @@ fn train_args(data: &Path, out: &Path, budget: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// `eval --json` of a bundle on the store's test split, DDF-30, one CPU thread.
+fn eval_ddf30(model: &Path, data: &Path) -> serde_json::Value {
+    let eval = run(trainer().args(["eval", "--model"]).arg(model).arg("--data").arg(data).args([
+        "--subset",
+        "ddf-30",
+        "--json",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]));
+    serde_json::from_slice(&eval.stdout).unwrap()
+}
+
 /// Positives and labelled nodes of the test split's DDF-30 examples.
 fn test_split_counts(data: &Path) -> (u64, u64) {
     let dataset = Dataset::open(data).unwrap();
@@ -128,16 +142,7 @@ fn a_short_run_beats_the_trivial_classifiers() {
     let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
     assert!(log.starts_with("kind,examples,wall_s,loss,precision,recall,f1\n") && log.contains("\nval,"), "{log}");
 
-    let eval = run(trainer().args(["eval", "--model"]).arg(out.join("model")).arg("--data").arg(data).args([
-        "--subset",
-        "ddf-30",
-        "--json",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-    ]));
-    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let v = eval_ddf30(&out.join("model"), data);
     let f1 = v["f1"].as_f64().unwrap();
     let (positives, labelled) = test_split_counts(data);
     assert_eq!(v["tp"].as_u64().unwrap() + v["fn"].as_u64().unwrap(), positives, "{v}");
@@ -167,16 +172,7 @@ fn a_run_with_the_loss_over_labelled_nodes_learns() {
     assert_eq!(state["args"]["loss_nodes"], "labelled", "{}", state["args"]);
     let weights = |d: &Path| std::fs::read(d.join("checkpoint/weights.safetensors")).unwrap();
     assert!(weights(&labelled) != weights(&all), "the loss's node set changed no weight");
-    let eval = run(trainer().args(["eval", "--model"]).arg(labelled.join("model")).arg("--data").arg(data).args([
-        "--subset",
-        "ddf-30",
-        "--json",
-        "--threads",
-        "1",
-        "--device",
-        "cpu",
-    ]));
-    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let v = eval_ddf30(&labelled.join("model"), data);
     let (positives, labelled_nodes) = test_split_counts(data);
     let share = positives as f64 / labelled_nodes as f64;
     let f1 = v["f1"].as_f64().unwrap();
