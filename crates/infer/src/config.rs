@@ -78,15 +78,19 @@ pub struct Hyper {
 }
 
 /// How a node combines its incoming messages each step: their `mean`
-/// (SPEC.md §3's, upstream's; every shipped bundle's) or their `sum`,
-/// which can say "one of them" where a mean takes a vote (a dominance
-/// merge: docs/perf/models.md, "Why the short tasks stall").
+/// (SPEC.md §3's, upstream's), their `sum`, or their channel-wise `max`.
+/// A sum or a max can say "one of them" where a mean takes a vote (a
+/// dominance merge: docs/perf/models.md, "Why the short tasks stall"),
+/// and a max keeps one strong message from fading among many weak ones.
+/// A max bundle runs FP32 or BF16, never INT8: the INT8 step splits the
+/// messages' biases from their products, which only a mean or a sum allows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Aggregation {
     #[default]
     Mean,
     Sum,
+    Max,
 }
 
 impl Aggregation {
@@ -97,6 +101,16 @@ impl Aggregation {
     pub fn is_sum(&self) -> bool {
         *self == Aggregation::Sum
     }
+
+    /// The kernels' name for it.
+    pub fn reduce(&self) -> programl_kernels::forward::Reduce {
+        use programl_kernels::forward::Reduce;
+        match self {
+            Aggregation::Mean => Reduce::Mean,
+            Aggregation::Sum => Reduce::Sum,
+            Aggregation::Max => Reduce::Max,
+        }
+    }
 }
 
 impl std::str::FromStr for Aggregation {
@@ -105,7 +119,8 @@ impl std::str::FromStr for Aggregation {
         match s {
             "mean" => Ok(Aggregation::Mean),
             "sum" => Ok(Aggregation::Sum),
-            other => Err(format!("aggregation '{other}': expected mean or sum")),
+            "max" => Ok(Aggregation::Max),
+            other => Err(format!("aggregation '{other}': expected mean, sum or max")),
         }
     }
 }

@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Aggregation, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::weights::Weights;
 use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
@@ -448,7 +448,12 @@ impl Model {
             // mean's bundles; a sum bundle's `auto` stays FP32 (an explicit
             // `int8` is honoured).
             let auto_f32 = opts.dtype == Dtype::Auto && self.config.hyper.aggregation.is_sum();
-            let precision = if general || auto_f32 { Precision::F32 } else { Model::precision_for(opts.dtype) };
+            let precision = match Model::precision_for(opts.dtype) {
+                _ if general || auto_f32 => Precision::F32,
+                // A max bundle has no INT8 step (config::Aggregation): FP32.
+                Precision::Int8 if self.config.hyper.aggregation == Aggregation::Max => Precision::F32,
+                p => p,
+            };
             let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
             if let Some(s) = selector {
                 assert_eq!(s.len(), input.nodes, "one selector entry per node");
@@ -614,7 +619,7 @@ impl Model {
                     types: &input.types,
                     positions: &input.positions,
                     graphs: &input.graphs,
-                    sum: self.config.hyper.aggregation.is_sum(),
+                    reduce: self.config.hyper.aggregation.reduce(),
                 };
                 wide.run(&edges, &h0, &gates, depth, threads)
             }
@@ -678,7 +683,13 @@ impl Model {
     /// The batch's edges as the kernels' aggregation reads them, each
     /// message at its offset in the step's product.
     fn edges<'a>(&self, input: &'a Input, offsets: &'a [usize]) -> Edges<'a> {
-        Edges { crow: &input.crow, offsets, types: &input.types, positions: &input.positions, sum: self.config.hyper.aggregation.is_sum() }
+        Edges {
+            crow: &input.crow,
+            offsets,
+            types: &input.types,
+            positions: &input.positions,
+            reduce: self.config.hyper.aggregation.reduce(),
+        }
     }
 
     /// The steps with FP32 or BF16 products (`T`: the products' element).

@@ -23,6 +23,7 @@
 
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::elem::{sigmoid_by, tanh_by};
+use programl_kernels::forward::Reduce;
 use programl_kernels::threads::{par_ranges, Rows};
 use programl_kernels::EDGE_TYPES;
 use programl_kernels::{forward, gemm};
@@ -62,8 +63,8 @@ pub(crate) struct Edges<'a> {
     pub types: &'a [i64],
     pub positions: &'a [i64],
     pub graphs: &'a [usize],
-    /// Sum the incoming messages rather than average them.
-    pub sum: bool,
+    /// How a node combines them.
+    pub reduce: Reduce,
 }
 
 impl Wide {
@@ -197,17 +198,24 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
     for (i, row) in out.chunks_exact_mut(h).enumerate() {
         let v = first + i;
         let (start, end) = (e.crow[v] as usize, e.crow[v + 1] as usize);
-        row.fill(0.0);
+        let max = e.reduce == Reduce::Max;
+        row.fill(if max && start < end { f32::NEG_INFINITY } else { 0.0 });
         for k in start..end {
             let (source, t) = ((e.sources[k] / EDGE_TYPES as i64) as usize, e.types[k] as usize);
             let msg = &f[source * 9 * h + t * h..][..h];
             let b = &w.msg_bias[t * h..][..h];
             let g = &gates[e.positions[k] as usize * h..][..h];
+            if max {
+                for j in 0..h {
+                    row[j] = row[j].max((msg[j] + b[j]) * g[j]);
+                }
+                continue;
+            }
             for j in 0..h {
                 row[j] += (msg[j] + b[j]) * g[j];
             }
         }
-        let scale = forward::message_scale(end - start, e.sum);
+        let scale = forward::message_scale(end - start, e.reduce);
         row.iter_mut().for_each(|x| *x *= scale);
     }
 }

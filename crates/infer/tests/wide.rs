@@ -109,7 +109,8 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
     };
     let mut cur = h0.clone();
     for _ in 0..steps {
-        let mut acc = vec![vec![0f64; h]; n];
+        let max = hyper.aggregation == Aggregation::Max;
+        let mut acc = vec![vec![if max { f64::NEG_INFINITY } else { 0.0 }; h]; n];
         let mut deg = vec![0usize; n];
         for ty in EdgeType::ALL {
             let e = batch.edges(ty);
@@ -119,14 +120,18 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
                 let msg = affine(&wm[k * h * h..(k + 1) * h * h], Some(&bm[k * h..(k + 1) * h]), &cur[u], h);
                 let g = gate(e.positions[i].clamp(0, hyper.positions - 1));
                 for j in 0..h {
-                    acc[w][j] += msg[j] * g[j];
+                    if max {
+                        acc[w][j] = acc[w][j].max(msg[j] * g[j]);
+                    } else {
+                        acc[w][j] += msg[j] * g[j];
+                    }
                 }
                 deg[w] += 1;
             }
         }
         cur = (0..n)
             .map(|i| {
-                let sum = hyper.aggregation == Aggregation::Sum;
+                let sum = hyper.aggregation != Aggregation::Mean;
                 let m: Vec<f64> = acc[i]
                     .iter()
                     .map(|x| {
@@ -244,26 +249,35 @@ fn any_width_runs_and_matches_the_reference() {
     }
 }
 
-/// Summed messages (`hyper.aggregation: sum`) on the 34-wide kernels
-/// and on the general step (18 wide), FP32, on every path the CPU runs:
-/// within 1e-4 of the reference, and not the mean's probabilities.
+/// Summed and max messages (`hyper.aggregation: sum|max`) on the 34-wide
+/// kernels and on the general step (18 wide), FP32, on every path the CPU
+/// runs: within 1e-4 of the reference, and not the mean's probabilities.
+/// A max bundle asked for INT8 (or `auto`, INT8 where the CPU prefers it)
+/// runs FP32: it has no INT8 step.
 #[test]
-fn summed_messages_match_the_reference_on_both_steps() {
+fn summed_and_max_messages_match_the_reference_on_both_steps() {
     let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
-    for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
-        let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation: Aggregation::Sum, ..Hyper::spec(0) };
-        let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
-        let want = reference(&hyper, &tensors, &batch, 8);
-        let as_mean = reference(&Hyper { aggregation: Aggregation::Mean, ..hyper.clone() }, &tensors, &batch, 8);
-        let apart = want.iter().zip(&as_mean).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-        assert!(apart > 1e-3, "hidden {hidden}: the sum's reference is the mean's ({apart})");
-        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
-            if !programl_infer::cpu::run_test_on(isa, &format!("summed_messages_match_the_reference_on_both_steps [{hidden} {isa}]")) {
-                continue;
+    for aggregation in [Aggregation::Sum, Aggregation::Max] {
+        for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
+            let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation, ..Hyper::spec(0) };
+            let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
+            let want = reference(&hyper, &tensors, &batch, 8);
+            let as_mean = reference(&Hyper { aggregation: Aggregation::Mean, ..hyper.clone() }, &tensors, &batch, 8);
+            let apart = want.iter().zip(&as_mean).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(apart > 1e-3, "{aggregation:?}, hidden {hidden}: the reference is the mean's ({apart})");
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+                let case = format!("summed_and_max_messages_match_the_reference_on_both_steps [{aggregation:?} {hidden} {isa}]");
+                if !programl_infer::cpu::run_test_on(isa, &case) {
+                    continue;
+                }
+                let dtypes: &[Dtype] =
+                    if aggregation == Aggregation::Max { &[Dtype::F32, Dtype::Int8, Dtype::Auto] } else { &[Dtype::F32] };
+                for &dtype in dtypes {
+                    let got = model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype, isa: Some(isa) }).unwrap();
+                    let d = max_diff(&got.probabilities, &want);
+                    assert!(d < 1e-4, "{aggregation:?}, hidden {hidden}, {isa}, {dtype:?}: {d} from the reference");
+                }
             }
-            let got = model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype: Dtype::F32, isa: Some(isa) }).unwrap();
-            let d = max_diff(&got.probabilities, &want);
-            assert!(d < 1e-4, "hidden {hidden}, {isa}: {d} from the reference");
         }
     }
 }

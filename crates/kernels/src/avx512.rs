@@ -13,7 +13,6 @@ use crate::forward::{GruBias, GruTape, Product};
 use crate::threads::Shared;
 use crate::{FUSED, GATES, H};
 
-
 /// 16 products' values (`mask` of them) from `p`, as FP32.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -372,7 +371,7 @@ pub(crate) unsafe fn gru_backward(
 /// share of the gate table's gradient in `table`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn edges_backward<T: Elem>(
-    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row }: EdgesBackward<'_, T>,
+    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row, .. }: EdgesBackward<'_, T>,
     out: Shared,
     table: &mut [f32],
     range: std::ops::Range<usize>,

@@ -185,6 +185,11 @@ pub struct EdgesBackward<'a, T> {
     pub targets: &'a [i64],
     pub positions: &'a [i64],
     pub by_row: &'a ByRow,
+    /// Under the max aggregation, the forward's winners
+    /// ([`crate::forward::aggregate_max_tape`], \[N, 34\]): edge `e` gets
+    /// channel `j` of its target's gradient only where it won it, and
+    /// `inv_degree` is not read.
+    pub winners: Option<&'a [u32]>,
 }
 
 /// The aggregation's backward. With `s[v] = da[v] / indeg(v)`: the message
@@ -192,7 +197,8 @@ pub struct EdgesBackward<'a, T> {
 /// `Σ_{e reads q} s[target e] ⊙ gates[pos e]`, zero where no edge reads
 /// it), and `d_table` \[P, 34\] += `Σ_e s[target e] ⊙ (F[e] + bias[type e])`
 /// (the messages before gating, `fused` the step's product as in
-/// [`aggregate`]).
+/// [`aggregate`]). Under the max aggregation (`winners`), `s[v]` is
+/// `da[v]` on the channels where the edge won, zero elsewhere.
 pub fn aggregate_backward<T: Elem>(
     reads: EdgesBackward<'_, T>,
     d_fused: &mut [f32],
@@ -213,7 +219,7 @@ pub fn aggregate_backward<T: Elem>(
             let chunk = start..(start + SUM_CHUNK).min(range.end);
             let run = |table: &mut [f32], chunk: std::ops::Range<usize>| {
                 #[cfg(target_arch = "x86_64")]
-                if cpu::allows(Isa::Avx512) {
+                if cpu::allows(Isa::Avx512) && reads.winners.is_none() {
                     // SAFETY: the CPU has AVX-512; rows of `range` only.
                     return unsafe { avx512::edges_backward(reads, out, table, chunk) };
                 }
@@ -244,7 +250,7 @@ unsafe fn edges_backward_avx2<T: Elem>(reads: EdgesBackward<'_, T>, out: Shared,
 
 #[inline(always)]
 unsafe fn edges_backward_rows<T: Elem>(
-    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row }: EdgesBackward<'_, T>,
+    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row, winners }: EdgesBackward<'_, T>,
     out: Shared,
     table: &mut [f32],
     range: std::ops::Range<usize>,
@@ -258,11 +264,21 @@ unsafe fn edges_backward_rows<T: Elem>(
                 let b = &bias[t * H..][..H];
                 for &e in &by_row.edges[by_row.start[q]..by_row.start[q + 1]] {
                     let target = targets[e] as usize;
-                    let scale = inv_degree[target];
                     let d = &da[target * H..][..H];
                     let p = positions[e] as usize;
                     let g = &gates[p * H..][..H];
                     let dt = &mut table[p * H..][..H];
+                    if let Some(won) = winners {
+                        let won = &won[target * H..][..H];
+                        for j in 0..H {
+                            if won[j] == e as u32 {
+                                acc[j] += d[j] * g[j];
+                                dt[j] += d[j] * (m[j].f32() + b[j]);
+                            }
+                        }
+                        continue;
+                    }
+                    let scale = inv_degree[target];
                     for j in 0..H {
                         let s = d[j] * scale;
                         acc[j] += s * g[j];

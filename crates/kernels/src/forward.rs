@@ -2,9 +2,12 @@
 //! fifteen tensor operations, each of which read and wrote whole \[N, 34\]
 //! or \[E, 34\] arrays.
 //!
-//! - [`aggregate`]: the mean over each node's incoming edges of the gated
-//!   message `(F[row] + b_type) ⊙ p(position)`, read straight from the
-//!   fused product's rows and the gate table (no per-edge array);
+//! - [`aggregate`]: the mean (or the sum, or the channel-wise max:
+//!   [`Reduce`]) over each node's incoming edges of the gated message
+//!   `(F[row] + b_type) ⊙ p(position)`, read straight from the fused
+//!   product's rows and the gate table (no per-edge array);
+//!   [`aggregate_max_tape`] also keeps which edge won each channel, for
+//!   training's backward;
 //! - [`gru`]: the GRU cell's gates and new state from the two products;
 //!   [`gru_train`] also keeps training's tape.
 //!
@@ -53,38 +56,55 @@ pub struct Edges<'a> {
     /// Each edge's type (its bias row) and clamped position (its gate row).
     pub types: &'a [i64],
     pub positions: &'a [i64],
-    /// Sum the incoming messages rather than average them.
-    pub sum: bool,
+    /// How a node combines them.
+    pub reduce: Reduce,
+}
+
+/// How a node combines its incoming messages (a bundle's
+/// `hyper.aggregation`): their mean, their sum, or their channel-wise
+/// maximum. Without incoming edges the result is zero under all three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reduce {
+    #[default]
+    Mean,
+    Sum,
+    Max,
 }
 
 impl Edges<'_> {
     /// [`message_scale`] of the node whose incoming edges are `start..end`.
     #[inline(always)]
     pub fn scale(&self, start: usize, end: usize) -> f32 {
-        message_scale(end - start, self.sum)
+        message_scale(end - start, self.reduce)
     }
 }
 
 /// What a node's summed incoming messages are multiplied by, given its
-/// in-degree: 1 / in-degree for the mean, 1 for the sum (`sum`), and 0
+/// in-degree: 1 / in-degree for the mean, 1 for the sum (and for the max,
+/// which is not a sum: its kernels read this only for the zero), and 0
 /// without incoming edges. Every aggregation (the kernels', the general
 /// step's, training's) applies this one rule.
 #[inline(always)]
-pub fn message_scale(in_degree: usize, sum: bool) -> f32 {
+pub fn message_scale(in_degree: usize, reduce: Reduce) -> f32 {
     if in_degree == 0 {
         0.0
-    } else if sum {
-        1.0
-    } else {
+    } else if reduce == Reduce::Mean {
         1.0 / in_degree as f32
+    } else {
+        1.0
     }
 }
+
+/// No edge: the winner recorded by [`aggregate_max_tape`] for a node
+/// without incoming edges.
+pub const NO_EDGE: u32 = u32::MAX;
 
 /// `out[v] = (1/indeg v) Σ_{e → v} (F[e] + bias[type e]) ⊙ gates[pos e]`
 /// (zero without incoming edges, `F[e]` the 34 values at the edge's
 /// offset), for every node: `fused` the \[N, 306\] product in any layout,
 /// `bias` \[6, 34\], `gates` \[P, 34\], `out` \[N, 34\] (FP32 or BF16: the
-/// next product's input).
+/// next product's input). Under [`Reduce::Sum`] without the `1/indeg`;
+/// under [`Reduce::Max`] the channel-wise maximum of the same messages.
 pub fn aggregate<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], out: &mut [O], threads: usize) {
     let nodes = out.len() / H;
     split(out, nodes, threads, |first, chunk| {
@@ -105,6 +125,16 @@ unsafe fn aggregate_avx2<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias:
 
 #[inline(always)]
 fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], first: usize, out: &mut [O]) {
+    if edges.reduce == Reduce::Max {
+        let mut winners = [0u32; H];
+        for (i, row) in out.chunks_exact_mut(H).enumerate() {
+            let acc = max_row(fused, edges, bias, gates, first + i, &mut winners);
+            for j in 0..H {
+                row[j] = O::from_f32(acc[j]);
+            }
+        }
+        return;
+    }
     for (i, row) in out.chunks_exact_mut(H).enumerate() {
         let v = first + i;
         let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
@@ -121,6 +151,79 @@ fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32]
         for j in 0..H {
             row[j] = O::from_f32(acc[j] * scale);
         }
+    }
+}
+
+/// Node `v`'s channel-wise maximum over its incoming gated messages (zero
+/// without incoming edges), and in `winners` the edge that gave each
+/// channel (the first of equal ones; [`NO_EDGE`] without edges).
+#[inline(always)]
+fn max_row<T: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], v: usize, winners: &mut [u32; H]) -> [f32; H] {
+    let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
+    if start == end {
+        *winners = [NO_EDGE; H];
+        return [0f32; H];
+    }
+    let mut acc = [f32::NEG_INFINITY; H];
+    for e in start..end {
+        let m = &fused[edges.offsets[e]..][..H];
+        let b = &bias[edges.types[e] as usize * H..][..H];
+        let g = &gates[edges.positions[e] as usize * H..][..H];
+        for j in 0..H {
+            let x = (m[j].f32() + b[j]) * g[j];
+            if x > acc[j] {
+                acc[j] = x;
+                winners[j] = e as u32;
+            }
+        }
+    }
+    acc
+}
+
+/// [`aggregate`] under [`Reduce::Max`], FP32 out, also writing `winners`
+/// \[N, 34\]: the edge (its index in `edges`) whose message is each
+/// node's maximum in each channel, which training's backward
+/// ([`crate::backward::aggregate_backward`]) sends the gradient to.
+pub fn aggregate_max_tape<T: Elem>(
+    fused: &[T],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    out: &mut [f32],
+    winners: &mut [u32],
+    threads: usize,
+) {
+    assert_eq!(edges.reduce, Reduce::Max, "the tape of the max aggregation");
+    let nodes = out.len() / H;
+    split2(out, winners, nodes, threads, |first, chunk, won| {
+        #[cfg(target_arch = "x86_64")]
+        if cpu::allows(Isa::Avx2) {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe { max_tape_avx2(fused, edges, bias, gates, first, chunk, won) };
+        }
+        max_tape_rows(fused, edges, bias, gates, first, chunk, won)
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn max_tape_avx2<T: Elem>(
+    fused: &[T],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    first: usize,
+    out: &mut [f32],
+    won: &mut [u32],
+) {
+    max_tape_rows(fused, edges, bias, gates, first, out, won)
+}
+
+#[inline(always)]
+fn max_tape_rows<T: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], first: usize, out: &mut [f32], won: &mut [u32]) {
+    for (i, (row, w)) in out.chunks_exact_mut(H).zip(won.chunks_exact_mut(H)).enumerate() {
+        let w: &mut [u32; H] = w.try_into().expect("34 winners a node");
+        row.copy_from_slice(&max_row(fused, edges, bias, gates, first + i, w));
     }
 }
 

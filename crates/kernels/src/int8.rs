@@ -456,6 +456,9 @@ pub unsafe fn aggregate_to_nodes(
 /// order) read only rows of 34 within `f`, `bias` and `gates`: what
 /// [`aggregate_to_nodes`] needs. Panics naming what is out of bounds.
 pub fn check_edges(f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize) {
+    // The INT8 step splits the gated messages into their biases' part and
+    // the product's, which only a mean or a sum allows.
+    assert_ne!(edges.reduce, crate::forward::Reduce::Max, "the INT8 step averages or sums its messages: a max bundle runs FP32 or BF16");
     assert!(edges.crow.len() > nodes && edges.crow[0] == 0, "an edge row per node");
     assert!(edges.crow.windows(2).take(nodes).all(|w| w[0] <= w[1]), "edge rows in order");
     let last = edges.crow[nodes] as usize;
@@ -973,7 +976,7 @@ mod tests {
     fn aggregate_to_nodes_is_the_gated_mean_then_its_bytes() {
         for path in paths("int8::aggregate_to_nodes_is_the_gated_mean_then_its_bytes") {
             let mut seed = 0xdead_beef_1234u64;
-            // Summed messages (`Edges::sum`) as well: the same arithmetic
+            // Summed messages (`Reduce::Sum`) as well: the same arithmetic
             // with 1 in place of 1 / indegree.
             for (n, threads, summed) in [(5, 1, false), (300, 1, false), (4500, 3, false), (300, 1, true), (4500, 3, true)] {
                 let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
@@ -993,7 +996,13 @@ mod tests {
                     }
                     crow.push(offsets.len() as i64);
                 }
-                let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, sum: summed };
+                let edges = Edges {
+                    crow: &crow,
+                    offsets: &offsets,
+                    types: &types,
+                    positions: &pos,
+                    reduce: if summed { crate::forward::Reduce::Sum } else { crate::forward::Reduce::Mean },
+                };
                 let mut fp32 = vec![0f32; n * H];
                 crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
                 let mut mean = vec![0f32; n * H];

@@ -6,7 +6,6 @@ use crate::elem::*;
 use crate::threads::*;
 use crate::H;
 
-
 /// The pool really runs a loop on several threads: at two threads, a
 /// loop of two ranges runs on two threads; at one, on the caller alone.
 #[test]
@@ -55,7 +54,9 @@ fn dropout_masks_keep_their_share_at_any_thread_count() {
 #[test]
 fn dropout_mask_vector_is_the_scalar_mask() {
     #[cfg(target_arch = "x86_64")]
-    if cpu::run_test_on(Isa::Avx512, "dropout_mask_vector_is_the_scalar_mask") && cpu::run_test_with("avx512dq", "dropout_mask_vector_is_the_scalar_mask") {
+    if cpu::run_test_on(Isa::Avx512, "dropout_mask_vector_is_the_scalar_mask")
+        && cpu::run_test_with("avx512dq", "dropout_mask_vector_is_the_scalar_mask")
+    {
         for (len, first, seed) in [(0usize, 0u64, 1u64), (2, 5, 2), (16, 0, 3), (34, 17, 4), (46, 1 << 40, 5), (3400, 123_456, 6)] {
             let bound = (0.8f64 * (1u64 << 24) as f64).round() as u32;
             let (mut scalar, mut vector) = (vec![f32::NAN; len], vec![f32::NAN; len]);
@@ -131,4 +132,120 @@ fn paths_read_back_and_the_best_is_the_cpus() {
     assert!(best.supported() && best.check().is_ok());
     assert!(Isa::ALL.iter().filter(|&&i| i > best).all(|i| !i.supported()), "a path above {best} runs here");
     assert!(Isa::Portable.supported());
+}
+
+/// The max aggregation on random edges (nodes without any, many with
+/// several, equal messages included): each node's channel is the largest
+/// of its gated messages, computed as the mean's kernels compute a
+/// message; the recorded winner is the first edge that gives it; and the
+/// backward sends each channel's gradient to that edge alone, through its
+/// gate to the product's row and through its message to the gate table.
+/// On the portable path and on the best this CPU runs.
+#[test]
+fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
+    use crate::backward::{aggregate_backward, ByRow, EdgesBackward};
+    use crate::forward::{aggregate, aggregate_max_tape, Edges, Layout, Reduce, NO_EDGE};
+    use crate::FUSED;
+    let mut seed = 0x5eed_u64;
+    let mut random = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let (n, positions) = (700usize, 5usize);
+    let layout = Layout::row_major(FUSED / H);
+    let fused: Vec<f32> = (0..n * FUSED).map(|_| random()).collect();
+    let bias: Vec<f32> = (0..6 * H).map(|_| random() * 0.1).collect();
+    let gates: Vec<f32> = (0..positions * H).map(|_| random() + 1.0).collect();
+    let (mut crow, mut offsets, mut types, mut pos, mut rows, mut targets) = (vec![0i64], vec![], vec![], vec![], vec![], vec![]);
+    for v in 0..n {
+        for k in 0..(v * 5 + 2) % 7 {
+            // Every seventh node's second edge repeats its first: equal messages.
+            let (source, t, p) = if k == 1 && v % 7 == 0 {
+                (rows[rows.len() - 1] as usize / 9, types[types.len() - 1] as usize, pos[pos.len() - 1] as usize)
+            } else {
+                (
+                    ((random() + 1.0) / 2.0 * n as f32) as usize % n,
+                    ((random() + 1.0) * 3.0) as usize % 6,
+                    ((random() + 1.0) * 2.5) as usize % positions,
+                )
+            };
+            offsets.push(source * layout.row + t * layout.block);
+            types.push(t as i64);
+            pos.push(p as i64);
+            rows.push((source * 9 + t) as i64);
+            targets.push(v as i64);
+        }
+        crow.push(offsets.len() as i64);
+    }
+    let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: Reduce::Max };
+    let message = |e: usize, j: usize| (fused[offsets[e] + j] + bias[types[e] as usize * H + j]) * gates[pos[e] as usize * H + j];
+    let da: Vec<f32> = (0..n * H).map(|_| random()).collect();
+    let by_row = ByRow::new(&rows, n);
+    let mut paths = vec![Isa::Portable];
+    if cpu::detected() != Isa::Portable {
+        paths.push(cpu::detected());
+    }
+    for isa in paths {
+        cpu::with_cap(isa, || {
+            for threads in [1, 3] {
+                let (mut out, mut taped, mut winners) = (vec![f32::NAN; n * H], vec![f32::NAN; n * H], vec![0u32; n * H]);
+                aggregate::<f32, f32>(&fused, &edges, &bias, &gates, &mut out, threads);
+                aggregate_max_tape::<f32>(&fused, &edges, &bias, &gates, &mut taped, &mut winners, threads);
+                assert_eq!(out, taped, "{isa}: the tape's forward is the forward");
+                for v in 0..n {
+                    let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
+                    for j in 0..H {
+                        let w = winners[v * H + j];
+                        if start == end {
+                            assert_eq!((out[v * H + j], w), (0.0, NO_EDGE), "{isa}: node {v} has no edges");
+                            continue;
+                        }
+                        let best = (start..end).map(|e| message(e, j)).fold(f32::NEG_INFINITY, f32::max);
+                        let first = (start..end).find(|&e| message(e, j) == best).unwrap();
+                        assert_eq!((out[v * H + j], w), (best, first as u32), "{isa}: node {v}, channel {j}");
+                    }
+                }
+                // The backward: d_fused's message columns and the gate table's gradient.
+                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; positions * H], vec![0f32; 6 * H]);
+                let reads = EdgesBackward {
+                    da: &da,
+                    inv_degree: &[],
+                    fused: (&fused, layout),
+                    bias: &bias,
+                    gates: &gates,
+                    targets: &targets,
+                    positions: &pos,
+                    by_row: &by_row,
+                    winners: Some(&winners),
+                };
+                aggregate_backward::<f32>(reads, &mut d_fused, &mut d_table, &mut bias_sums, threads);
+                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; positions * H]);
+                for (e, &t) in targets.iter().enumerate() {
+                    let t = t as usize;
+                    for j in 0..H {
+                        if winners[t * H + j] == e as u32 {
+                            let (g, p) = (gates[pos[e] as usize * H + j], pos[e] as usize);
+                            want_fused[rows[e] as usize / 9 * FUSED + types[e] as usize * H + j] += (da[t * H + j] * g) as f64;
+                            want_table[p * H + j] += (da[t * H + j] * (fused[offsets[e] + j] + bias[types[e] as usize * H + j])) as f64;
+                        }
+                    }
+                }
+                for v in 0..n {
+                    for c in 0..6 * H {
+                        let (got, want) = (d_fused[v * FUSED + c] as f64, want_fused[v * FUSED + c]);
+                        assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{isa}: d_fused[{v}, {c}] {got} against {want}");
+                    }
+                }
+                for (i, (&got, &want)) in d_table.iter().zip(&want_table).enumerate() {
+                    assert!((got as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: d_table[{i}] {got} against {want}");
+                }
+                for c in 0..6 * H {
+                    let want: f64 = (0..n).map(|v| want_fused[v * FUSED + c]).sum();
+                    assert!((bias_sums[c] as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: bias sum {c}");
+                }
+            }
+        });
+    }
 }

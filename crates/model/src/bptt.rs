@@ -52,6 +52,10 @@ struct Step {
     a_op: Tensor,
     /// The dropout mask (already scaled by `1/(1 − p)`), in training.
     mask: Option<Tensor>,
+    /// Under the max aggregation, each edge's share of its target's
+    /// gradient per channel, \[E, 34\]: 1 where its message is the
+    /// maximum (split among equal ones), else 0.
+    won: Option<Tensor>,
 }
 
 /// The readout's part of the backward: the loss, the gradients reaching
@@ -376,7 +380,7 @@ impl Ggnn {
             Vec::<i64>::try_from(&input.targets).expect("targets"),
         );
         let inv_degree = Vec::<f32>::try_from(input.inv_degree.view([-1])).expect("inverse degrees");
-        let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, sum: input.sum };
+        let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: input.reduce };
         // SAFETY (every view below): contiguous CPU tensors of the kind
         // named, alive for the borrow; each written through one slice at a time.
         let gates: &[f32] = unsafe { view(&gates_table, Kind::Float) };
@@ -391,16 +395,27 @@ impl Ggnn {
             n: Tensor,
             ghn: Tensor,
             mask: Option<Tensor>,
+            /// Under the max aggregation, each node's winning edge per channel.
+            winners: Option<Vec<u32>>,
         }
+        let max = input.reduce == forward::Reduce::Max;
         let mut tape: Vec<Saved> = Vec::with_capacity(steps.max(0) as usize);
         let mut h = h0.shallow_clone();
         for _ in 0..steps {
             let h_op = pr.operand(&h);
             let f = product(&h_op, &w_f, FUSED_BLOCKS);
             let a = Tensor::empty([n, 34], float);
+            let mut winners = max.then(|| vec![0u32; nodes * 34]);
             unsafe {
                 let out: &mut [f32] = view_mut(&a, Kind::Float);
-                kernels::with_elem!(pr.bf16, T => forward::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads));
+                match &mut winners {
+                    Some(won) => {
+                        kernels::with_elem!(pr.bf16, T => forward::aggregate_max_tape::<T>(view(&f, kind), &edges, &b_msg, gates, out, won, threads))
+                    }
+                    None => {
+                        kernels::with_elem!(pr.bf16, T => forward::aggregate::<T, f32>(view(&f, kind), &edges, &b_msg, gates, out, threads))
+                    }
+                }
             }
             let a_op = pr.operand(&a);
             let gi = product(&a_op, &w_i, 3);
@@ -434,7 +449,7 @@ impl Ggnn {
                 None
             };
             let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
-            tape.push(Saved { h, h_op, a, a_op, r, z, n: nn, ghn, mask });
+            tape.push(Saved { h, h_op, a, a_op, r, z, n: nn, ghn, mask, winners });
             h = next;
             if settled {
                 break;
@@ -512,6 +527,7 @@ impl Ggnn {
                             targets: &targets,
                             positions: &pos,
                             by_row: &by_row,
+                            winners: s.winners.as_deref(),
                         },
                         fu,
                         &mut d_table,
@@ -592,7 +608,15 @@ impl Ggnn {
             let h_op = pr.operand(&h);
             let fused = if pr.bf16 { pr.mm(&h_op, &w_t) + &b } else { h.linear(&w, Some(&b)) };
             let gathered = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
-            let a = input.aggregate(&(&gathered * &gates), n);
+            let per_edge = &gathered * &gates;
+            let a = input.aggregate(&per_edge, n);
+            // Under the max aggregation, where each edge's message is its
+            // target's maximum (autograd's rule: equal ones share).
+            let won = (input.reduce == kernels::forward::Reduce::Max).then(|| {
+                let hit = per_edge.eq_tensor(&a.index_select(0, &input.targets)).to_kind(Kind::Float);
+                let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit);
+                hit / ties.index_select(0, &input.targets)
+            });
             let a_op = pr.operand(&a);
             let gi = if pr.bf16 { pr.mm(&a_op, &w_ih_t) + &self.b_ih } else { a.linear(&self.w_ih, Some(&self.b_ih)) };
             let gh = fused.narrow(1, hm, 3 * HIDDEN);
@@ -609,7 +633,7 @@ impl Ggnn {
                 None
             };
             let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
-            tape.push(Step { h, gathered, a, rz, n: new, ghn, h_op, a_op, mask });
+            tape.push(Step { h, gathered, a, rz, n: new, ghn, h_op, a_op, mask, won });
             h = next;
             if settled {
                 break;
@@ -657,7 +681,10 @@ impl Ggnn {
             let _ = d_b_ih.g_add_(&sum_rows(&dgi));
             let da = pr.mm(&dgi_op, &w_ih_op);
             // Through the mean (a gather by target) and the gate.
-            let mut d_edge = (da * &input.inv_degree).index_select(0, &input.targets);
+            let mut d_edge = match &s.won {
+                Some(won) => da.index_select(0, &input.targets) * won,
+                None => (da * &input.inv_degree).index_select(0, &input.targets),
+            };
             let _ = d_gates.addcmul_(&d_edge, &s.gathered);
             let _ = d_edge.g_mul_(&gates);
             // d(fused) = [scatter of d_edge | dgh], [N, 306].

@@ -437,6 +437,10 @@ impl Ggnn {
             if fused {
                 assert_eq!(self.device(), Device::Cpu, "the fused inference loops run on the CPU");
                 self.logits_fused(ws, input, steps)
+            } else if input.reduce == forward::Reduce::Max {
+                // `logits_inference` folds the messages' biases through
+                // their mean, which a max does not allow: the plain forward.
+                self.forward(input, steps, false)
             } else {
                 self.logits_inference(ws, input, steps)
             }
@@ -481,7 +485,8 @@ impl Ggnn {
         use kernels::{FUSED, GATES};
         // INT8 products are hand-written only: with libtorch's products
         // (the tests' second way) the step is FP32.
-        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) {
+        // A max bundle has no INT8 step (`Aggregation`): FP32.
+        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) && input.reduce != forward::Reduce::Max {
             return self.logits_int8(ws, input, steps);
         }
         let n = input.nodes;
@@ -585,7 +590,7 @@ impl Ggnn {
                 offsets: &offsets,
                 types: view(&input.edge_types, Kind::Int64),
                 positions: view(&input.positions, Kind::Int64),
-                sum: input.sum,
+                reduce: input.reduce,
             }
         };
         let gates: &[f32] = unsafe { view(&table, Kind::Float) };
@@ -693,7 +698,7 @@ impl Ggnn {
                 offsets: &offsets,
                 types: view(&input.edge_types, Kind::Int64),
                 positions: view(&input.positions, Kind::Int64),
-                sum: input.sum,
+                reduce: input.reduce,
             };
             let gates: &[f32] = view(&table, Kind::Float);
             let (hf, hq, hs) = (view_mut::<f32>(&hf, Kind::Float), view_mut::<u32>(&hq, Kind::Float), view_mut::<f32>(&hs, Kind::Float));
@@ -1053,8 +1058,9 @@ pub struct Prepared {
     pub targets: Tensor,
     /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
     pub inv_degree: Tensor,
-    /// The model sums its messages ([`Hyper::aggregation`]); `inv_degree` is then 1 where a node has edges.
-    pub sum: bool,
+    /// How the model combines its messages ([`Hyper::aggregation`]);
+    /// `inv_degree` is 1 where a node has edges unless it is the mean.
+    pub reduce: forward::Reduce,
     /// Node `v`'s incoming edges are `crow[v]..crow[v + 1]` in this order,
     /// \[N + 1\] (64-bit).
     pub crow: Tensor,
@@ -1107,8 +1113,8 @@ impl Prepared {
         }
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
         // What each node's summed messages are multiplied by: the kernels' rule.
-        let sum = hyper.aggregation.is_sum();
-        let inv_degree: Vec<f32> = (0..n).map(|v| forward::message_scale(indegree[v + 1] as usize, sum)).collect();
+        let reduce = hyper.aggregation.reduce();
+        let inv_degree: Vec<f32> = (0..n).map(|v| forward::message_scale(indegree[v + 1] as usize, reduce)).collect();
         Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
@@ -1123,7 +1129,7 @@ impl Prepared {
             targets: Tensor::from_slice(&targets).to_device(device),
             inv_degree: Tensor::from_slice(&inv_degree).view([n as i64, 1]).to_device(device),
             crow: Tensor::from_slice(&crow).to_device(device),
-            sum,
+            reduce,
             mean: std::cell::OnceCell::new(),
             graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
             graphs: batch.graph_count() as i64,
@@ -1137,15 +1143,25 @@ impl Prepared {
         table.index_select(0, &self.positions)
     }
 
-    /// The mean (or, for a sum bundle, the sum) of the per-edge messages
-    /// \[E, 34\] by target, \[N, 34\].
+    /// The mean (or, for a sum bundle, the sum; for a max bundle, the
+    /// channel-wise maximum) of the per-edge messages \[E, 34\] by target,
+    /// \[N, 34\]; zero for a node without incoming edges. Differentiable
+    /// (autograd splits a max's gradient among equal messages).
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
+        if self.reduce == forward::Reduce::Max {
+            let zeros = Tensor::zeros([nodes, per_edge.size()[1]], (per_edge.kind(), per_edge.device()));
+            return zeros.index_reduce(0, &self.targets, per_edge, "amax", false);
+        }
         self.mean().mm(per_edge)
     }
 
     /// [`Prepared::aggregate`] into `out`, \[N, 34\].
     pub fn aggregate_into(&self, out: &Tensor, per_edge: &Tensor) {
+        if self.reduce == forward::Reduce::Max {
+            let _ = out.shallow_clone().copy_(&self.aggregate(per_edge, self.nodes));
+            return;
+        }
         let _ = self.mean().mm_out(out, per_edge);
     }
 

@@ -172,24 +172,39 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
     compare(&model, &other, &autograd(&model, &prepared, steps, true, 6), 1e-4);
 }
 
-/// Summed messages (`hyper.aggregation: sum`): the hand-written step and
-/// backward against autograd through the aggregation's sparse matrix, and
-/// the loss is not the mean's.
+/// Summed and max messages (`hyper.aggregation: sum|max`): the
+/// hand-written step and backward, on both paths (the CPU's fused loops,
+/// whose max keeps each channel's winning edge, and libtorch's
+/// operations), against autograd through the aggregation (the sparse
+/// matrix; `index_reduce`'s amax), with and without dropout; and the loss
+/// is not the mean's.
 #[test]
-fn sum_aggregation_gradients_match_autograd() {
+fn sum_and_max_aggregation_gradients_match_autograd() {
+    use programl_model::Aggregation;
     let _generator = generator();
     let (vocab, batch) = random_batch(11);
     let mean = Hyper::spec(vocab.len());
-    let hyper = Hyper { aggregation: programl_model::Aggregation::Sum, ..mean.clone() };
-    let model = Ggnn::new(&hyper, Device::Cpu);
-    randomise(&model, 5);
-    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
-    for steps in [1, 4] {
-        let theirs = autograd(&model, &prepared, steps, false, 1);
-        let ours = by_hand(&model, &prepared, steps, false, 1);
-        compare(&model, &ours, &theirs, 1e-4);
-        let as_mean = by_hand(&model, &Prepared::new(&batch, &mean, Device::Cpu), steps, false, 1);
-        assert!((as_mean.0 - ours.0).abs() > 1e-4, "{steps} steps: the sum's loss {} is the mean's {}", ours.0, as_mean.0);
+    for aggregation in [Aggregation::Sum, Aggregation::Max] {
+        let hyper = Hyper { aggregation, ..mean.clone() };
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        randomise(&model, 5);
+        let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+        for (steps, train) in [(1, false), (4, false), (4, true)] {
+            let theirs = autograd(&model, &prepared, steps, train, 1);
+            for fused in [true, false] {
+                tch::manual_seed(1);
+                let g = model.loss_and_gradients_with(&prepared, steps, train, 1.0, fused);
+                let ours = (g.loss.double_value(&[]), g.grads);
+                compare(&model, &ours, &theirs, 1e-4);
+            }
+            let as_mean = by_hand(&model, &Prepared::new(&batch, &mean, Device::Cpu), steps, train, 1);
+            assert!(
+                (as_mean.0 - theirs.0).abs() > 1e-4,
+                "{aggregation:?}, {steps} steps: the loss {} is the mean's {}",
+                theirs.0,
+                as_mean.0
+            );
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use programl::batch::{Batch, GraphInput, Sample};
 use programl::ProgramGraph;
 use programl_infer::{cpu, Dtype, Isa, Model, Options};
 use programl_model::bundle::Bundle;
-use programl_model::{graph_probabilities, node_probabilities, set_matmul_precision, Precision};
+use programl_model::{graph_probabilities, node_probabilities, set_matmul_precision, Precision, Prepared};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -86,8 +86,10 @@ fn node_heads_match_the_libtorch_forward_on_real_ir() {
     let units = units();
     let test = "infer_parity::node_heads_match_the_libtorch_forward_on_real_ir";
     let paths = fp32_paths(test);
-    let int8: Vec<Isa> =
-        [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni].into_iter().filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]"))).collect();
+    let int8: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni]
+        .into_iter()
+        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
+        .collect();
     for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
         let dir = root().join("models").join(task);
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
@@ -282,48 +284,66 @@ fn gated_head_matches(paths: &[Isa], join: programl_model::Join) {
     }
 }
 
-/// A bundle whose nodes sum their messages (`hyper.aggregation: sum`):
-/// the shipped dominance weights under the other aggregation. The
-/// torch-free inference follows the libtorch forward on every FP32 path
-/// this CPU runs (within 1e-5), `dtype=auto` stays FP32 for it, and the
-/// sum is not the mean: the probabilities move. (INT8's summed messages
-/// are checked bit for bit in the kernels' own test; its accuracy bound
-/// was measured on the mean's bundles, and these weights were trained for
-/// the mean, so no bound is claimed here.)
+/// Bundles whose nodes sum their messages, or take their channel-wise
+/// maximum (`hyper.aggregation: sum|max`): the shipped dominance weights
+/// under the other aggregation. The torch-free inference follows the
+/// libtorch forward (the fused loops, and the plain forward that
+/// `forward_inference_with(.., false)`, the CUDA path's, takes for a max)
+/// on every FP32 path this CPU runs (within 1e-5), `dtype=auto` stays FP32
+/// for both, and neither is the mean: the probabilities move. A max
+/// bundle has no INT8 step, so an explicit int8 runs FP32 for it; a sum
+/// bundle's is honoured. (INT8's summed messages are checked bit for bit
+/// in the kernels' own test; its accuracy bound was measured on the
+/// mean's bundles, and these weights were trained for the mean, so no
+/// bound is claimed here.)
 #[test]
-fn a_sum_aggregation_bundle_matches_the_libtorch_forward() {
+fn sum_and_max_aggregation_bundles_match_the_libtorch_forward() {
     use programl_model::Aggregation;
     set_matmul_precision(Precision::F32).unwrap();
-    let test = "infer_parity::a_sum_aggregation_bundle_matches_the_libtorch_forward";
+    let test = "infer_parity::sum_and_max_aggregation_bundles_match_the_libtorch_forward";
     let paths = fp32_paths(test);
     let base = Bundle::load(&root().join("models/dominance"), tch::Device::Cpu).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = base.config.clone();
-    config.hyper.aggregation = Aggregation::Sum;
-    // Six steps: weights trained for the mean, summed, make a sensitive
-    // map (rounding differences of 1e-7 grow past 1e-4 over 30 steps).
-    config.hyper.steps = 6;
-    Bundle::save(dir.path(), &config, &base.model, &base.vocabulary).unwrap();
-    let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
-    assert!(json.contains("\"aggregation\": \"sum\""), "{json}");
-    let reference = Bundle::load(dir.path(), tch::Device::Cpu).unwrap();
-    assert_eq!(reference.model.hyper().aggregation, Aggregation::Sum);
-    let model = Model::open(dir.path()).unwrap();
     let mean = Model::open(&root().join("models/dominance")).unwrap();
-    for (name, graph) in units() {
-        let batch = batch_of(&graph, &reference.vocabulary);
-        let want = node_probabilities(&reference.model, &batch, 6);
-        let as_mean = Options { steps: Some(6), ..opts(Dtype::F32, Isa::Portable) };
-        let moved = max_diff(&want, &mean.node_probabilities(&batch, &as_mean).unwrap().probabilities);
-        assert!(moved > 1e-3, "{name}: the sum gives the mean's probabilities (at most {moved} apart)");
-        for &isa in &paths {
-            let got = model.node_probabilities(&batch, &opts(Dtype::F32, isa)).unwrap();
-            let d = max_diff(&want, &got.probabilities);
-            assert!(d < 1e-5, "{name}, {isa}: probabilities differ by {d}");
+    for (aggregation, word) in [(Aggregation::Sum, "sum"), (Aggregation::Max, "max")] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = base.config.clone();
+        config.hyper.aggregation = aggregation;
+        // Six steps: weights trained for the mean, summed, make a sensitive
+        // map (rounding differences of 1e-7 grow past 1e-4 over 30 steps).
+        config.hyper.steps = 6;
+        Bundle::save(dir.path(), &config, &base.model, &base.vocabulary).unwrap();
+        let json = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+        assert!(json.contains(&format!("\"aggregation\": \"{word}\"")), "{json}");
+        let reference = Bundle::load(dir.path(), tch::Device::Cpu).unwrap();
+        assert_eq!(reference.model.hyper().aggregation, aggregation);
+        let model = Model::open(dir.path()).unwrap();
+        for (name, graph) in units() {
+            let batch = batch_of(&graph, &reference.vocabulary);
+            let want = node_probabilities(&reference.model, &batch, 6);
+            let as_mean = Options { steps: Some(6), ..opts(Dtype::F32, Isa::Portable) };
+            let moved = max_diff(&want, &mean.node_probabilities(&batch, &as_mean).unwrap().probabilities);
+            assert!(moved > 1e-3, "{name}, {word}: the mean's probabilities (at most {moved} apart)");
+            if aggregation == Aggregation::Max {
+                let prepared = Prepared::new(&batch, reference.model.hyper(), tch::Device::Cpu);
+                let plain = reference.model.forward_inference_with(&prepared, 6, false).softmax(-1, tch::Kind::Float);
+                let plain = Vec::<f32>::try_from(plain.view([-1])).unwrap();
+                let d = max_diff(&want, &plain);
+                assert!(d < 1e-5, "{name}, max: the plain forward differs by {d} from the fused loops");
+            }
+            for &isa in &paths {
+                let got = model.node_probabilities(&batch, &opts(Dtype::F32, isa)).unwrap();
+                let d = max_diff(&want, &got.probabilities);
+                assert!(d < 1e-5, "{name}, {word}, {isa}: probabilities differ by {d}");
+            }
+            let auto = model.node_probabilities(&batch, &Options { steps: None, threads: 1, dtype: Dtype::Auto, isa: None }).unwrap();
+            assert_eq!(auto.precision, programl_infer::Precision::F32, "{name}: dtype=auto on a {word} bundle");
+            let int8 = model.node_probabilities(&batch, &opts(Dtype::Int8, Isa::Portable)).unwrap();
+            if aggregation == Aggregation::Max {
+                assert_eq!(int8.precision, programl_infer::Precision::F32, "{name}: int8 on a max bundle runs FP32");
+                assert!(max_diff(&want, &int8.probabilities) < 1e-5, "{name}: int8 on a max bundle");
+            } else {
+                assert_eq!(int8.precision, programl_infer::Precision::Int8, "{name}: an explicit int8 is honoured");
+            }
         }
-        let auto = model.node_probabilities(&batch, &Options { steps: None, threads: 1, dtype: Dtype::Auto, isa: None }).unwrap();
-        assert_eq!(auto.precision, programl_infer::Precision::F32, "{name}: dtype=auto on a sum bundle");
-        let int8 = model.node_probabilities(&batch, &opts(Dtype::Int8, Isa::Portable)).unwrap();
-        assert_eq!(int8.precision, programl_infer::Precision::Int8, "{name}: an explicit int8 is honoured");
     }
 }

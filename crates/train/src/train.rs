@@ -171,8 +171,9 @@ pub struct TrainArgs {
     #[serde(default)]
     pub state_dropout: f64,
     /// How a node combines its incoming messages: `mean` (SPEC.md §3's,
-    /// every shipped bundle's) or `sum` (`hyper.aggregation`). With
-    /// `--init`, the bundle's weights start a model of this kind.
+    /// every shipped bundle's), `sum`, or the channel-wise `max`
+    /// (`hyper.aggregation`; a max bundle runs FP32 or BF16, not INT8).
+    /// With `--init`, the bundle's weights start a model of this kind.
     #[arg(long, default_value = "mean")]
     #[serde(default, skip_serializing_if = "Aggregation::is_mean")]
     pub aggregation: Aggregation,

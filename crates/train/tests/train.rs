@@ -301,20 +301,29 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--init") && err.contains("datadep bundle, not liveness"), "{err}");
 
-    // A mean bundle's weights start a model that sums its messages: the
-    // bundle it ships says so, and eval runs it.
-    let summed = dir.path().join("summed");
-    let mut args = train_args(data, &summed, "200");
-    args.extend(["--aggregation".into(), "sum".into(), "--init".into(), first.join("model").display().to_string()]);
-    run(trainer().args(&args));
-    assert_eq!(config(&summed)["hyper"]["aggregation"], "sum", "{}", config(&summed));
+    // A mean bundle's weights start a model that sums its messages, or
+    // takes their maximum: the bundle it ships says so, and eval runs it
+    // (a max bundle at INT8 too: it runs FP32).
+    for word in ["sum", "max"] {
+        let other = dir.path().join(word);
+        let mut args = train_args(data, &other, "200");
+        args.extend(["--aggregation".into(), word.into(), "--init".into(), first.join("model").display().to_string()]);
+        run(trainer().args(&args));
+        assert_eq!(config(&other)["hyper"]["aggregation"], word, "{}", config(&other));
+        for dtype in ["f32", "int8"] {
+            let eval = run(trainer()
+                .args(["eval", "--model"])
+                .arg(other.join("model"))
+                .arg("--data")
+                .arg(data)
+                .args(["--json", "--device", "cpu", "--dtype", dtype]));
+            let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+            assert!(v["examples"].as_u64().unwrap() > 0, "{word}, {dtype}: {v}");
+        }
+    }
     assert!(config(&first)["hyper"].get("aggregation").is_none(), "a mean bundle's config is as it was: {}", config(&first));
-    let eval =
-        run(trainer().args(["eval", "--model"]).arg(summed.join("model")).arg("--data").arg(data).args(["--json", "--device", "cpu"]));
-    let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
-    assert!(v["examples"].as_u64().unwrap() > 0, "{v}");
-    let bad = trainer().args(train_args(data, &dir.path().join("bad"), "200")).args(["--aggregation", "max"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected mean or sum"));
+    let bad = trainer().args(train_args(data, &dir.path().join("bad"), "200")).args(["--aggregation", "median"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected mean, sum or max"));
 }
 
 #[test]

@@ -15,7 +15,8 @@ pub fn graph_of(src: &str, flags: &[&str]) -> programl::ProgramGraph {
     let dir = tempfile::tempdir().unwrap();
     let ll = dir.path().join("out.ll");
     let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
-    let ok = std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
+    let ok =
+        std::process::Command::new(clang).args(flags).args(["-S", "-emit-llvm", "-w"]).arg(root().join(src)).arg("-o").arg(&ll).status();
     assert!(ok.unwrap().success(), "clang {src}");
     programl::builder::build_file(&ll, &Default::default()).unwrap()
 }
