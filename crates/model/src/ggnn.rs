@@ -1150,8 +1150,13 @@ impl Prepared {
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
         if self.reduce == forward::Reduce::Max {
-            let zeros = Tensor::zeros([nodes, per_edge.size()[1]], (per_edge.kind(), per_edge.device()));
-            return zeros.index_reduce(0, &self.targets, per_edge, "amax", false);
+            // (aten's `scatter_reduce.two`, tch's `internal_scatter_reduce`;
+            // not `index_reduce`, which prints a beta warning. Without
+            // `include_self`, a node no edge reaches keeps its zero.)
+            let width = per_edge.size()[1];
+            let zeros = Tensor::zeros([nodes, width], (per_edge.kind(), per_edge.device()));
+            let index = self.targets.view([-1, 1]).expand([-1, width], false);
+            return zeros.internal_scatter_reduce(0, &index, per_edge, "amax", false);
         }
         self.mean().mm(per_edge)
     }

@@ -176,7 +176,7 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
 /// hand-written step and backward, on both paths (the CPU's fused loops,
 /// whose max keeps each channel's winning edge, and libtorch's
 /// operations), against autograd through the aggregation (the sparse
-/// matrix; `index_reduce`'s amax), with and without dropout; and the loss
+/// matrix; `scatter_reduce`'s amax), with and without dropout; and the loss
 /// is not the mean's.
 #[test]
 fn sum_and_max_aggregation_gradients_match_autograd() {
