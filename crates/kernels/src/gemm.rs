@@ -671,12 +671,7 @@ mod tests {
     #[test]
     fn products_match_a_plain_loop() {
         let mut seed = 0x1234_5678u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        };
+        let mut next = || crate::tests::random(&mut seed);
         for (isa, bf16) in paths("gemm::products_match_a_plain_loop") {
             let _cap = CapGuard::new(isa);
             let round = |x: f32| if bf16 { Bf16::from_f32(x).f32() } else { x };

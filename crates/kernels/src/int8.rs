@@ -814,12 +814,7 @@ mod tests {
     use super::*;
     use crate::elem::madd;
 
-    fn random(seed: &mut u64) -> f32 {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
+    use crate::tests::random;
 
     /// `a · b + c` as the path computes it: fused on AVX2 and VNNI, a
     /// multiply and an add on the portable path.

@@ -6,6 +6,13 @@ use crate::elem::*;
 use crate::threads::*;
 use crate::H;
 
+/// The kernels' tests' random numbers: xorshift64, in [-1, 1).
+pub(crate) fn random(seed: &mut u64) -> f32 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+}
 /// The pool really runs a loop on several threads: at two threads, a
 /// loop of two ranges runs on two threads; at one, on the caller alone.
 #[test]
@@ -147,12 +154,7 @@ fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
     use crate::forward::{aggregate, aggregate_max_tape, Edges, Layout, Reduce, NO_EDGE};
     use crate::FUSED;
     let mut seed = 0x5eed_u64;
-    let mut random = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    };
+    let mut random = || random(&mut seed);
     let (n, positions) = (700usize, 5usize);
     let layout = Layout::row_major(FUSED / H);
     let fused: Vec<f32> = (0..n * FUSED).map(|_| random()).collect();
