@@ -82,8 +82,9 @@ pub struct Hyper {
 /// A sum or a max can say "one of them" where a mean takes a vote (a
 /// dominance merge: docs/perf/models.md, "Why the short tasks stall"),
 /// and a max keeps one strong message from fading among many weak ones.
-/// A max bundle runs FP32 or BF16, never INT8: the INT8 step splits the
-/// messages' biases from their products, which only a mean or a sum allows.
+/// Every precision runs all three; the INT8 step takes a max's messages
+/// whole (`int8::aggregate_max_to_nodes`), where a mean's or a sum's split
+/// into their biases' part and their products'.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Aggregation {

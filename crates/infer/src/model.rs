@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Aggregation, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::weights::Weights;
 use crate::wide::{self, Depth, Wide};
 use crate::{Dtype, Options, Precision};
@@ -450,8 +450,6 @@ impl Model {
             let auto_f32 = opts.dtype == Dtype::Auto && self.config.hyper.aggregation.is_sum();
             let precision = match Model::precision_for(opts.dtype) {
                 _ if general || auto_f32 => Precision::F32,
-                // A max bundle has no INT8 step (config::Aggregation): FP32.
-                Precision::Int8 if self.config.hyper.aggregation == Aggregation::Max => Precision::F32,
                 p => p,
             };
             let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
@@ -757,8 +755,11 @@ impl Model {
         let table = self.gate_rows(input.position_rows());
         let gates = &table[..];
         int8::check_edges(f, &edges, &self.msg_bias, gates, nodes);
-        // SAFETY: the edges were checked against these buffers just above.
-        unsafe { int8::gated_biases(&edges, &self.msg_bias, gates, nodes, biases, threads) };
+        let max = edges.reduce == forward::Reduce::Max;
+        if !max {
+            // SAFETY: the edges were checked against these buffers just above.
+            unsafe { int8::gated_biases(&edges, &self.msg_bias, gates, nodes, biases, threads) };
+        }
         let (hf_a, hf_b) = hf.split_at_mut(H * stride);
         let (hq_a, hq_b) = hq.split_at_mut(QUADS * stride);
         let (hs_a, hs_b) = hs.split_at_mut(stride);
@@ -781,7 +782,13 @@ impl Model {
             {
                 let (t0, t1) = mt.split_at_mut(stride);
                 // SAFETY: the edges were checked against these buffers above.
-                unsafe { int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads) };
+                unsafe {
+                    if max {
+                        int8::aggregate_max_to_nodes(f, &edges, &self.msg_bias, gates, nodes, stride, mq, ms, [t0, t1], threads)
+                    } else {
+                        int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads)
+                    }
+                };
             }
             let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
             int8::gru(

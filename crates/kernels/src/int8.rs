@@ -452,13 +452,53 @@ pub unsafe fn aggregate_to_nodes(
     });
 }
 
+/// The channel-wise maximum of every node's incoming gated messages,
+/// `max_e (F[e] + bias[type e]) ⊙ gate[position e]` (zero without
+/// incoming edges: the FP32 step's [`crate::forward::aggregate`] under
+/// [`crate::forward::Reduce::Max`], the same values), straight to
+/// [`Nodes`] as [`aggregate_to_nodes`] writes them. A max does not split
+/// into the biases' part and the product's, so it takes the per-type
+/// `bias` itself, not [`gated_biases`]'.
+///
+/// # Safety
+/// [`check_edges`]`(f, edges, bias, gates, nodes)` holds.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn aggregate_max_to_nodes(
+    f: &[f32],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    nodes: usize,
+    stride: usize,
+    quads: &mut [u32],
+    scales: &mut [f32],
+    tails: [&mut [f32]; TAIL],
+    threads: usize,
+) {
+    assert!(nodes <= stride && quads.len() >= QUADS * stride && scales.len() >= stride);
+    assert!(tails.iter().all(|t| t.len() >= stride) && edges.crow.len() > nodes);
+    let (qs, ss) = (Rows::new(quads), Rows::new(scales));
+    let [t0, t1] = tails.map(Rows::new);
+    let path = path();
+    par_ranges(nodes, threads, |range| {
+        // SAFETY: the path's instructions are the CPU's; every edge's rows
+        // are within `f`, `bias` and `gates` (the caller's contract); each
+        // range writes its own nodes' entries, within the buffers.
+        let (q, s, t) = (qs.ptr(), ss.ptr(), [t0.ptr(), t1.ptr()]);
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => aggregate_max_nodes(f, edges, bias, gates, range, stride, q, s, t),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::AvxVnni => portable::aggregate_max_avx2(f, edges, bias, gates, range, stride, q, s, t),
+            _ => portable::aggregate_max_portable(f, edges, bias, gates, range, stride, q, s, t),
+        }
+    });
+}
+
 /// Whether the first `nodes` nodes' edges (`edges.crow[..=nodes]`, in
 /// order) read only rows of 34 within `f`, `bias` and `gates`: what
 /// [`aggregate_to_nodes`] needs. Panics naming what is out of bounds.
 pub fn check_edges(f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], nodes: usize) {
-    // The INT8 step splits the gated messages into their biases' part and
-    // the product's, which only a mean or a sum allows.
-    assert_ne!(edges.reduce, crate::forward::Reduce::Max, "the INT8 step averages or sums its messages: a max bundle runs FP32 or BF16");
     assert!(edges.crow.len() > nodes && edges.crow[0] == 0, "an edge row per node");
     assert!(edges.crow.windows(2).take(nodes).all(|w| w[0] <= w[1]), "edge rows in order");
     let last = edges.crow[nodes] as usize;
@@ -486,7 +526,6 @@ unsafe fn aggregate_nodes(
     tails: [*mut f32; TAIL],
 ) {
     const TAIL_MASK: __mmask16 = (1 << TAIL) - 1;
-    let bias8 = _mm512_set1_epi32(128);
     let (fp, gp) = (f.as_ptr(), gates.as_ptr());
     for v in range {
         let (start, end) = (*edges.crow.get_unchecked(v) as usize, *edges.crow.get_unchecked(v + 1) as usize);
@@ -505,21 +544,66 @@ unsafe fn aggregate_nodes(
             let mask = if j < 2 { u16::MAX } else { TAIL_MASK };
             _mm512_fmadd_ps(acc[j], scale, _mm512_maskz_loadu_ps(mask, row.add(j * LANES)))
         });
-        let (inv, s) = quantiser(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1]))));
-        *scales.add(v) = s;
-        let inv = _mm512_set1_ps(inv);
-        for (half, a) in x[..2].iter().enumerate() {
-            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(*a, inv)), bias8));
-            let mut d = [0u32; 4];
-            _mm_storeu_si128(d.as_mut_ptr() as *mut __m128i, bytes);
-            for (j, d) in d.iter().enumerate() {
-                *quads.add((4 * half + j) * stride + v) = *d;
+        store_node_512(&x, v, stride, quads, scales, tails);
+    }
+}
+
+/// Node `v`'s 34 values (`x[2]`'s first two lanes the tails) into
+/// [`Nodes`]' entries: the portable `store_node`'s quantisation.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn store_node_512(x: &[__m512; 3], v: usize, stride: usize, quads: *mut u32, scales: *mut f32, tails: [*mut f32; TAIL]) {
+    let bias8 = _mm512_set1_epi32(128);
+    let (inv, s) = quantiser(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1]))));
+    *scales.add(v) = s;
+    let inv = _mm512_set1_ps(inv);
+    for (half, a) in x[..2].iter().enumerate() {
+        let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(*a, inv)), bias8));
+        let mut d = [0u32; 4];
+        _mm_storeu_si128(d.as_mut_ptr() as *mut __m128i, bytes);
+        for (j, d) in d.iter().enumerate() {
+            *quads.add((4 * half + j) * stride + v) = *d;
+        }
+    }
+    let mut t = [0f32; LANES];
+    _mm512_storeu_ps(t.as_mut_ptr(), x[2]);
+    *tails[0].add(v) = t[0];
+    *tails[1].add(v) = t[1];
+}
+
+/// [`aggregate_max_to_nodes`]' nodes `range` on AVX-512: per edge an add
+/// and a multiply, then the running maximum, as the portable loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn aggregate_max_nodes(
+    f: &[f32],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    range: std::ops::Range<usize>,
+    stride: usize,
+    quads: *mut u32,
+    scales: *mut f32,
+    tails: [*mut f32; TAIL],
+) {
+    const TAIL_MASK: __mmask16 = (1 << TAIL) - 1;
+    let (fp, bp, gp) = (f.as_ptr(), bias.as_ptr(), gates.as_ptr());
+    for v in range {
+        let (start, end) = (*edges.crow.get_unchecked(v) as usize, *edges.crow.get_unchecked(v + 1) as usize);
+        let mut x = [_mm512_set1_ps(if start == end { 0.0 } else { f32::NEG_INFINITY }); 3];
+        for e in start..end {
+            let m = fp.add(*edges.offsets.get_unchecked(e));
+            let b = bp.add(*edges.types.get_unchecked(e) as usize * H);
+            let g = gp.add(*edges.positions.get_unchecked(e) as usize * H);
+            for (j, x) in x.iter_mut().enumerate() {
+                let mask = if j < 2 { u16::MAX } else { TAIL_MASK };
+                let load = |p: *const f32| _mm512_maskz_loadu_ps(mask, p.add(j * LANES));
+                *x = _mm512_max_ps(*x, _mm512_mul_ps(_mm512_add_ps(load(m), load(b)), load(g)));
             }
         }
-        let mut t = [0f32; LANES];
-        _mm512_storeu_ps(t.as_mut_ptr(), x[2]);
-        *tails[0].add(v) = t[0];
-        *tails[1].add(v) = t[1];
+        store_node_512(&x, v, stride, quads, scales, tails);
     }
 }
 
@@ -960,6 +1044,89 @@ mod tests {
         }
     }
 
+    /// A message product, biases, gates and random edges for `n` nodes:
+    /// node `v` has `(7v + 3) % 6` incoming edges (some none, many
+    /// several), each from a random source, of a random type and position.
+    struct RandomEdges {
+        f: Vec<f32>,
+        bias: Vec<f32>,
+        gates: Vec<f32>,
+        crow: Vec<i64>,
+        offsets: Vec<usize>,
+        types: Vec<i64>,
+        pos: Vec<i64>,
+    }
+
+    impl RandomEdges {
+        fn new(n: usize, seed: &mut u64) -> Self {
+            let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(seed)).collect();
+            let bias: Vec<f32> = (0..6 * H).map(|_| random(seed) * 0.1).collect();
+            let positions = 7;
+            let gates: Vec<f32> = (0..positions * H).map(|_| random(seed) + 1.0).collect();
+            let mut crow = vec![0i64];
+            let (mut offsets, mut types, mut pos) = (vec![], vec![], vec![]);
+            for v in 0..n {
+                let degree = (v * 7 + 3) % 6;
+                for _ in 0..degree {
+                    let source = ((random(seed) + 1.0) / 2.0 * n as f32) as usize % n;
+                    let t = ((random(seed) + 1.0) * 3.0) as usize % 6;
+                    offsets.push(source * MESSAGES + t * H);
+                    types.push(t as i64);
+                    pos.push(((random(seed) + 1.0) * 3.5) as i64 % positions as i64);
+                }
+                crow.push(offsets.len() as i64);
+            }
+            RandomEdges { f, bias, gates, crow, offsets, types, pos }
+        }
+    }
+
+    /// The channel-wise max straight to bytes is the FP32 step's max
+    /// ([`crate::forward::aggregate`] under [`crate::forward::Reduce::Max`])
+    /// then [`to_nodes`], bit for bit: the same add, multiply and maximum
+    /// per edge, zero for nodes without edges; on random edges, at 1 and 3
+    /// threads, on every path. Gates here are signed, so a channel's
+    /// largest message is often negative.
+    #[test]
+    fn aggregate_max_to_nodes_is_the_fp32_max_then_its_bytes() {
+        for path in paths("int8::aggregate_max_to_nodes_is_the_fp32_max_then_its_bytes") {
+            let mut seed = 0x005e_ed0f_3a77_u64;
+            for (n, threads) in [(5, 1), (300, 1), (4500, 3)] {
+                let RandomEdges { f, bias, mut gates, crow, offsets, types, pos } = RandomEdges::new(n, &mut seed);
+                for g in gates.iter_mut().skip(3).step_by(4) {
+                    *g = -*g;
+                }
+                let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: crate::forward::Reduce::Max };
+                let mut fp32 = vec![f32::NAN; n * H];
+                crate::forward::aggregate::<f32, f32>(&f, &edges, &bias, &gates, &mut fp32, 1);
+                for v in 0..n {
+                    let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
+                    for j in 0..H {
+                        let want = (start..end)
+                            .map(|e| (f[offsets[e] + j] + bias[types[e] as usize * H + j]) * gates[pos[e] as usize * H + j])
+                            .fold(if start == end { 0.0 } else { f32::NEG_INFINITY }, f32::max);
+                        assert_eq!(fp32[v * H + j], want, "node {v} [{j}]: the FP32 max");
+                    }
+                }
+                assert!(fp32.iter().any(|&x| x < 0.0), "some channels' largest message is negative");
+                let want = Quantised::new(&fp32);
+                let stride = want.stride;
+                let (mut quads, mut scales, mut t0, mut t1) =
+                    (vec![0; QUADS * stride], vec![0.0; stride], vec![0.0; stride], vec![0.0; stride]);
+                check_edges(&f, &edges, &bias, &gates, n);
+                cpu::with_cap(path, || {
+                    // SAFETY: checked just above.
+                    unsafe {
+                        aggregate_max_to_nodes(&f, &edges, &bias, &gates, n, stride, &mut quads, &mut scales, [&mut t0, &mut t1], threads)
+                    }
+                });
+                let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                assert_eq!(quads, want.quads, "{path}: {n} nodes");
+                assert_eq!(bits(&scales), bits(&want.scales), "{path}: {n} nodes");
+                assert_eq!([bits(&t0), bits(&t1)], [bits(&want.tails[0]), bits(&want.tails[1])], "{path}: {n} nodes");
+            }
+        }
+    }
+
     /// The gated mean straight to bytes is its scalar arithmetic (per edge
     /// `m · g` added with one rounding, then `sum · (1 / indegree) +
     /// biases[v]`, the biases' gated mean summed the same way; on the
@@ -974,23 +1141,7 @@ mod tests {
             // Summed messages (`Reduce::Sum`) as well: the same arithmetic
             // with 1 in place of 1 / indegree.
             for (n, threads, summed) in [(5, 1, false), (300, 1, false), (4500, 3, false), (300, 1, true), (4500, 3, true)] {
-                let f: Vec<f32> = (0..n * MESSAGES).map(|_| random(&mut seed)).collect();
-                let bias: Vec<f32> = (0..6 * H).map(|_| random(&mut seed) * 0.1).collect();
-                let positions = 7;
-                let gates: Vec<f32> = (0..positions * H).map(|_| random(&mut seed) + 1.0).collect();
-                let mut crow = vec![0i64];
-                let (mut offsets, mut types, mut pos) = (vec![], vec![], vec![]);
-                for v in 0..n {
-                    let degree = (v * 7 + 3) % 6;
-                    for _ in 0..degree {
-                        let source = ((random(&mut seed) + 1.0) / 2.0 * n as f32) as usize % n;
-                        let t = ((random(&mut seed) + 1.0) * 3.0) as usize % 6;
-                        offsets.push(source * MESSAGES + t * H);
-                        types.push(t as i64);
-                        pos.push(((random(&mut seed) + 1.0) * 3.5) as i64 % positions as i64);
-                    }
-                    crow.push(offsets.len() as i64);
-                }
+                let RandomEdges { f, bias, gates, crow, offsets, types, pos } = RandomEdges::new(n, &mut seed);
                 let edges = Edges {
                     crow: &crow,
                     offsets: &offsets,

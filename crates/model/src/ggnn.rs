@@ -485,8 +485,7 @@ impl Ggnn {
         use kernels::{FUSED, GATES};
         // INT8 products are hand-written only: with libtorch's products
         // (the tests' second way) the step is FP32.
-        // A max bundle has no INT8 step (`Aggregation`): FP32.
-        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) && input.reduce != forward::Reduce::Max {
+        if crate::matmul_precision() == crate::Precision::Int8 && HAND_PRODUCTS.with(|h| h.get()) {
             return self.logits_int8(ws, input, steps);
         }
         let n = input.nodes;
@@ -713,9 +712,13 @@ impl Ggnn {
             }
             let f = view_mut::<f32>(&f, Kind::Float);
             int8::check_edges(f, &edges, &b_msg, gates, nodes);
-            // The biases' part of the gated mean: the same every step.
+            // The biases' part of the gated mean: the same every step (a
+            // max takes its messages whole).
+            let max = edges.reduce == forward::Reduce::Max;
             let biases = view_mut::<f32>(&biases, Kind::Float);
-            int8::gated_biases(&edges, &b_msg, gates, nodes, biases, threads);
+            if !max {
+                int8::gated_biases(&edges, &b_msg, gates, nodes, biases, threads);
+            }
             let mut hf: [&mut [f32]; 2] = {
                 let (a, b) = hf.split_at_mut(HD * stride);
                 [a, b]
@@ -749,7 +752,11 @@ impl Ggnn {
                 {
                     let (t0, t1) = mt.split_at_mut(stride);
                     // (The edges were checked against these buffers above.)
-                    int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads);
+                    if max {
+                        int8::aggregate_max_to_nodes(f, &edges, &b_msg, gates, nodes, stride, mq, ms, [t0, t1], threads);
+                    } else {
+                        int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads);
+                    }
                 }
                 let msgs = Nodes { quads: mq, scales: ms, tails: [&mt[..stride], &mt[stride..]], stride };
                 int8::gru(

@@ -289,13 +289,13 @@ fn gated_head_matches(paths: &[Isa], join: programl_model::Join) {
 /// under the other aggregation. The torch-free inference follows the
 /// libtorch forward (the fused loops, and the plain forward that
 /// `forward_inference_with(.., false)`, the CUDA path's, takes for a max)
-/// on every FP32 path this CPU runs (within 1e-5), `dtype=auto` stays FP32
-/// for both, and neither is the mean: the probabilities move. A max
-/// bundle has no INT8 step, so an explicit int8 runs FP32 for it; a sum
-/// bundle's is honoured. (INT8's summed messages are checked bit for bit
-/// in the kernels' own test; its accuracy bound was measured on the
-/// mean's bundles, and these weights were trained for the mean, so no
-/// bound is claimed here.)
+/// on every FP32 path this CPU runs (within 1e-5), and neither is the
+/// mean: the probabilities move. An explicit int8 is honoured for both;
+/// `dtype=auto` stays FP32 for the sum and is INT8 for the max where the
+/// CPU prefers INT8, as for the mean (the shipped max bundle's INT8 F1 is
+/// measured in models/README.md). (INT8's summed and max messages are
+/// checked bit for bit in the kernels' own tests; these weights were
+/// trained for the mean, so no INT8 bound is claimed here.)
 #[test]
 fn sum_and_max_aggregation_bundles_match_the_libtorch_forward() {
     use programl_model::Aggregation;
@@ -336,14 +336,13 @@ fn sum_and_max_aggregation_bundles_match_the_libtorch_forward() {
                 assert!(d < 1e-5, "{name}, {word}, {isa}: probabilities differ by {d}");
             }
             let auto = model.node_probabilities(&batch, &Options { steps: None, threads: 1, dtype: Dtype::Auto, isa: None }).unwrap();
-            assert_eq!(auto.precision, programl_infer::Precision::F32, "{name}: dtype=auto on a {word} bundle");
+            let auto_want = match aggregation {
+                Aggregation::Max if programl_infer::int8_preferred() => programl_infer::Precision::Int8,
+                _ => programl_infer::Precision::F32,
+            };
+            assert_eq!(auto.precision, auto_want, "{name}: dtype=auto on a {word} bundle");
             let int8 = model.node_probabilities(&batch, &opts(Dtype::Int8, Isa::Portable)).unwrap();
-            if aggregation == Aggregation::Max {
-                assert_eq!(int8.precision, programl_infer::Precision::F32, "{name}: int8 on a max bundle runs FP32");
-                assert!(max_diff(&want, &int8.probabilities) < 1e-5, "{name}: int8 on a max bundle");
-            } else {
-                assert_eq!(int8.precision, programl_infer::Precision::Int8, "{name}: an explicit int8 is honoured");
-            }
+            assert_eq!(int8.precision, programl_infer::Precision::Int8, "{name}: an explicit int8 on a {word} bundle is honoured");
         }
     }
 }

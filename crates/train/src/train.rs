@@ -171,8 +171,8 @@ pub struct TrainArgs {
     #[serde(default)]
     pub state_dropout: f64,
     /// How a node combines its incoming messages: `mean` (SPEC.md §3's,
-    /// every shipped bundle's), `sum`, or the channel-wise `max`
-    /// (`hyper.aggregation`; a max bundle runs FP32 or BF16, not INT8).
+    /// every shipped bundle's but subexpressions'), `sum`, or the
+    /// channel-wise `max` (`hyper.aggregation`; every precision runs each).
     /// With `--init`, the bundle's weights start a model of this kind.
     #[arg(long, default_value = "mean")]
     #[serde(default, skip_serializing_if = "Aggregation::is_mean")]

@@ -303,7 +303,7 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
 
     // A mean bundle's weights start a model that sums its messages, or
     // takes their maximum: the bundle it ships says so, and eval runs it
-    // (a max bundle at INT8 too: it runs FP32).
+    // (at INT8 too: the INT8 step sums or takes the max of whole messages).
     for word in ["sum", "max"] {
         let other = dir.path().join(word);
         let mut args = train_args(data, &other, "200");

@@ -286,6 +286,41 @@ pub(crate) unsafe fn aggregate_nodes<const FMA: bool>(
     }
 }
 
+/// [`super::aggregate_max_to_nodes`]' nodes `range`: per node the
+/// channel-wise maximum of `(F[e] + bias[type e]) ⊙ gate[position e]`
+/// (an add then a multiply, as [`crate::forward::aggregate`]'s max, so
+/// the same values bit for bit), zero without incoming edges.
+///
+/// # Safety
+/// As [`super::aggregate_max_to_nodes`]; the buffers hold `stride` nodes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn aggregate_max_nodes(
+    f: &[f32],
+    edges: &Edges<'_>,
+    bias: &[f32],
+    gates: &[f32],
+    range: std::ops::Range<usize>,
+    stride: usize,
+    quads: *mut u32,
+    scales: *mut f32,
+    tails: [*mut f32; TAIL],
+) {
+    for v in range {
+        let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
+        let mut x = [if start == end { 0f32 } else { f32::NEG_INFINITY }; H];
+        for e in start..end {
+            let m = &f[edges.offsets[e]..][..H];
+            let b = &bias[edges.types[e] as usize * H..][..H];
+            let g = &gates[edges.positions[e] as usize * H..][..H];
+            for j in 0..H {
+                x[j] = x[j].max((m[j] + b[j]) * g[j]);
+            }
+        }
+        store_node(&x, v, stride, quads, scales, tails);
+    }
+}
+
 /// Compiles each loop above twice: `$plain` for any target (no FMA), and
 /// `$avx2` for AVX2 and FMA.
 macro_rules! twice {
@@ -344,6 +379,10 @@ twice! {
     };
     fn aggregate_portable / aggregate_avx2 <FMA> (f: &[f32], edges: &Edges<'_>, biases: &[f32], gates: &[f32], range: std::ops::Range<usize>, stride: usize, quads: *mut u32, scales: *mut f32, tails: [*mut f32; TAIL]) => {
         aggregate_nodes::<FMA>(f, edges, biases, gates, range, stride, quads, scales, tails)
+    };
+    fn aggregate_max_portable / aggregate_max_avx2 <FMA> (f: &[f32], edges: &Edges<'_>, bias: &[f32], gates: &[f32], range: std::ops::Range<usize>, stride: usize, quads: *mut u32, scales: *mut f32, tails: [*mut f32; TAIL]) => {
+        let _ = FMA;
+        aggregate_max_nodes(f, edges, bias, gates, range, stride, quads, scales, tails)
     };
 }
 
