@@ -1545,3 +1545,57 @@ fn real_subexpressions_sanity() {
     eprintln!("subexpressions on real files: {classes_seen} classes, {shared} shared by two or more instructions");
     assert!(shared > 0);
 }
+
+/// Subexpressions' lookalikes: instructions that differ from the root's
+/// expression only where the graph shows nothing (an `icmp`'s predicate, a
+/// `getelementptr`'s source element type) are counted as lookalikes, not
+/// positives; a cast's result type shows (its result node's text), so a
+/// cast to another type is neither; the same expression twice is two
+/// positives per root. (Every result is used: an unused one has no
+/// variable node, which the graph shows.)
+#[test]
+fn subexpression_lookalikes_are_what_the_graph_cannot_tell_apart() {
+    let ir = r#"
+%struct.A = type { i32, i32 }
+%struct.B = type { i64, i64 }
+
+define i32 @f(i32 %a, i32 %b, ptr %p) {
+  %eq1 = icmp eq i32 %a, %b
+  %eq2 = icmp eq i32 %a, %b
+  %lt = icmp slt i32 %a, %b
+  %ga = getelementptr inbounds %struct.A, ptr %p, i64 0, i32 1
+  %gb = getelementptr inbounds %struct.B, ptr %p, i64 0, i32 1
+  %w1 = zext i32 %a to i64
+  %w2 = zext i32 %a to i128
+  %s1 = select i1 %eq1, i32 %a, i32 %b
+  %s2 = select i1 %eq2, i32 %a, i32 %b
+  %x = add i32 %s1, %s2
+  call void @use(i1 %lt, ptr %ga, ptr %gb, i64 %w1, i128 %w2)
+  ret i32 %x
+}
+
+declare void @use(i1, ptr, ptr, i64, i128)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let ll = dir.path().join("lookalikes.ll");
+    std::fs::write(&ll, ir).unwrap();
+    let context = inkwell::context::Context::create();
+    let module = programl::ir::load_module(&context, &ll).unwrap_or_else(|e| panic!("{e}"));
+    let g = programl::builder::build(&module, &programl::builder::BuildOptions::default());
+    let node = |name: &str| {
+        let at = format!("%{name} = ");
+        g.graph.node_indices().find(|&i| g.graph[i].full_text.as_deref().is_some_and(|t| t.starts_with(&at))).unwrap().index() as u32
+    };
+    let a = Analyzer::new(&g);
+    // eq1: itself and eq2 are positives, slt a lookalike (predicate unseen).
+    assert_eq!(a.subexpression_lookalikes(&[node("eq1")]), (2, 1));
+    assert_eq!(a.subexpression_lookalikes(&[node("lt")]), (1, 2));
+    // The two getelementptrs differ only in their source element type.
+    assert_eq!(a.subexpression_lookalikes(&[node("ga")]), (1, 1));
+    // Casts to i64 and i128 differ in their result node's text.
+    assert_eq!(a.subexpression_lookalikes(&[node("w1")]), (1, 0));
+    // s1 and s2 read different compares: neither a positive nor alike.
+    assert_eq!(a.subexpression_lookalikes(&[node("s1")]), (1, 0));
+    // Sums over roots; a non-pure root (the add is pure; ret is not) adds nothing.
+    assert_eq!(a.subexpression_lookalikes(&[node("eq1"), node("ga"), node("w1")]), (4, 2));
+}

@@ -156,6 +156,19 @@ impl<'g> Analyzer<'g> {
         }
     }
 
+    /// Subexpressions' labels over `roots` against what the graph's node
+    /// texts and edges show: `(positives, lookalikes)`, the instructions
+    /// that compute each root's expression, and those that differ from it
+    /// only where no node text or edge says so (an `icmp`'s predicate, a
+    /// `getelementptr`'s source element type, an `extractvalue`'s indices
+    /// of the same type, a `shufflevector`'s mask). A model that reads the
+    /// graph cannot tell the two apart, so `positives / (positives +
+    /// lookalikes)` bounds its precision on these roots
+    /// (`programl analyze --task subexpressions --lookalikes`).
+    pub fn subexpression_lookalikes(&self, roots: &[u32]) -> (u64, u64) {
+        subexpressions::lookalikes(&self.flow, roots)
+    }
+
     /// A hash of the graph's node kinds and texts, in node order.
     fn fingerprint(&self) -> u64 {
         let mut h = crate::hash::Fnv1a::default();

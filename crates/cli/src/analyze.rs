@@ -22,6 +22,11 @@ pub struct AnalyzeArgs {
     /// Seed of the root sampling.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Subexpressions only: instead of the labels, one line counting the
+    /// roots' positives and their lookalikes, the instructions no model
+    /// reading the graph can tell from a positive (its precision's bound).
+    #[arg(long)]
+    lookalikes: bool,
     file: PathBuf,
 }
 
@@ -46,6 +51,21 @@ pub fn run(args: &AnalyzeArgs) -> Result<bool> {
         None => analyzer.sampled_roots(args.task, args.seed),
     };
     let mut out = crate::stdout();
+    if args.lookalikes {
+        if args.task != Task::Subexpressions {
+            anyhow::bail!("--lookalikes is for --task subexpressions, not {}", args.task.name());
+        }
+        let (positives, lookalikes) = analyzer.subexpression_lookalikes(&roots);
+        let line = serde_json::json!({
+            "file": args.file.display().to_string(),
+            "roots": roots.len(),
+            "positives": positives,
+            "lookalikes": lookalikes,
+        });
+        serde_json::to_writer(&mut out, &line)?;
+        out.write_all(b"\n")?;
+        return Ok(true);
+    }
     for root in roots {
         let labels = analyzer.analyze(args.task, root).with_context(|| format!("{}", args.file.display()))?;
         let line = Line { task: args.task.name(), root, steps: labels.steps, positives: &labels.positives };
