@@ -120,6 +120,10 @@ pub struct Phase {
     /// settings' (a phase that moves the loss to the labelled nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_nodes: Option<crate::train::LossNodes>,
+    /// `train --pos-weight` for this phase, where it differs from the
+    /// settings' (a phase that trades recall for precision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pos_weight: Option<f64>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -222,7 +226,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
             aggregation: s.aggregation,
-            pos_weight: s.pos_weight,
+            pos_weight: phase.pos_weight.unwrap_or(s.pos_weight),
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,

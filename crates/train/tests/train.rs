@@ -548,7 +548,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
                          "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
-                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "why": "a lower rate"}
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "why": "a lower rate"}
             ]
         })
     };
@@ -579,9 +579,12 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert!(state(&model)["examples_seen"].as_u64().unwrap() >= 200);
     assert!(state(&model.join("polish"))["examples_seen"].as_u64().unwrap() >= 100);
     assert_eq!(state(&model.join("polish"))["args"]["lr"].as_f64(), Some(0.002));
-    // A phase's own loss_nodes; the other phase keeps the settings' (all).
+    // A phase's own loss_nodes and pos_weight; the other phase keeps the
+    // settings' (all, 1).
     assert_eq!(state(&model.join("polish"))["args"]["loss_nodes"], "labelled");
     assert!(state(&model)["args"].get("loss_nodes").is_none(), "{}", state(&model)["args"]);
+    assert_eq!(state(&model.join("polish"))["args"]["pos_weight"].as_f64(), Some(3.0));
+    assert!(state(&model)["args"]["pos_weight"].as_f64().is_none_or(|w| w == 1.0), "{}", state(&model)["args"]);
     assert!(
         state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
         "{}",
