@@ -124,6 +124,11 @@ pub struct Phase {
     /// settings' (a phase that trades recall for precision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pos_weight: Option<f64>,
+    /// `train --aggregation` for this phase, where it differs from the
+    /// settings' (a phase that starts a max model from a mean bundle's
+    /// weights; the phases after it take the settings' unless they say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregation: Option<programl_model::Aggregation>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -225,7 +230,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
-            aggregation: s.aggregation,
+            aggregation: phase.aggregation.unwrap_or(s.aggregation),
             pos_weight: phase.pos_weight.unwrap_or(s.pos_weight),
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,

@@ -548,7 +548,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
                          "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
-                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "why": "a lower rate"}
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "why": "a lower rate"}
             ]
         })
     };
@@ -585,6 +585,10 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert!(state(&model)["args"].get("loss_nodes").is_none(), "{}", state(&model)["args"]);
     assert_eq!(state(&model.join("polish"))["args"]["pos_weight"].as_f64(), Some(3.0));
     assert!(state(&model)["args"]["pos_weight"].as_f64().is_none_or(|w| w == 1.0), "{}", state(&model)["args"]);
+    // A phase's own aggregation: the mean phase's weights start a max
+    // model, and the bundle shipped is the max's.
+    assert_eq!(state(&model.join("polish"))["args"]["aggregation"], "max");
+    assert!(state(&model)["args"].get("aggregation").is_none(), "{}", state(&model)["args"]);
     assert!(
         state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
         "{}",
@@ -594,6 +598,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert_eq!(bundle.config.task, "datadep");
     // Trained at T = 15, shipped to run at the recipe's inference depth.
     assert_eq!(bundle.config.hyper.steps, 9);
+    assert_eq!(bundle.config.hyper.aggregation, programl_infer::config::Aggregation::Max, "the last phase's aggregation");
     let trained: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(runs.join("datadep-polish/model/config.json")).unwrap()).unwrap();
     assert_eq!(trained["hyper"]["steps"].as_i64(), Some(15));
