@@ -129,6 +129,10 @@ pub struct Phase {
     /// weights; the phases after it take the settings' unless they say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregation: Option<programl_model::Aggregation>,
+    /// `train --val-examples` for this phase, where it differs from the
+    /// settings'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_examples: Option<usize>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -235,7 +239,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,
-            val_examples: s.val_examples,
+            val_examples: phase.val_examples.unwrap_or(s.val_examples),
             val_every: s.val_every.max(1),
             budget: Some(phase.budget.parse::<Budget>().map_err(anyhow::Error::msg)?),
             checkpoint_every_s: 120.0,

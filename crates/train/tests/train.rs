@@ -548,7 +548,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
                          "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
-                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "why": "a lower rate"}
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "val_examples": 120, "why": "a lower rate"}
             ]
         })
     };
@@ -588,6 +588,8 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     // A phase's own aggregation: the mean phase's weights start a max
     // model, and the bundle shipped is the max's.
     assert_eq!(state(&model.join("polish"))["args"]["aggregation"], "max");
+    assert_eq!(state(&model.join("polish"))["args"]["val_examples"].as_u64(), Some(120));
+    assert_eq!(state(&model)["args"]["val_examples"].as_u64(), Some(150));
     assert!(state(&model)["args"].get("aggregation").is_none(), "{}", state(&model)["args"]);
     assert!(
         state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
