@@ -74,17 +74,16 @@ pub(super) fn key(flow: &FlowGraph<'_>, inst: u32) -> Option<Key> {
     Some(Key { function: node.function, opcode: opcode.to_string(), shape: shape(opcode, text), operands })
 }
 
-/// [`key`] as a model reading the graph sees it: the shape replaced by the
+/// `inst`'s [`key`] `k` as a model reading the graph sees it: the shape replaced by the
 /// texts of the instruction's result nodes (their types). A cast's result
 /// type shows there; an `icmp`'s predicate, a `getelementptr`'s source
 /// element type (an opaque `ptr` either way), a `shufflevector`'s mask and
 /// an `extractvalue`'s indices (beyond the type they give) are in no node
 /// text or edge, so instructions differing only in them look alike.
-pub(super) fn visible_key(flow: &FlowGraph<'_>, inst: u32) -> Option<Key> {
-    let k = key(flow, inst)?;
+pub(super) fn visible_key(flow: &FlowGraph<'_>, inst: u32, k: &Key) -> Key {
     let mut results: Vec<&str> = flow.data_succ.nodes(inst).map(|n| flow.node(n).text.as_str()).collect();
     results.sort_unstable();
-    Some(Key { shape: results.join(","), ..k })
+    Key { shape: results.join(","), ..k.clone() }
 }
 
 /// Over `roots`, the labels against what the graph shows ([`visible_key`]):
@@ -94,18 +93,19 @@ pub(super) fn visible_key(flow: &FlowGraph<'_>, inst: u32) -> Option<Key> {
 /// lookalikes)` bounds its precision.
 pub(super) fn lookalikes(flow: &FlowGraph<'_>, roots: &[u32]) -> (u64, u64) {
     let mut by_visible: FxHashMap<Key, Vec<u32>> = FxHashMap::default();
-    let mut keys: FxHashMap<u32, Key> = FxHashMap::default();
+    let mut keys: FxHashMap<u32, (Key, Key)> = FxHashMap::default();
     for inst in flow.instructions() {
-        if let (Some(k), Some(v)) = (key(flow, inst), visible_key(flow, inst)) {
-            by_visible.entry(v).or_default().push(inst);
-            keys.insert(inst, k);
+        if let Some(k) = key(flow, inst) {
+            let v = visible_key(flow, inst, &k);
+            by_visible.entry(v.clone()).or_default().push(inst);
+            keys.insert(inst, (k, v));
         }
     }
     let (mut positives, mut lookalikes) = (0, 0);
     for &root in roots {
-        let (Some(k), Some(v)) = (keys.get(&root), visible_key(flow, root)) else { continue };
-        for m in &by_visible[&v] {
-            if keys[m] == *k {
+        let Some((k, v)) = keys.get(&root) else { continue };
+        for m in &by_visible[v] {
+            if keys[m].0 == *k {
                 positives += 1;
             } else {
                 lookalikes += 1;
