@@ -133,6 +133,11 @@ pub struct Phase {
     /// settings'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_examples: Option<usize>,
+    /// `train --val-every` for this phase, where it differs from the
+    /// settings' (an adaptive phase, whose examples train fast, validates
+    /// more often).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_every: Option<u64>,
     /// Why this phase (kept with the data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
@@ -234,13 +239,13 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
-            aggregation: phase.aggregation.unwrap_or(s.aggregation),
+            aggregation: Some(phase.aggregation.unwrap_or(s.aggregation)),
             pos_weight: phase.pos_weight.unwrap_or(s.pos_weight),
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,
             val_examples: phase.val_examples.unwrap_or(s.val_examples),
-            val_every: s.val_every.max(1),
+            val_every: phase.val_every.unwrap_or(s.val_every).max(1),
             budget: Some(phase.budget.parse::<Budget>().map_err(anyhow::Error::msg)?),
             checkpoint_every_s: 120.0,
             threads: o.threads,

@@ -174,9 +174,11 @@ pub struct TrainArgs {
     /// every shipped bundle's but subexpressions'), `sum`, or the
     /// channel-wise `max` (`hyper.aggregation`; every precision runs each).
     /// With `--init`, the bundle's weights start a model of this kind.
-    #[arg(long, default_value = "mean")]
-    #[serde(default, skip_serializing_if = "Aggregation::is_mean")]
-    pub aggregation: Aggregation,
+    /// Absent: the `--init` bundle's own (a max bundle fine-tunes as a
+    /// max), a resumed run's own, else the mean.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "mean_or_absent")]
+    pub aggregation: Option<Aggregation>,
     /// Weight of the positive class in the training loss (the negative
     /// class weighs 1; the loss is averaged over the weights). Positives
     /// are rare (subexpressions: 0.2% of nodes, datadep 1.1%), and an
@@ -392,6 +394,32 @@ pub fn parse_task(name: &str) -> Result<Task> {
     Task::parse(name).with_context(|| format!("unknown task '{name}' (reachability, dominance, datadep, liveness, subexpressions)"))
 }
 
+/// `--aggregation`'s value when it is absent: the `--init` bundle's at the
+/// first start, the run's own when it resumes (as its state recorded it),
+/// else the mean. Fine-tuning a max bundle without the flag must not
+/// silently train its weights as a mean's.
+fn inherited_aggregation(init: Option<&Bundle>, out: &Path, fresh: bool) -> Result<Option<Aggregation>> {
+    if let Some(b) = init {
+        return Ok(Some(b.config.hyper.aggregation));
+    }
+    if fresh {
+        return Ok(None);
+    }
+    let path = out.join("checkpoint").join("state.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read the run's state", path.display()))?;
+    let state: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not a run's state", path.display()))?;
+    match state.get("args").and_then(|a| a.get("aggregation")) {
+        None => Ok(None),
+        Some(v) => Ok(Some(serde_json::from_value(v.clone()).with_context(|| format!("{}: args.aggregation {v}", path.display()))?)),
+    }
+}
+
+/// A run's recorded arguments leave the mean out, as before the flag was
+/// optional, so runs recorded then resume.
+fn mean_or_absent(a: &Option<Aggregation>) -> bool {
+    a.map_or(true, |a| a.is_mean())
+}
+
 pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let started = Instant::now();
     let task = parse_task(&args.task)?;
@@ -415,6 +443,20 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             Some(b)
         }
         _ => None,
+    };
+    let resolved;
+    let args = match args.aggregation {
+        Some(_) => args,
+        None => {
+            resolved = TrainArgs { aggregation: inherited_aggregation(init.as_ref(), out, fresh)?, ..args.clone() };
+            if let (Some(a), true) = (resolved.aggregation.filter(|a| !a.is_mean()), init.is_some()) {
+                say(&format!(
+                    "aggregation: {} (the --init bundle's; --aggregation sets another)",
+                    serde_json::to_value(a)?.as_str().unwrap_or_default()
+                ));
+            }
+            &resolved
+        }
     };
     let vocab = if let Some(b) = &init {
         let v = if args.extend_vocab {
@@ -481,7 +523,12 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
-    let hyper = Hyper { steps: args.steps, state_dropout: args.state_dropout, aggregation: args.aggregation, ..Hyper::spec(vocab.len()) };
+    let hyper = Hyper {
+        steps: args.steps,
+        state_dropout: args.state_dropout,
+        aggregation: args.aggregation.unwrap_or_default(),
+        ..Hyper::spec(vocab.len())
+    };
     tch::manual_seed(mix(args.seed) as i64);
     let model = Ggnn::new(&hyper, device);
     let mut opt = AdamW::new(&model.parameters(), args.lr);

@@ -322,6 +322,23 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
         }
     }
     assert!(config(&first)["hyper"].get("aggregation").is_none(), "a mean bundle's config is as it was: {}", config(&first));
+    // Without --aggregation, a max bundle fine-tunes as a max (not as a
+    // mean, whose sums of the max's weights score near 0), and the run
+    // resumes with the same arguments.
+    let tuned = dir.path().join("tuned");
+    let mut args: Vec<String> = train_args(data, &tuned, "200").into_iter().filter(|a| a != "--quiet").collect();
+    args.extend(["--init".into(), dir.path().join("max").join("model").display().to_string()]);
+    let out = run(trainer().args(&args));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("aggregation: max (the --init bundle's"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(config(&tuned)["hyper"]["aggregation"], "max", "{}", config(&tuned));
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(tuned.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["aggregation"], "max", "{state}");
+    let again = trainer().args(&args).output().unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     let bad = trainer().args(train_args(data, &dir.path().join("bad"), "200")).args(["--aggregation", "median"]).output().unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected mean, sum or max"));
 }
@@ -548,7 +565,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
                          "inference": {"steps": 9, "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
-                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "val_examples": 120, "why": "a lower rate"}
+                {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "val_examples": 120, "val_every": 50, "why": "a lower rate"}
             ]
         })
     };
@@ -590,6 +607,8 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     assert_eq!(state(&model.join("polish"))["args"]["aggregation"], "max");
     assert_eq!(state(&model.join("polish"))["args"]["val_examples"].as_u64(), Some(120));
     assert_eq!(state(&model)["args"]["val_examples"].as_u64(), Some(150));
+    assert_eq!(state(&model.join("polish"))["args"]["val_every"].as_u64(), Some(50));
+    assert_eq!(state(&model)["args"]["val_every"].as_u64(), Some(100), "{}", state(&model)["args"]);
     assert!(state(&model)["args"].get("aggregation").is_none(), "{}", state(&model)["args"]);
     assert!(
         state(&model.join("polish"))["init"]["from"].as_str().unwrap().ends_with("datadep-main/model"),
