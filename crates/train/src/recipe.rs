@@ -384,20 +384,32 @@ mod tests {
 
     /// Every shipped DeepDataFlow bundle's recipe reads, and its bundle
     /// runs at the depth the recipe says: `settings.inference.steps` where
-    /// set, else the training T.
+    /// set, else the training T; with the last phase's aggregation, and
+    /// its stopping rule where that phase is adaptive (datadep-adaptive).
     #[test]
     fn shipped_recipes_read_and_match_their_bundles() {
         let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
         let mut read = 0;
-        for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
-            let dir = models.join(task);
+        for (name, task) in [
+            ("reachability", "reachability"),
+            ("dominance", "dominance"),
+            ("datadep", "datadep"),
+            ("liveness", "liveness"),
+            ("subexpressions", "subexpressions"),
+            ("datadep-adaptive", "datadep"),
+        ] {
+            let dir = models.join(name);
             let recipe = Recipe::read(&dir).unwrap();
             assert_eq!(recipe.task, task);
             let config = bundle::read_config(&dir).unwrap();
             let want = recipe.settings.inference.as_ref().map_or(recipe.settings.steps, |i| i.steps);
             assert_eq!(config.hyper.steps, want, "{}", dir.display());
+            let last = recipe.phases.last().unwrap();
+            assert_eq!(config.hyper.aggregation, last.aggregation.unwrap_or(recipe.settings.aggregation), "{}", dir.display());
+            let stop = config.hyper.stop.as_ref().map(|s| (s.tolerance, s.max_steps));
+            assert_eq!(stop, last.adaptive.as_ref().map(|a| (a.stop_tolerance, a.stop_max_steps)), "{}", dir.display());
             read += 1;
         }
-        assert_eq!(read, 5);
+        assert_eq!(read, 6);
     }
 }

@@ -171,7 +171,7 @@ pub struct TrainArgs {
     #[serde(default)]
     pub state_dropout: f64,
     /// How a node combines its incoming messages: `mean` (SPEC.md §3's,
-    /// every shipped bundle's but subexpressions'), `sum`, or the
+    /// reachability's and liveness's bundles), `sum`, or the
     /// channel-wise `max` (`hyper.aggregation`; every precision runs each).
     /// With `--init`, the bundle's weights start a model of this kind.
     /// Absent: the `--init` bundle's own (a max bundle fine-tunes as a
