@@ -103,6 +103,15 @@ impl Aggregation {
         *self == Aggregation::Sum
     }
 
+    /// Its name in `config.json` and on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Aggregation::Mean => "mean",
+            Aggregation::Sum => "sum",
+            Aggregation::Max => "max",
+        }
+    }
+
     /// The kernels' name for it.
     pub fn reduce(&self) -> programl_kernels::forward::Reduce {
         use programl_kernels::forward::Reduce;

@@ -44,14 +44,24 @@ impl Checkpoint {
 
     /// The state as saved, if its `version` is `version`.
     pub fn state<S: DeserializeOwned>(&self, version: u32) -> Result<S> {
-        let path = self.dir.join(STATE_FILE);
+        Checkpoint::read_state(&self.dir, version)
+    }
+
+    /// [`Checkpoint::state`] of the run at `run`, before its model exists
+    /// (what the run was started with decides the model).
+    pub fn state_of<S: DeserializeOwned>(run: &Path, version: u32) -> Result<S> {
+        Checkpoint::read_state(&run.join("checkpoint"), version)
+    }
+
+    fn read_state<S: DeserializeOwned>(dir: &Path, version: u32) -> Result<S> {
+        let path = dir.join(STATE_FILE);
         let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
         let value: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not a checkpoint", path.display()))?;
         let found = value.get("version").and_then(serde_json::Value::as_u64);
         if found != Some(version as u64) {
             bail!(
                 "{}: checkpoint version {}, this build writes {version}",
-                self.dir.display(),
+                dir.display(),
                 found.map_or("none".to_string(), |v| v.to_string())
             );
         }

@@ -394,26 +394,6 @@ pub fn parse_task(name: &str) -> Result<Task> {
     Task::parse(name).with_context(|| format!("unknown task '{name}' (reachability, dominance, datadep, liveness, subexpressions)"))
 }
 
-/// `--aggregation`'s value when it is absent: the `--init` bundle's at the
-/// first start, the run's own when it resumes (as its state recorded it),
-/// else the mean. Fine-tuning a max bundle without the flag must not
-/// silently train its weights as a mean's.
-fn inherited_aggregation(init: Option<&Bundle>, out: &Path, fresh: bool) -> Result<Option<Aggregation>> {
-    if let Some(b) = init {
-        return Ok(Some(b.config.hyper.aggregation));
-    }
-    if fresh {
-        return Ok(None);
-    }
-    let path = out.join("checkpoint").join("state.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read the run's state", path.display()))?;
-    let state: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not a run's state", path.display()))?;
-    match state.get("args").and_then(|a| a.get("aggregation")) {
-        None => Ok(None),
-        Some(v) => Ok(Some(serde_json::from_value(v.clone()).with_context(|| format!("{}: args.aggregation {v}", path.display()))?)),
-    }
-}
-
 /// A run's recorded arguments leave the mean out, as before the flag was
 /// optional, so runs recorded then resume.
 fn mean_or_absent(a: &Option<Aggregation>) -> bool {
@@ -444,19 +424,24 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
         _ => None,
     };
+    let saved: Option<State> = if fresh { None } else { Some(Checkpoint::state_of(out, STATE_VERSION)?) };
+    // `--aggregation` absent: the --init bundle's, or a resumed run's own,
+    // else the mean. Fine-tuning a max bundle without the flag must not
+    // silently train its weights as a mean's.
     let resolved;
-    let args = match args.aggregation {
-        Some(_) => args,
-        None => {
-            resolved = TrainArgs { aggregation: inherited_aggregation(init.as_ref(), out, fresh)?, ..args.clone() };
-            if let (Some(a), true) = (resolved.aggregation.filter(|a| !a.is_mean()), init.is_some()) {
-                say(&format!(
-                    "aggregation: {} (the --init bundle's; --aggregation sets another)",
-                    serde_json::to_value(a)?.as_str().unwrap_or_default()
-                ));
-            }
-            &resolved
+    let args = if args.aggregation.is_some() {
+        args
+    } else {
+        let inherited = match (&init, &saved) {
+            (Some(b), _) => Some(b.config.hyper.aggregation),
+            (None, Some(s)) => s.args.aggregation,
+            (None, None) => None,
+        };
+        if let (Some(_), Some(a)) = (&init, inherited.filter(|a| !a.is_mean())) {
+            say(&format!("aggregation: {} (the --init bundle's; --aggregation sets another)", a.name()));
         }
+        resolved = TrainArgs { aggregation: inherited, ..args.clone() };
+        &resolved
     };
     let vocab = if let Some(b) = &init {
         let v = if args.extend_vocab {
@@ -547,8 +532,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             );
         }
     }
-    let mut state = if !fresh {
-        let s: State = ckpt.state(STATE_VERSION)?;
+    let mut state = if let Some(s) = saved {
         if serde_json::to_value(&s.args)? != serde_json::to_value(args)? {
             bail!(
                 "{}: this run was started with other arguments ({}); use another --out or the same arguments",
