@@ -28,6 +28,7 @@
 
 pub mod bundle;
 pub mod config;
+mod depth;
 mod model;
 pub mod weights;
 mod wide;

@@ -37,8 +37,9 @@ use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
 use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::depth::{self, Depth, Settle};
 use crate::weights::Weights;
-use crate::wide::{self, Depth, Wide};
+use crate::wide::{self, Wide};
 use crate::{Dtype, Options, Precision};
 
 const H: usize = HIDDEN;
@@ -59,11 +60,10 @@ pub struct Model {
     gate_table: Mutex<Arc<Vec<f32>>>,
     /// The six edge-type biases, \[6, 34\].
     msg_bias: Vec<f32>,
-    /// The kernels specialised for the shipped shape (34 wide, a fixed T):
-    /// `None` for another width.
+    /// The kernels specialised for the shipped width, 34 (a fixed T or a
+    /// stopping rule, every precision): `None` for another width.
     fast: Option<Fast>,
-    /// The step for any width and for adaptive depth ([`crate::wide`]):
-    /// `Some` for a bundle that needs it.
+    /// The step for any other width ([`crate::wide`]), FP32.
     wide: Option<Wide>,
     /// The readout's gate \[C, 2h\] and transform \[C, h\], packed.
     readout_gate: gemm::Packed,
@@ -310,7 +310,7 @@ impl Model {
                 int8_gru: int8::Gru::new(w_ih, weights.get("gru.weight_hh")),
             }
         });
-        let wide = (hidden != H || config.hyper.stop.is_some()).then(|| Wide::new(&weights, hidden));
+        let wide = (hidden != H).then(|| Wide::new(&weights, hidden));
         let c = config.hyper.classes as usize;
         Model {
             readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * hidden, false),
@@ -441,9 +441,9 @@ impl Model {
                 (None, None, Some(s)) => Depth::Fixed(s.max(0) as usize),
                 (None, None, None) => Depth::Fixed(self.config.hyper.steps.max(0) as usize),
             };
-            // The 34-wide kernels run a fixed T at any precision; the
-            // general step (another width, adaptive depth) is FP32.
-            let general = self.fast.is_none() || matches!(depth, Depth::Adaptive(_));
+            // The 34-wide kernels run any depth at any precision; the
+            // general step (another width) is FP32.
+            let general = self.fast.is_none();
             // INT8's accuracy bound (docs/perf/ggnn.md) was measured on the
             // mean's bundles; a sum bundle's `auto` stays FP32 (an explicit
             // `int8` is honoured).
@@ -594,21 +594,22 @@ impl Model {
             row[text] = if input.selector[i] == 0 { v } else { 0.0 };
             row[text + 1] = if input.selector[i] == 0 { 0.0 } else { v };
         }
-        let graphs = input.graphs.len().saturating_sub(1);
-        let (h_t, steps) = match (depth, &self.fast) {
-            (Depth::Fixed(steps), Some(fast)) => {
+        let (h_t, steps) = match &self.fast {
+            Some(fast) => {
+                let mut settle = Settle::new(&input.graphs, depth);
+                let steps = depth.cap();
                 let h_t = match precision {
-                    Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, threads, scratch),
+                    Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, &mut settle, threads, scratch),
                     Precision::Bf16 if fast.w_ih_bf16.is_some() && steps > 0 => {
-                        self.steps_products::<Bf16>(input, &h0, steps, threads, scratch)
+                        self.steps_products::<Bf16>(input, &h0, steps, &mut settle, threads, scratch)
                     }
-                    _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, threads, scratch),
+                    _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, &mut settle, threads, scratch),
                     _ => h0.clone(),
                 };
-                (h_t, vec![steps as i64; graphs])
+                (h_t, settle.ran())
             }
-            _ => {
-                let wide = self.wide.as_ref().expect("the general step where the bundle needs it");
+            None => {
+                let wide = self.wide.as_ref().expect("the general step for a width without kernels of its own");
                 let gates = self.gate_rows(input.position_rows());
                 let edges = wide::Edges {
                     nodes: n,
@@ -690,8 +691,17 @@ impl Model {
         }
     }
 
-    /// The steps with FP32 or BF16 products (`T`: the products' element).
-    fn steps_products<T: ProductElem>(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
+    /// The steps with FP32 or BF16 products (`T`: the products' element),
+    /// at most `steps`, each graph until `settle` says it has converged.
+    fn steps_products<T: ProductElem>(
+        &self,
+        input: &Input,
+        h0: &[f32],
+        steps: usize,
+        settle: &mut Settle<'_>,
+        threads: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<f32> {
         let n = input.nodes;
         let bf16 = std::mem::size_of::<T>() == 2;
         let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
@@ -708,13 +718,27 @@ impl Model {
         let ([f, gi], [m, s0, s1]) = carve_products::<T>(scratch, n);
         s0.copy_from_slice(h0);
         let mut cur = 0;
-        for _ in 0..steps {
+        for step in 0..steps {
             let (h, next) = if cur == 0 { (&*s0, &mut *s1) } else { (&*s1, &mut *s0) };
             gemm::product_rows::<T>(h, H, &groups, fused, f, FUSED, threads);
             forward::aggregate::<T, f32>(f, &edges, &self.msg_bias, &gates, m, threads);
             gemm::product_rows::<T>(m, H, &whole, w_ih, gi, GATES, threads);
             forward::gru::<T>((gi, Layout::row_major(3)), (f, Layout::row_major(9)), h, &fast.gru_bias, next, None, threads);
+            // A converged graph is computed with the others (its rows are
+            // interleaved with theirs in the products' row groups) and its
+            // states put back: its result is that of its own last step.
+            let all = settle.after_step(step, |nodes, frozen| {
+                let rows = nodes.start * H..nodes.end * H;
+                if frozen {
+                    next[rows.clone()].copy_from_slice(&h[rows]);
+                    return 0.0;
+                }
+                depth::moved(&next[rows.clone()], &h[rows])
+            });
             cur ^= 1;
+            if all {
+                break;
+            }
         }
         if cur == 0 {
             s0.to_vec()
@@ -723,8 +747,17 @@ impl Model {
         }
     }
 
-    /// The steps with INT8 products (`int8`'s step: states node-major).
-    fn steps_int8(&self, input: &Input, h0: &[f32], steps: usize, threads: usize, scratch: &mut Scratch) -> Vec<f32> {
+    /// The steps with INT8 products (`int8`'s step: states node-major), at
+    /// most `steps`, each graph until `settle` says it has converged.
+    fn steps_int8(
+        &self,
+        input: &Input,
+        h0: &[f32],
+        steps: usize,
+        settle: &mut Settle<'_>,
+        threads: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<f32> {
         use int8::{Nodes, MESSAGES, QK};
         const QUADS: usize = QK / 4;
         let fast = self.fast.as_ref().expect("the 34-wide kernels for a 34-wide bundle");
@@ -767,6 +800,7 @@ impl Model {
         let mut hq = [hq_a, hq_b];
         let mut hs = [hs_a, hs_b];
         int8::states_to_nodes(h0, stride, hq[0], hs[0], hf[0], threads);
+        let mut last = 0;
         for step in 0..steps {
             let cur = step % 2;
             let [hf_a, hf_b] = &mut hf;
@@ -798,12 +832,36 @@ impl Model {
                 gru_w,
                 &fast.gru_bias,
                 nodes,
-                int8::NextStates { full: hf_next, quads: hq_next, scales: hs_next },
+                int8::NextStates { full: &mut *hf_next, quads: &mut *hq_next, scales: &mut *hs_next },
                 threads,
             );
+            // As in `steps_products`: a converged graph's columns (full
+            // states, bytes, scales) are put back.
+            let all = settle.after_step(step, |nodes, frozen| {
+                if frozen {
+                    for j in 0..H {
+                        let cols = j * stride + nodes.start..j * stride + nodes.end;
+                        hf_next[cols.clone()].copy_from_slice(&hf_cur[cols]);
+                    }
+                    for q in 0..QUADS {
+                        let cols = q * stride + nodes.start..q * stride + nodes.end;
+                        hq_next[cols.clone()].copy_from_slice(&hq_cur[cols]);
+                    }
+                    hs_next[nodes.clone()].copy_from_slice(&hs_cur[nodes]);
+                    return 0.0;
+                }
+                (0..H).fold(0f32, |m, j| {
+                    let cols = j * stride + nodes.start..j * stride + nodes.end;
+                    m.max(depth::moved(&hf_next[cols.clone()], &hf_cur[cols]))
+                })
+            });
+            last = 1 - cur;
+            if all {
+                break;
+            }
         }
         // The last state, row-major for the readout.
-        let last = &hf[steps % 2];
+        let last = &hf[last];
         let mut h = vec![0f32; nodes * H];
         for v in 0..nodes {
             for j in 0..H {

@@ -1,8 +1,8 @@
-//! The FP32 step for a state of any width, with adaptive depth: what a
-//! bundle runs on whose `hyper.hidden` is not 34 or that has a stopping
-//! rule (`hyper.stop`). The shipped shape (34 wide, a fixed T) runs on the
-//! kernels specialised for it ([`crate::model`]); this step is the same
-//! arithmetic with the width a run-time value:
+//! The FP32 step for a state of any width: what a bundle runs on whose
+//! `hyper.hidden` is not 34, at a fixed T or with a stopping rule
+//! (`hyper.stop`). The shipped width, 34, runs on the kernels specialised
+//! for it ([`crate::model`]) at every precision and depth; this step is
+//! the same arithmetic with the width a run-time value:
 //!
 //! ```text
 //! F  = h · [W_msg; W_hh]ᵀ                          [N, 9h]  (every block for every node)
@@ -16,10 +16,9 @@
 //! mean and the cell are plain loops (the transcendentals the kernels'
 //! branch-free ones), compiled for AVX2+FMA where the CPU has it.
 //!
-//! Adaptive depth ([`Stop`]): after each step, a graph whose states all
-//! moved by at most the tolerance has converged and stops; its states
-//! stay as they are while the other graphs of the batch go on, so a
-//! graph's result and step count do not depend on its batch.
+//! Adaptive depth ([`crate::depth`]) as on the 34-wide kernels, but a
+//! graph that has converged is no longer computed: only the runs of
+//! graphs still going are.
 
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::elem::{sigmoid_by, tanh_by};
@@ -30,7 +29,7 @@ use programl_kernels::{forward, gemm};
 
 use std::ops::Range;
 
-use crate::config::Stop;
+use crate::depth::{self, Depth, Settle};
 use crate::weights::Weights;
 
 /// The weights of the step, packed once.
@@ -44,13 +43,6 @@ pub(crate) struct Wide {
     msg_bias: Vec<f32>,
     /// The cell's biases: `b_ir + b_hr`, `b_iz + b_hz`, `b_in`, `b_hn`.
     bias: [Vec<f32>; 4],
-}
-
-/// How many steps: a fixed number, or until each graph converges.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Depth<'a> {
-    Fixed(usize),
-    Adaptive(&'a Stop),
 }
 
 /// A batch as the step reads it (see `model::Input`): node count, edges by
@@ -92,45 +84,34 @@ impl Wide {
     /// graph ran.
     pub fn run(&self, e: &Edges<'_>, h0: &[f32], gates: &[f32], depth: Depth<'_>, threads: usize) -> (Vec<f32>, Vec<i64>) {
         let (n, h) = (e.nodes, self.h);
-        let graphs = e.graphs.len().saturating_sub(1);
-        let (cap, stop) = match depth {
-            Depth::Fixed(s) => (s, None),
-            Depth::Adaptive(stop) => (stop.max_steps as usize, Some(stop)),
-        };
         let mut cur = h0.to_vec();
         let mut next = vec![0f32; n * h];
         let (mut f, mut m, mut gi) = (vec![0f32; n * 9 * h], vec![0f32; n * h], vec![0f32; n * 3 * h]);
-        let mut ran = vec![0i64; graphs];
-        let mut done = vec![false; graphs];
-        for step in 0..cap {
-            if done.iter().all(|&d| d) && graphs > 0 {
-                break;
-            }
+        let mut settle = Settle::new(e.graphs, depth);
+        for step in 0..depth.cap() {
             // Only the graphs still running are computed (a graph's edges
             // stay inside its own rows): runs of consecutive ones at a time.
-            for rows in active_runs(e.graphs, &done, n) {
+            for rows in active_runs(e.graphs, settle.done(), n) {
                 let (x, len) = (rows.start, rows.len());
                 gemm::product::<f32>(&cur[x * h..], h, len, &self.fused, &mut f[x * 9 * h..], 9 * h, threads);
                 self.aggregate(e, rows.clone(), &f, gates, &mut m, threads);
                 gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
                 self.cells(rows, &gi, &f, &cur, &mut next, threads);
             }
-            for g in 0..graphs {
-                let rows = e.graphs[g] * h..e.graphs[g + 1] * h;
-                if done[g] {
-                    // Converged earlier: its states stay.
+            let all = settle.after_step(step, |nodes, frozen| {
+                let rows = nodes.start * h..nodes.end * h;
+                if frozen {
                     next[rows.clone()].copy_from_slice(&cur[rows]);
-                    continue;
+                    return 0.0;
                 }
-                ran[g] = step as i64 + 1;
-                if let Some(stop) = stop {
-                    let moved = next[rows.clone()].iter().zip(&cur[rows]).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-                    done[g] = moved as f64 <= stop.tolerance;
-                }
-            }
+                depth::moved(&next[rows.clone()], &cur[rows])
+            });
             std::mem::swap(&mut cur, &mut next);
+            if all {
+                break;
+            }
         }
-        (cur, ran)
+        (cur, settle.ran())
     }
 
     /// `m[v] = (1/indeg v) Σ_e (F[source e, type e] + b_type) ⊙ gates[pos e]`,

@@ -331,13 +331,67 @@ fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
     let model = Model::open(dir.path()).unwrap();
     let got = model.node_probabilities(&batch, &fp32(None)).unwrap();
     assert_eq!(got.steps_per_graph, vec![12; 3]);
-    // A 34-wide bundle with a stopping rule runs it too (the general step).
-    let shipped = Hyper { stop: Some(Stop { tolerance: 1e-3, max_steps: 60 }), ..Hyper::spec(vocab.len()) };
-    let dir = synthetic_with(&shipped, 5, 0.3);
-    let model = Model::open(dir.path()).unwrap();
-    let got = model.node_probabilities(&batch, &Options { dtype: Dtype::Int8, ..fp32(None) }).unwrap();
-    assert_eq!(got.precision, Precision::F32);
-    assert!(got.steps_per_graph.iter().all(|&s| (1..=60).contains(&s)), "{:?}", got.steps_per_graph);
+}
+
+/// Adaptive depth on the 34-wide kernels, at FP32, BF16 (where the CPU has
+/// it) and INT8, on every path the CPU runs, with the mean and the max:
+/// each graph stops at its own fixed point, its probabilities and step
+/// count are those of the graph alone and those of a fixed run of that many
+/// steps, bit for bit, and FP32's are within 1e-4 of the reference at that
+/// many steps (INT8's within its bound of 0.05).
+#[test]
+fn adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let inputs = inputs(&vocab);
+    let batch = batch_of(&inputs);
+    let offsets = batch.offsets().to_vec();
+    let bits = |p: &[f32]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // Cases whose graphs stopped at different steps: those where a graph
+    // done early is carried through the others' steps.
+    let mut staggered = 0;
+    for aggregation in [Aggregation::Mean, Aggregation::Max] {
+        let stop = Stop { tolerance: 1e-3, max_steps: 60 };
+        let hyper = Hyper { stop: Some(stop), aggregation, ..Hyper::spec(vocab.len()) };
+        let dir = synthetic_with(&hyper, 5, 0.6);
+        let model = Model::open(dir.path()).unwrap();
+        let tensors = read_tensors(&dir.path().join("weights.safetensors"));
+        for isa in [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Vnni] {
+            let case = format!("adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision [{aggregation:?} {isa}]");
+            if !programl_infer::cpu::run_test_on(isa, &case) {
+                continue;
+            }
+            for (dtype, bound) in [(Dtype::F32, 1e-4), (Dtype::Bf16, 0.05), (Dtype::Int8, 0.05)] {
+                let what = format!("{aggregation:?}, {isa}, {dtype}");
+                let opts = |steps: Option<i64>| Options { steps, threads: 2, dtype, isa: Some(isa) };
+                let got = model.node_probabilities(&batch, &opts(None)).unwrap();
+                let want = match dtype {
+                    Dtype::Bf16 if !programl_infer::cpu::with_cap(isa, programl_infer::cpu::bf16) => Precision::F32,
+                    Dtype::Bf16 => Precision::Bf16,
+                    Dtype::Int8 => Precision::Int8,
+                    _ => Precision::F32,
+                };
+                assert_eq!(got.precision, want, "{what}: the precision");
+                eprintln!("{what}: steps per graph {:?}", got.steps_per_graph);
+                assert!(got.steps_per_graph.iter().all(|&s| (1..60).contains(&s)), "{what}: {:?}, none converged", got.steps_per_graph);
+                staggered += got.steps_per_graph.iter().any(|&s| s != got.steps_per_graph[0]) as usize;
+                for (g, input) in inputs.iter().enumerate() {
+                    let rows = offsets[g] as usize * 2..offsets[g + 1] as usize * 2;
+                    let root = Some((g as u32 * 11) % input.node_count() as u32);
+                    let alone = Batch::from_samples(&[Sample { graph: input, root, positives: None }]).unwrap();
+                    let one = model.node_probabilities(&alone, &opts(None)).unwrap();
+                    let steps = got.steps_per_graph[g];
+                    assert_eq!(one.steps_per_graph, vec![steps], "{what}, graph {g}: steps alone");
+                    assert_eq!(bits(&one.probabilities), bits(&got.probabilities[rows.clone()]), "{what}, graph {g} alone");
+                    let fixed = Model::open_with(dir.path(), |c| c.hyper.stop = None).unwrap();
+                    let fixed = fixed.node_probabilities(&alone, &opts(Some(steps))).unwrap();
+                    assert_eq!(bits(&fixed.probabilities), bits(&one.probabilities), "{what}, graph {g}: a fixed run of {steps} steps");
+                    let d = max_diff(&one.probabilities, &reference(&hyper, &tensors, &alone, steps as usize));
+                    assert!(d < bound, "{what}, graph {g}: {d} from the reference at {steps} steps");
+                }
+            }
+        }
+    }
+    assert!(staggered > 0, "no case stopped its graphs at different steps: the test checks no graph carried past its stop");
 }
 
 /// Shapes a bundle cannot have are one error naming config.json.
