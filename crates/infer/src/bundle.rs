@@ -53,6 +53,21 @@ pub struct Config {
     /// sources were compiled to IR, so that new sources are compiled alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceCompile>,
+    /// The precision `dtype=auto` runs this bundle at where it was measured
+    /// to need another than the rule for every bundle (INT8 where the CPU
+    /// prefers it, else FP32): `f32` when INT8 was measured outside its
+    /// bound on the bundle's own task (models/README.md, "INT8 against
+    /// FP32"). An explicit `dtype` is honoured whatever it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_dtype: Option<AutoDtype>,
+}
+
+/// What `dtype=auto` runs a bundle at ([`Config::auto_dtype`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoDtype {
+    /// FP32 on every CPU.
+    F32,
 }
 
 /// The compiler and flags that turned the training sources into IR.

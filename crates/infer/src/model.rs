@@ -35,7 +35,7 @@ use programl_kernels::forward::{self, Edges, GruBias, Layout};
 use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
-use crate::bundle::{read_config, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
+use crate::bundle::{read_config, AutoDtype, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
 use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::depth::{self, Depth, Settle};
 use crate::weights::Weights;
@@ -444,10 +444,12 @@ impl Model {
             // The 34-wide kernels run any depth at any precision; the
             // general step (another width) is FP32.
             let general = self.fast.is_none();
-            // INT8's accuracy bound (docs/perf/ggnn.md) was measured on the
-            // mean's bundles; a sum bundle's `auto` stays FP32 (an explicit
-            // `int8` is honoured).
-            let auto_f32 = opts.dtype == Dtype::Auto && self.config.hyper.aggregation.is_sum();
+            // INT8's accuracy bound (models/README.md) was measured on the
+            // mean's and the max's bundles; a sum bundle's `auto` stays
+            // FP32, and so does a bundle's whose config says so (measured
+            // outside the bound); an explicit `int8` is honoured.
+            let auto_f32 =
+                opts.dtype == Dtype::Auto && (self.config.hyper.aggregation.is_sum() || self.config.auto_dtype == Some(AutoDtype::F32));
             let precision = match Model::precision_for(opts.dtype) {
                 _ if general || auto_f32 => Precision::F32,
                 p => p,

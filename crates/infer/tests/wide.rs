@@ -394,6 +394,45 @@ fn adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision() {
     assert!(staggered > 0, "no case stopped its graphs at different steps: the test checks no graph carried past its stop");
 }
 
+/// A bundle whose config says `auto_dtype: f32` (dominance-adaptive's:
+/// INT8 measured outside its bound there) runs FP32 at `auto` on every
+/// path, an explicit INT8 request still INT8; without it, `auto` is the
+/// rule for every bundle.
+#[test]
+fn a_bundle_can_keep_auto_at_fp32() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let inputs = inputs(&vocab);
+    let batch = batch_of(&inputs);
+    let hyper = Hyper { stop: Some(Stop { tolerance: 1e-3, max_steps: 60 }), aggregation: Aggregation::Max, ..Hyper::spec(vocab.len()) };
+    let dir = synthetic_with(&hyper, 5, 0.6);
+    let plain = Model::open(dir.path()).unwrap();
+    let kept = Model::open_with(dir.path(), |c| c.auto_dtype = Some(programl_infer::bundle::AutoDtype::F32)).unwrap();
+    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Vnni] {
+        if !programl_infer::cpu::run_test_on(isa, &format!("a_bundle_can_keep_auto_at_fp32 [{isa}]")) {
+            continue;
+        }
+        let opts = |dtype| Options { steps: None, threads: 1, dtype, isa: Some(isa) };
+        let rule = programl_infer::cpu::with_cap(isa, || Model::precision_for(Dtype::Auto));
+        assert_eq!(plain.node_probabilities(&batch, &opts(Dtype::Auto)).unwrap().precision, rule, "{isa}: without auto_dtype");
+        let auto = kept.node_probabilities(&batch, &opts(Dtype::Auto)).unwrap();
+        let f32 = kept.node_probabilities(&batch, &opts(Dtype::F32)).unwrap();
+        assert_eq!(auto.precision, Precision::F32, "{isa}: auto_dtype f32");
+        assert_eq!(auto.probabilities, f32.probabilities, "{isa}: auto is FP32's result");
+        assert_eq!(kept.node_probabilities(&batch, &opts(Dtype::Int8)).unwrap().precision, Precision::Int8, "{isa}: an int8 request");
+    }
+    // It is read from config.json, and written back only where set.
+    let text = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    assert!(!text.contains("auto_dtype"));
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["auto_dtype"] = "f32".into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    assert_eq!(Model::open(dir.path()).unwrap().config.auto_dtype, Some(programl_infer::bundle::AutoDtype::F32));
+    config["auto_dtype"] = "int4".into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let err = Model::open(dir.path()).err().expect("an unknown auto_dtype is an error").to_string();
+    assert!(err.contains("config.json") && err.contains("int4"), "{err}");
+}
+
 /// Shapes a bundle cannot have are one error naming config.json.
 #[test]
 fn a_bad_width_or_stopping_rule_is_an_error_naming_the_config() {

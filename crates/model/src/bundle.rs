@@ -23,7 +23,7 @@ use programl::vocab::Vocabulary;
 use tch::{Device, Kind, Tensor};
 
 pub use programl_infer::bundle::{
-    read_config, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION,
+    read_config, AutoDtype, BundleError, Config, Head, Provenance, SourceCompile, CONFIG_FILE, FORMAT, MAX_POSITIONS, MAX_STEPS, VERSION,
     VOCABULARY_FILE, WEIGHTS_FILE,
 };
 

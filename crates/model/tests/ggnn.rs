@@ -298,6 +298,7 @@ fn config_for(hyper: &Hyper) -> Config {
             created_by: "test".into(),
         },
         source: None,
+        auto_dtype: None,
     }
 }
 
@@ -378,7 +379,10 @@ fn bundle_round_trips_and_reports_what_is_wrong() {
     assert!(e.contains("config.json") && e.contains("No such file"), "{e}");
     // Shapes programl-infer runs and this crate's GGNN does not: refused
     // by name, before any weight is read.
-    for (key, value, says) in [("hidden", "66", "hyper.hidden 66 without hyper.stop"), ("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.hidden 34 with hyper.stop")] {
+    for (key, value, says) in [
+        ("hidden", "66", "hyper.hidden 66 without hyper.stop"),
+        ("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.hidden 34 with hyper.stop"),
+    ] {
         let e = err(&|p| {
             let c = p.join(bundle::CONFIG_FILE);
             let text = std::fs::read_to_string(&c).unwrap().replacen("\"classes\": 2", &format!("\"classes\": 2, \"{key}\": {value}"), 1);

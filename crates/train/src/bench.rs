@@ -174,6 +174,7 @@ fn torch_free(model: &Ggnn, hyper: &Hyper) -> Result<programl_infer::Model> {
         hyper: hyper.clone(),
         provenance,
         source: None,
+        auto_dtype: None,
     };
     let vocabulary = programl::vocab::Vocabulary::from_counts(&Default::default(), 1, None);
     Ok(programl_infer::Model::from_parts(config, vocabulary, weights, "<bench model>".into()))
@@ -220,7 +221,8 @@ pub fn run_mode(
             }
             "infer" => match (&torch_free_model, &cpu) {
                 (Some(m), Some(o)) => {
-                    let (_, precision, isa, _) = m.node_logits_with(&batch, Some(&selector), &programl_infer::Options { steps: Some(steps), ..o.clone() });
+                    let (_, precision, isa, _) =
+                        m.node_logits_with(&batch, Some(&selector), &programl_infer::Options { steps: Some(steps), ..o.clone() });
                     in_effect = Some((precision.to_string(), format!("programl-infer ({isa})")));
                 }
                 _ => {

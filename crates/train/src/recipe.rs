@@ -70,11 +70,18 @@ pub struct Settings {
     pub inference: Option<Inference>,
 }
 
-/// The depth a shipped bundle runs at, and why.
+/// How a shipped bundle runs where it differs from how it trained, and
+/// why: its depth (`hyper.steps`), and what `dtype=auto` runs it at
+/// (`auto_dtype` in its config).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Inference {
-    pub steps: i64,
+    /// Absent: the training T.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<i64>,
+    /// Absent: the rule for every bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_dtype: Option<bundle::AutoDtype>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
 }
@@ -169,9 +176,9 @@ impl Recipe {
         if r.phases.is_empty() {
             bail!("{}: no phases", path.display());
         }
-        if let Some(i) = &r.settings.inference {
-            if i.steps < 1 {
-                bail!("{}: settings.inference.steps {} is not at least 1", path.display(), i.steps);
+        if let Some(steps) = r.settings.inference.as_ref().and_then(|i| i.steps) {
+            if steps < 1 {
+                bail!("{}: settings.inference.steps {steps} is not at least 1", path.display());
             }
         }
         for (i, p) in r.phases.iter().enumerate() {
@@ -323,7 +330,8 @@ fn ship(dir: &Path, recipe: &Recipe, runs: &[PathBuf]) -> Result<()> {
         }
         if let Some(inference) = &recipe.settings.inference {
             let mut config = bundle::read_config(staging)?;
-            config.hyper.steps = inference.steps;
+            config.hyper.steps = inference.steps.unwrap_or(config.hyper.steps);
+            config.auto_dtype = inference.auto_dtype;
             let path = staging.join(bundle::CONFIG_FILE);
             let json = serde_json::to_string_pretty(&config).expect("a config serialises") + "\n";
             std::fs::write(&path, json).map_err(io(&path))?;
@@ -383,9 +391,11 @@ mod tests {
     use super::*;
 
     /// Every shipped DeepDataFlow bundle's recipe reads, and its bundle
-    /// runs at the depth the recipe says: `settings.inference.steps` where
-    /// set, else the training T; with the last phase's aggregation, and
-    /// its stopping rule where that phase is adaptive (datadep-adaptive).
+    /// runs as the recipe says: at `settings.inference.steps` where set,
+    /// else the training T, and with its `auto_dtype`; with the last
+    /// phase's aggregation, and
+    /// its stopping rule where that phase is adaptive (datadep-adaptive,
+    /// dominance-adaptive).
     #[test]
     fn shipped_recipes_read_and_match_their_bundles() {
         let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
@@ -397,19 +407,22 @@ mod tests {
             ("liveness", "liveness"),
             ("subexpressions", "subexpressions"),
             ("datadep-adaptive", "datadep"),
+            ("dominance-adaptive", "dominance"),
         ] {
             let dir = models.join(name);
             let recipe = Recipe::read(&dir).unwrap();
             assert_eq!(recipe.task, task);
             let config = bundle::read_config(&dir).unwrap();
-            let want = recipe.settings.inference.as_ref().map_or(recipe.settings.steps, |i| i.steps);
+            let inference = recipe.settings.inference.as_ref();
+            let want = inference.and_then(|i| i.steps).unwrap_or(recipe.settings.steps);
             assert_eq!(config.hyper.steps, want, "{}", dir.display());
+            assert_eq!(config.auto_dtype, inference.and_then(|i| i.auto_dtype), "{}", dir.display());
             let last = recipe.phases.last().unwrap();
             assert_eq!(config.hyper.aggregation, last.aggregation.unwrap_or(recipe.settings.aggregation), "{}", dir.display());
             let stop = config.hyper.stop.as_ref().map(|s| (s.tolerance, s.max_steps));
             assert_eq!(stop, last.adaptive.as_ref().map(|a| (a.stop_tolerance, a.stop_max_steps)), "{}", dir.display());
             read += 1;
         }
-        assert_eq!(read, 6);
+        assert_eq!(read, 7);
     }
 }

@@ -800,6 +800,7 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
         },
         source: None,
+        auto_dtype: None,
     }
 }
 

@@ -1133,6 +1133,7 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input:
             prelude: None,
             input: Some(input.name().into()),
         }),
+        auto_dtype: None,
     };
     Bundle::save(dir, &config, &t.model, &t.vocabulary).with_context(|| format!("{}: cannot save the bundle", dir.display()))
 }

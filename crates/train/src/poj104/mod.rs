@@ -359,6 +359,7 @@ pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>
             prelude: Some(compile::PRELUDE.into()),
             input: None,
         }),
+        auto_dtype: None,
     }
 }
 
