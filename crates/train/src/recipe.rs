@@ -71,14 +71,18 @@ pub struct Settings {
 }
 
 /// How a shipped bundle runs where it differs from how it trained, and
-/// why: its depth (`hyper.steps`), and what `dtype=auto` runs it at
-/// (`auto_dtype` in its config).
+/// why: its depth (`hyper.steps`), a stopping rule chosen on validation for
+/// a bundle trained at a fixed T (`hyper.stop`), and what `dtype=auto`
+/// runs it at (`auto_dtype` in its config).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Inference {
     /// Absent: the training T.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<i64>,
+    /// Absent: the last phase's (none unless it is adaptive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<programl_infer::config::Stop>,
     /// Absent: the rule for every bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_dtype: Option<bundle::AutoDtype>,
@@ -179,6 +183,17 @@ impl Recipe {
         if let Some(steps) = r.settings.inference.as_ref().and_then(|i| i.steps) {
             if steps < 1 {
                 bail!("{}: settings.inference.steps {steps} is not at least 1", path.display());
+            }
+        }
+        if let Some(stop) = r.settings.inference.as_ref().and_then(|i| i.stop.as_ref()) {
+            if !(stop.tolerance.is_finite() && stop.tolerance >= 0.0) || !(1..=bundle::MAX_STEPS).contains(&stop.max_steps) {
+                bail!(
+                    "{}: settings.inference.stop needs a finite tolerance >= 0 and max_steps in 1..={}, not {} and {}",
+                    path.display(),
+                    bundle::MAX_STEPS,
+                    stop.tolerance,
+                    stop.max_steps
+                );
             }
         }
         for (i, p) in r.phases.iter().enumerate() {
@@ -331,7 +346,11 @@ fn ship(dir: &Path, recipe: &Recipe, runs: &[PathBuf]) -> Result<()> {
         if let Some(inference) = &recipe.settings.inference {
             let mut config = bundle::read_config(staging)?;
             config.hyper.steps = inference.steps.unwrap_or(config.hyper.steps);
+            if inference.stop.is_some() {
+                config.hyper.stop = inference.stop.clone();
+            }
             config.auto_dtype = inference.auto_dtype;
+            programl_infer::bundle::check_config(staging, &config)?;
             let path = staging.join(bundle::CONFIG_FILE);
             let json = serde_json::to_string_pretty(&config).expect("a config serialises") + "\n";
             std::fs::write(&path, json).map_err(io(&path))?;
@@ -393,8 +412,9 @@ mod tests {
     /// Every shipped DeepDataFlow bundle's recipe reads, and its bundle
     /// runs as the recipe says: at `settings.inference.steps` where set,
     /// else the training T, and with its `auto_dtype`; with the last
-    /// phase's aggregation, and
-    /// its stopping rule where that phase is adaptive (datadep-adaptive,
+    /// phase's aggregation, and its stopping rule: the recipe's
+    /// `settings.inference.stop` (reachability-adaptive), else the last
+    /// phase's where that phase is adaptive (datadep-adaptive,
     /// dominance-adaptive).
     #[test]
     fn shipped_recipes_read_and_match_their_bundles() {
@@ -408,6 +428,7 @@ mod tests {
             ("subexpressions", "subexpressions"),
             ("datadep-adaptive", "datadep"),
             ("dominance-adaptive", "dominance"),
+            ("reachability-adaptive", "reachability"),
         ] {
             let dir = models.join(name);
             let recipe = Recipe::read(&dir).unwrap();
@@ -420,9 +441,11 @@ mod tests {
             let last = recipe.phases.last().unwrap();
             assert_eq!(config.hyper.aggregation, last.aggregation.unwrap_or(recipe.settings.aggregation), "{}", dir.display());
             let stop = config.hyper.stop.as_ref().map(|s| (s.tolerance, s.max_steps));
-            assert_eq!(stop, last.adaptive.as_ref().map(|a| (a.stop_tolerance, a.stop_max_steps)), "{}", dir.display());
+            let want = inference.and_then(|i| i.stop.as_ref()).map(|s| (s.tolerance, s.max_steps));
+            let want = want.or(last.adaptive.as_ref().map(|a| (a.stop_tolerance, a.stop_max_steps)));
+            assert_eq!(stop, want, "{}", dir.display());
             read += 1;
         }
-        assert_eq!(read, 7);
+        assert_eq!(read, 8);
     }
 }

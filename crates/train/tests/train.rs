@@ -562,7 +562,7 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
         serde_json::json!({
             "format": "programl-recipe", "version": 1, "task": "datadep",
             "settings": {"seed": 0, "steps": 15, "state_dropout": 0.0, "pos_weight": 1.0, "batch_nodes": 4000, "val_examples": 150, "val_every": 100,
-                         "inference": {"steps": 9, "why": "chosen on validation"}},
+                         "inference": {"steps": 9, "stop": {"tolerance": 0.05, "max_steps": 40}, "auto_dtype": "f32", "why": "chosen on validation"}},
             "phases": [
                 {"name": "main", "lr": 0.01, "max_nodes": 10000, "budget": "200"},
                 {"name": "polish", "lr": 0.002, "max_nodes": 10000, "budget": polish.to_string(), "loss_nodes": "labelled", "pos_weight": 3.0, "aggregation": "max", "val_examples": 120, "val_every": 50, "why": "a lower rate"}
@@ -617,8 +617,11 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     );
     let bundle = programl_infer::Model::open(&model).unwrap();
     assert_eq!(bundle.config.task, "datadep");
-    // Trained at T = 15, shipped to run at the recipe's inference depth.
+    // Trained at T = 15, shipped to run at the recipe's inference depth,
+    // under its stopping rule, and FP32 at `auto`.
     assert_eq!(bundle.config.hyper.steps, 9);
+    assert_eq!(bundle.config.hyper.stop, Some(programl_infer::config::Stop { tolerance: 0.05, max_steps: 40 }));
+    assert_eq!(bundle.config.auto_dtype, Some(programl_infer::bundle::AutoDtype::F32));
     assert_eq!(bundle.config.hyper.aggregation, programl_infer::config::Aggregation::Max, "the last phase's aggregation");
     let trained: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(runs.join("datadep-polish/model/config.json")).unwrap()).unwrap();
@@ -651,6 +654,12 @@ fn a_recipe_runs_its_phases_ships_the_bundle_and_continues_from_its_records() {
     let out = cmd(&runs).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("recipe.json") && err.contains("settings.inference.steps 0"), "{err}");
+    let mut never = recipe(220);
+    never["settings"]["inference"]["stop"]["max_steps"] = serde_json::json!(0);
+    std::fs::write(model.join("recipe.json"), never.to_string()).unwrap();
+    let out = cmd(&runs).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("recipe.json") && err.contains("settings.inference.stop"), "{err}");
 }
 
 /// `--init B --extend-vocab`: a bundle whose vocabulary lacks texts of the
