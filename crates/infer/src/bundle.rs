@@ -203,12 +203,7 @@ pub fn check_config(dir: &Path, config: &Config) -> Result<(), BundleError> {
         }
     }
     if let Some(stop) = &config.hyper.stop {
-        if !(stop.tolerance.is_finite() && stop.tolerance >= 0.0) {
-            return Err(invalid(&path, format!("hyper.stop.tolerance {} is not a finite value ≥ 0", stop.tolerance)));
-        }
-        if !(1..=MAX_STEPS).contains(&stop.max_steps) {
-            return Err(invalid(&path, format!("hyper.stop.max_steps {} is outside 1..={MAX_STEPS}", stop.max_steps)));
-        }
+        stop.check("hyper.stop").map_err(|detail| invalid(&path, detail))?;
     }
     Ok(())
 }

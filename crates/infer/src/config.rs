@@ -158,6 +158,22 @@ pub struct Stop {
     pub max_steps: i64,
 }
 
+impl Stop {
+    /// The rule's values are usable: a finite tolerance ≥ 0 and a cap in
+    /// 1..=[`crate::bundle::MAX_STEPS`]; else what is wrong, each field
+    /// named under `prefix` (`hyper.stop` in a bundle's config).
+    pub fn check(&self, prefix: &str) -> Result<(), String> {
+        use crate::bundle::MAX_STEPS;
+        if !(self.tolerance.is_finite() && self.tolerance >= 0.0) {
+            return Err(format!("{prefix}.tolerance {} is not a finite value ≥ 0", self.tolerance));
+        }
+        if !(1..=MAX_STEPS).contains(&self.max_steps) {
+            return Err(format!("{prefix}.max_steps {} is outside 1..={MAX_STEPS}", self.max_steps));
+        }
+        Ok(())
+    }
+}
+
 /// A graph-level head (SPEC.md §3, "graph-level tasks"): the per-node
 /// readout is summed over each graph's nodes into C graph logits; where
 /// the task has auxiliary inputs, those logits and the inputs go through a

@@ -76,6 +76,20 @@ impl<'a> Settle<'a> {
         !self.done.is_empty() && self.done.iter().all(|&d| d)
     }
 
+    /// [`Settle::after_step`] for states row-major, `width` per node: a
+    /// graph done earlier gets its rows of `cur` back in `next`; the
+    /// others' movement is measured between the two.
+    pub fn after_step_rows(&mut self, step: usize, width: usize, cur: &[f32], next: &mut [f32]) -> bool {
+        self.after_step(step, |nodes, frozen| {
+            let rows = nodes.start * width..nodes.end * width;
+            if frozen {
+                next[rows.clone()].copy_from_slice(&cur[rows]);
+                return 0.0;
+            }
+            moved(&next[rows.clone()], &cur[rows])
+        })
+    }
+
     /// The steps each graph ran.
     pub fn ran(self) -> Vec<i64> {
         self.ran

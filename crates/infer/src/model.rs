@@ -729,14 +729,7 @@ impl Model {
             // A converged graph is computed with the others (its rows are
             // interleaved with theirs in the products' row groups) and its
             // states put back: its result is that of its own last step.
-            let all = settle.after_step(step, |nodes, frozen| {
-                let rows = nodes.start * H..nodes.end * H;
-                if frozen {
-                    next[rows.clone()].copy_from_slice(&h[rows]);
-                    return 0.0;
-                }
-                depth::moved(&next[rows.clone()], &h[rows])
-            });
+            let all = settle.after_step_rows(step, H, h, next);
             cur ^= 1;
             if all {
                 break;

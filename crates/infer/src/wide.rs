@@ -29,7 +29,7 @@ use programl_kernels::{forward, gemm};
 
 use std::ops::Range;
 
-use crate::depth::{self, Depth, Settle};
+use crate::depth::{Depth, Settle};
 use crate::weights::Weights;
 
 /// The weights of the step, packed once.
@@ -98,14 +98,7 @@ impl Wide {
                 gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
                 self.cells(rows, &gi, &f, &cur, &mut next, threads);
             }
-            let all = settle.after_step(step, |nodes, frozen| {
-                let rows = nodes.start * h..nodes.end * h;
-                if frozen {
-                    next[rows.clone()].copy_from_slice(&cur[rows]);
-                    return 0.0;
-                }
-                depth::moved(&next[rows.clone()], &cur[rows])
-            });
+            let all = settle.after_step_rows(step, h, &cur, &mut next);
             std::mem::swap(&mut cur, &mut next);
             if all {
                 break;

@@ -186,15 +186,7 @@ impl Recipe {
             }
         }
         if let Some(stop) = r.settings.inference.as_ref().and_then(|i| i.stop.as_ref()) {
-            if !(stop.tolerance.is_finite() && stop.tolerance >= 0.0) || !(1..=bundle::MAX_STEPS).contains(&stop.max_steps) {
-                bail!(
-                    "{}: settings.inference.stop needs a finite tolerance >= 0 and max_steps in 1..={}, not {} and {}",
-                    path.display(),
-                    bundle::MAX_STEPS,
-                    stop.tolerance,
-                    stop.max_steps
-                );
-            }
+            stop.check("settings.inference.stop").map_err(|detail| anyhow::anyhow!("{}: {detail}", path.display()))?;
         }
         for (i, p) in r.phases.iter().enumerate() {
             if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
