@@ -214,6 +214,38 @@ impl Input {
         }
     }
 
+    /// The graphs `keep` (indices into `graphs`, ascending) as an input
+    /// of their own, in that order.
+    fn select(&self, keep: &[usize]) -> Input {
+        let mut out = Input {
+            nodes: 0,
+            tokens: Vec::new(),
+            selector: Vec::new(),
+            crow: vec![0],
+            sources: Vec::new(),
+            types: Vec::new(),
+            positions: Vec::new(),
+            graphs: vec![0],
+        };
+        for &g in keep {
+            let (a, b) = (self.graphs[g], self.graphs[g + 1]);
+            let (e0, e1) = (self.crow[a] as usize, self.crow[b] as usize);
+            // Sources are `6 · node + type`: the graph's nodes move from `a`
+            // to `out.nodes`, its edges from `e0` to the edges so far.
+            let shift = (out.nodes as i64 - a as i64) * EDGE_TYPES as i64;
+            let edges = out.sources.len() as i64 - e0 as i64;
+            out.tokens.extend_from_slice(&self.tokens[a..b]);
+            out.selector.extend_from_slice(&self.selector[a..b]);
+            out.crow.extend(self.crow[a + 1..=b].iter().map(|&c| c + edges));
+            out.sources.extend(self.sources[e0..e1].iter().map(|&s| s + shift));
+            out.types.extend_from_slice(&self.types[e0..e1]);
+            out.positions.extend_from_slice(&self.positions[e0..e1]);
+            out.nodes += b - a;
+            out.graphs.push(out.nodes);
+        }
+        out
+    }
+
     fn new(batch: &Batch, vocab_size: usize, positions: i64) -> Input {
         let n = batch.node_count();
         let tokens = batch.tokens().iter().map(|&t| if (0..vocab_size as i64).contains(&t) { t as usize } else { 0 }).collect();
@@ -597,19 +629,7 @@ impl Model {
             row[text + 1] = if input.selector[i] == 0 { 0.0 } else { v };
         }
         let (h_t, steps) = match &self.fast {
-            Some(fast) => {
-                let mut settle = Settle::new(&input.graphs, depth);
-                let steps = depth.cap();
-                let h_t = match precision {
-                    Precision::Int8 if steps > 0 => self.steps_int8(input, &h0, steps, &mut settle, threads, scratch),
-                    Precision::Bf16 if fast.w_ih_bf16.is_some() && steps > 0 => {
-                        self.steps_products::<Bf16>(input, &h0, steps, &mut settle, threads, scratch)
-                    }
-                    _ if steps > 0 => self.steps_products::<f32>(input, &h0, steps, &mut settle, threads, scratch),
-                    _ => h0.clone(),
-                };
-                (h_t, settle.ran())
-            }
+            Some(_) => self.steps_compacting(input, h0.clone(), depth, precision, threads, scratch),
             None => {
                 let wide = self.wide.as_ref().expect("the general step for a width without kernels of its own");
                 let gates = self.gate_rows(input.position_rows());
@@ -630,6 +650,68 @@ impl Model {
             None => self.readout(&h_t, &h0, threads),
         };
         (out, steps)
+    }
+
+    /// The 34-wide steps of `input` from the states `h0`, at most
+    /// `depth.cap()`; and the steps each graph ran. With a stopping rule,
+    /// once the graphs done hold a quarter of the nodes
+    /// ([`Settle::compacting`]), those still running go on as a batch of
+    /// their own from their states, and so on: a graph done early costs
+    /// no more steps. Each graph's states and steps are those of the graph
+    /// alone (its rows' arithmetic does not depend on the other rows').
+    fn steps_compacting(
+        &self,
+        input: &Input,
+        h0: Vec<f32>,
+        depth: Depth<'_>,
+        precision: Precision,
+        threads: usize,
+        scratch: &mut Scratch,
+    ) -> (Vec<f32>, Vec<i64>) {
+        let fast = self.fast.as_ref().expect("the 34-wide kernels for a 34-wide bundle");
+        let cap = depth.cap();
+        let count = input.graphs.len().saturating_sub(1);
+        if cap == 0 {
+            return (h0, vec![0; count]);
+        }
+        let mut h_t = h0;
+        let mut ran = vec![0i64; count];
+        // The batch being run (`None`: `input` itself), its graphs' indices
+        // in `input`, and the steps they have run.
+        let mut part: Option<Input> = None;
+        let mut live: Vec<usize> = (0..count).collect();
+        let mut base = 0;
+        loop {
+            let now = part.as_ref().unwrap_or(input);
+            let start: Vec<f32> = match &part {
+                None => h_t.clone(),
+                Some(_) => live.iter().flat_map(|&g| h_t[input.graphs[g] * H..input.graphs[g + 1] * H].iter().copied()).collect(),
+            };
+            let mut settle = Settle::compacting(&now.graphs, depth, base);
+            let steps = cap - base;
+            let states = match precision {
+                Precision::Int8 => self.steps_int8(now, &start, steps, &mut settle, threads, scratch),
+                Precision::Bf16 if fast.w_ih_bf16.is_some() => {
+                    self.steps_products::<Bf16>(now, &start, steps, &mut settle, threads, scratch)
+                }
+                _ => self.steps_products::<f32>(now, &start, steps, &mut settle, threads, scratch),
+            };
+            let all = settle.all_done();
+            let done = settle.done().to_vec();
+            let now_ran = settle.ran();
+            for (i, &g) in live.iter().enumerate() {
+                let (a, b) = (now.graphs[i], now.graphs[i + 1]);
+                h_t[input.graphs[g] * H..input.graphs[g + 1] * H].copy_from_slice(&states[a * H..b * H]);
+                ran[g] = now_ran[i];
+            }
+            let keep = depth::running(&done);
+            base = keep.first().map_or(cap, |&i| now_ran[i] as usize);
+            if all || keep.is_empty() || base >= cap {
+                return (h_t, ran);
+            }
+            live = keep.iter().map(|&i| live[i]).collect();
+            part = Some(input.select(&live));
+        }
     }
 
     /// The readout, `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\].

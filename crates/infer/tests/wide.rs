@@ -394,6 +394,75 @@ fn adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision() {
     assert!(staggered > 0, "no case stopped its graphs at different steps: the test checks no graph carried past its stop");
 }
 
+/// How many times a batch of graphs of `sizes` nodes that ran `steps`
+/// each was compacted, under the rule of `depth.rs`: after a step, once
+/// the graphs done hold a quarter of the nodes of the batch being run
+/// while another still runs, the graphs still running become the batch.
+fn compactions(sizes: &[usize], steps: &[i64]) -> usize {
+    let mut batch: Vec<usize> = (0..sizes.len()).collect();
+    let mut count = 0;
+    for s in 1..*steps.iter().max().unwrap() {
+        let total: usize = batch.iter().map(|&g| sizes[g]).sum();
+        let done: usize = batch.iter().filter(|&&g| steps[g] <= s).map(|&g| sizes[g]).sum();
+        if done > 0 && 4 * done >= total {
+            batch.retain(|&g| steps[g] > s);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Once the graphs done hold a quarter of a batch's nodes, the graphs
+/// still running go on as a batch of their own (a graph done early costs
+/// no more steps): at FP32, BF16 and INT8, on every path the CPU runs,
+/// each graph's probabilities and steps are still those of the graph
+/// alone, bit for bit, including after a second compaction.
+#[test]
+fn a_batch_whose_graphs_stop_apart_is_compacted_exactly() {
+    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let graphs = [
+        graph_of("examples/hello.c", &["-O0"]),
+        graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O1"]),
+        graph_of("llvm-tests/Inputs/infer/prog.c", &["-O0"]),
+        graph_of("llvm-tests/Inputs/infer/main.c", &["-O2"]),
+        graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O0"]),
+    ];
+    let inputs: Vec<GraphInput> = graphs.iter().chain(&graphs).map(|g| GraphInput::new(g, &vocab).unwrap()).collect();
+    let batch = batch_of(&inputs);
+    let sizes: Vec<usize> = inputs.iter().map(|g| g.node_count()).collect();
+    let offsets = batch.offsets().to_vec();
+    let bits = |p: &[f32]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    // Weights that contract slowly enough for the graphs to stop apart.
+    let hyper = Hyper { stop: Some(Stop { tolerance: 1e-3, max_steps: 300 }), aggregation: Aggregation::Max, ..Hyper::spec(vocab.len()) };
+    let dir = synthetic_with(&hyper, 5, 0.9);
+    let mut twice = 0;
+    let model = Model::open(dir.path()).unwrap();
+    for isa in [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Vnni] {
+        let case = format!("a_batch_whose_graphs_stop_apart_is_compacted_exactly [{isa}]");
+        if !programl_infer::cpu::run_test_on(isa, &case) {
+            continue;
+        }
+        for dtype in [Dtype::F32, Dtype::Bf16, Dtype::Int8] {
+            let what = format!("{isa}, {dtype}");
+            let opts = Options { steps: None, threads: 2, dtype, isa: Some(isa) };
+            let got = model.node_probabilities(&batch, &opts).unwrap();
+            eprintln!("{what}: sizes {sizes:?}, steps per graph {:?}", got.steps_per_graph);
+            let times = compactions(&sizes, &got.steps_per_graph);
+            assert!(times > 0, "{what}: {:?}: the batch was never compacted", got.steps_per_graph);
+            twice += (times > 1) as usize;
+            for (g, input) in inputs.iter().enumerate() {
+                let rows = offsets[g] as usize * 2..offsets[g + 1] as usize * 2;
+                let root = Some((g as u32 * 11) % input.node_count() as u32);
+                let alone = Batch::from_samples(&[Sample { graph: input, root, positives: None }]).unwrap();
+                let one = model.node_probabilities(&alone, &opts).unwrap();
+                assert_eq!(one.steps_per_graph, vec![got.steps_per_graph[g]], "{what}, graph {g}: steps alone");
+                assert_eq!(bits(&one.probabilities), bits(&got.probabilities[rows]), "{what}, graph {g}: alone");
+            }
+        }
+    }
+    assert!(twice > 0, "no case compacted a batch twice");
+}
+
 /// A bundle whose config says `auto_dtype: f32` (dominance-adaptive's:
 /// INT8 measured outside its bound there) runs FP32 at `auto` on every
 /// path, an explicit INT8 request still INT8; without it, `auto` is the

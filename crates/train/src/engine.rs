@@ -144,11 +144,13 @@ impl Predictor<'_> {
         }
     }
 
-    /// The probability of the positive class (class 1) per node, \[N\].
-    pub fn positive_probabilities(&self, batch: &Batch, steps: i64) -> Vec<f32> {
-        let logits = self.node_logits(batch, steps);
+    /// The probability of the positive class (class 1) per node, \[N\],
+    /// at `steps` or (`None`, the torch-free inference only) at the
+    /// bundle's T or stopping rule, and the steps each graph ran.
+    pub fn positive_probabilities_per_graph(&self, batch: &Batch, steps: Option<i64>) -> (Vec<f32>, Vec<i64>) {
+        let (logits, ran) = self.node_logits_per_graph(batch, steps);
         let c = logits.len() / batch.node_count().max(1);
-        logits.chunks_exact(c.max(1)).map(|row| softmax_of(row, 1)).collect()
+        (logits.chunks_exact(c.max(1)).map(|row| softmax_of(row, 1)).collect(), ran)
     }
 }
 

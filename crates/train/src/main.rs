@@ -723,13 +723,17 @@ fn run(cli: Cli) -> Result<()> {
             if aux.is_some() {
                 bail!("--aux: {} is a node-level bundle (no graph head)", model.display());
             }
+            // On the CPU, the torch-free inference alone (libtorch is not
+            // loaded; a bundle with a stopping rule runs under it, `--steps`
+            // its cap); on CUDA, the libtorch model at `--steps` or its T.
+            if runtime.on_cpu(device) {
+                let cpu = programl_infer::Model::open(&model)?;
+                let predictor = engine::Predictor::Cpu(&cpu, runtime.infer_options()?);
+                return predict(&cpu.config.task, &cpu.vocabulary, &predictor, &file, &roots, steps, seed, json);
+            }
             let bundle = Bundle::load(&model, device)?;
-            let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
-            let predictor = match &cpu_model {
-                Some(m) => engine::Predictor::Cpu(m, runtime.infer_options()?),
-                None => engine::Predictor::Torch(&bundle.model),
-            };
-            predict(&bundle, &predictor, &file, &roots, steps, seed, json)
+            let steps = Some(steps.unwrap_or(bundle.model.hyper().steps));
+            predict(&bundle.config.task, &bundle.vocabulary, &engine::Predictor::Torch(&bundle.model), &file, &roots, steps, seed, json)
         }
         Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, seed, json, autograd, runtime } => {
             let int8 = runtime.dtype == Dtype::Is(Precision::Int8);
@@ -921,8 +925,13 @@ fn print_figures(f: &bench::Figures, json: bool) {
     }
 }
 
+/// Nodes per batch of `predict`'s roots (eval's default batch).
+const PREDICT_BATCH_NODES: usize = 10_000;
+
+#[allow(clippy::too_many_arguments)]
 fn predict(
-    bundle: &Bundle,
+    task: &str,
+    vocabulary: &programl::vocab::Vocabulary,
     predictor: &engine::Predictor<'_>,
     file: &Path,
     roots: &str,
@@ -930,8 +939,7 @@ fn predict(
     seed: u64,
     json: bool,
 ) -> Result<()> {
-    let task = train::parse_task(&bundle.config.task)?;
-    let steps = steps.unwrap_or(bundle.model.hyper().steps);
+    let task = train::parse_task(task)?;
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, file).map_err(|e| anyhow::anyhow!("{e}"))?;
     let graph = programl::builder::build(&module, &Default::default());
@@ -952,21 +960,29 @@ fn predict(
                 .collect::<Result<_>>()?
         }
     };
-    let input = GraphInput::new(&graph, &bundle.vocabulary)?;
+    let input = GraphInput::new(&graph, vocabulary)?;
     let kinds: Vec<_> = graph.graph.node_weights().map(|n| n.kind).collect();
     let labelled = data::labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));
-    for root in chosen {
-        let batch = programl::batch::Batch::from_samples(&[Sample { graph: &input, root: Some(root), positives: None }])?;
-        let p = predictor.positive_probabilities(&batch, steps);
-        if json {
-            let nodes: Vec<_> = labelled.iter().map(|&n| json!({"node": n, "p": p[n as usize]})).collect();
-            println!(
-                "{}",
-                json!({"file": file.display().to_string(), "task": task.to_string(), "root": root, "steps": steps, "nodes": nodes})
-            );
-        } else {
-            let positive: Vec<u32> = labelled.iter().copied().filter(|&n| p[n as usize] > 0.5).collect();
-            println!("root {root}: {} of {} labelled nodes predicted positive: {positive:?}", positive.len(), labelled.len());
+    // The roots in batches of copies of the graph, each copy its own root
+    // (as the learned pass batches its roots): each root's result is that
+    // of its graph alone.
+    let per_batch = (PREDICT_BATCH_NODES / input.node_count().max(1)).max(1);
+    for group in chosen.chunks(per_batch) {
+        let samples: Vec<Sample<'_>> = group.iter().map(|&root| Sample { graph: &input, root: Some(root), positives: None }).collect();
+        let batch = programl::batch::Batch::from_samples(&samples)?;
+        let (p, ran) = predictor.positive_probabilities_per_graph(&batch, steps);
+        for (g, &root) in group.iter().enumerate() {
+            let p = &p[batch.offsets()[g] as usize..];
+            if json {
+                let nodes: Vec<_> = labelled.iter().map(|&n| json!({"node": n, "p": p[n as usize]})).collect();
+                println!(
+                    "{}",
+                    json!({"file": file.display().to_string(), "task": task.to_string(), "root": root, "steps": ran[g], "nodes": nodes})
+                );
+            } else {
+                let positive: Vec<u32> = labelled.iter().copied().filter(|&n| p[n as usize] > 0.5).collect();
+                println!("root {root}: {} of {} labelled nodes predicted positive: {positive:?}", positive.len(), labelled.len());
+            }
         }
     }
     Ok(())

@@ -341,3 +341,70 @@ fn graph_level_predict_gives_the_pass_decisions() {
         assert_eq!(seen_classes.get(&key), Some(&g["class"]), "{kernel}");
     }
 }
+
+/// A bundle with a stopping rule (adaptive depth) runs in `predict` on the
+/// torch-free inference, as in the pass (the libtorch model refuses such
+/// bundles, so `predict` must not load it): on the same files and roots,
+/// the pass's probabilities are `predict`'s within 1e-5, at the default
+/// `auto`, and `predict` says the steps each root ran under the rule,
+/// which differ from root to root and stay within the cap.
+#[test]
+fn adaptive_bundles_predict_as_the_pass_decides() {
+    let plugin = built("libprograml_passes.so");
+    let tmp = tempfile::tempdir().unwrap();
+    let ir_dir = tmp.path().join("ir");
+    std::fs::create_dir_all(&ir_dir).unwrap();
+    let files = compile_inputs(&ir_dir);
+    for name in ["datadep-adaptive", "dominance-adaptive"] {
+        let bundle = tmp.path().join("models").join(name);
+        copy_dir(&workspace().join("models").join(name), &bundle);
+        let config: Value = serde_json::from_str(&std::fs::read_to_string(bundle.join("config.json")).unwrap()).unwrap();
+        let cap = config["hyper"]["stop"]["max_steps"].as_i64().expect("an adaptive bundle's cap");
+        let sidecar = tmp.path().join(format!("{name}.jsonl"));
+        let (mut steps, mut compared) = (Vec::new(), 0usize);
+        for file in &files {
+            let before = std::fs::read_to_string(&sidecar).map(|s| s.lines().count()).unwrap_or(0);
+            let pass = format!("programl-infer<model={};device=cpu;threads=1;sidecar={}>", bundle.display(), sidecar.display());
+            let out = run(Command::new(tool("opt"))
+                .arg(format!("-load-pass-plugin={}", plugin.display()))
+                .arg(format!("-passes={pass}"))
+                .arg(file)
+                .arg("-S")
+                .arg("-o")
+                .arg(tmp.path().join("out.ll")));
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(said.is_empty(), "{name} {}: the pass said:\n{said}", file.display());
+            let mut pass_p: Probabilities = BTreeMap::new();
+            for record in json_lines(&std::fs::read(&sidecar).unwrap()).into_iter().skip(before) {
+                for r in record["roots"].as_array().into_iter().flatten() {
+                    let nodes = pass_p.entry(r["root"].as_u64().unwrap()).or_default();
+                    for pair in r["nodes"].as_array().unwrap() {
+                        nodes.insert(pair[0].as_u64().unwrap(), pair[1].as_f64().unwrap());
+                    }
+                }
+            }
+            let out = run(Command::new(env!("CARGO_BIN_EXE_programl-train"))
+                .args(["predict", "--roots", "sample", "--json", "--device", "cpu", "--threads", "1", "--model"])
+                .arg(&bundle)
+                .arg(file));
+            let lines = json_lines(&out.stdout);
+            assert_eq!(lines.len(), pass_p.len(), "{name} {}: predict's roots against the pass's", file.display());
+            for line in lines {
+                let root = line["root"].as_u64().unwrap();
+                let theirs = pass_p.get(&root).unwrap_or_else(|| panic!("{name} {}: root {root} not in the pass's", file.display()));
+                let ran = line["steps"].as_i64().unwrap();
+                assert!((1..=cap).contains(&ran), "{name} {} root {root}: {ran} steps, the cap {cap}", file.display());
+                steps.push(ran);
+                for n in line["nodes"].as_array().unwrap() {
+                    let (node, p) = (n["node"].as_u64().unwrap(), n["p"].as_f64().unwrap());
+                    let q = theirs[&node];
+                    assert!((p - q).abs() <= TOLERANCE, "{name} {} root {root} node {node}: predict {p}, pass {q}", file.display());
+                    compared += 1;
+                }
+            }
+        }
+        eprintln!("{name}: {compared} probabilities compared; steps per root {steps:?}");
+        assert!(compared > 0, "{name}: no root in any file");
+        assert!(steps.iter().any(|&s| s != steps[0]), "{name}: every root ran {} steps: no rule at work", steps[0]);
+    }
+}
