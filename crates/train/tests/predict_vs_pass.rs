@@ -73,6 +73,18 @@ fn compile_inputs(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `opt` with the plugin loaded running `pass` on `file`, the IR written to
+/// `out`; it must succeed.
+fn opt_with(plugin: &Path, pass: &str, file: &Path, out: &Path) -> Output {
+    run(Command::new(tool("opt"))
+        .arg(format!("-load-pass-plugin={}", plugin.display()))
+        .arg(format!("-passes={pass}"))
+        .arg(file)
+        .arg("-S")
+        .arg("-o")
+        .arg(out))
+}
+
 fn json_lines(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes).lines().filter(|l| l.trim_start().starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -124,13 +136,7 @@ fn pass_predict_and_eval_agree() {
                 bundle.display(),
                 sidecar.display()
             );
-            let out = run(Command::new(tool("opt"))
-                .arg(format!("-load-pass-plugin={}", plugin.display()))
-                .arg(format!("-passes={pass}"))
-                .arg(file)
-                .arg("-S")
-                .arg("-o")
-                .arg(&annotated));
+            let out = opt_with(&plugin, &pass, file, &annotated);
             let said = String::from_utf8_lossy(&out.stderr);
             if dtype == "bf16" && !programl_model::cpu_has_bf16() {
                 assert!(said.lines().count() == 1 && said.contains("no BF16 instructions"), "{task} {dtype}: {said}");
@@ -365,13 +371,7 @@ fn adaptive_bundles_predict_as_the_pass_decides() {
         for file in &files {
             let before = std::fs::read_to_string(&sidecar).map(|s| s.lines().count()).unwrap_or(0);
             let pass = format!("programl-infer<model={};device=cpu;threads=1;sidecar={}>", bundle.display(), sidecar.display());
-            let out = run(Command::new(tool("opt"))
-                .arg(format!("-load-pass-plugin={}", plugin.display()))
-                .arg(format!("-passes={pass}"))
-                .arg(file)
-                .arg("-S")
-                .arg("-o")
-                .arg(tmp.path().join("out.ll")));
+            let out = opt_with(&plugin, &pass, file, &tmp.path().join("out.ll"));
             let said = String::from_utf8_lossy(&out.stderr);
             assert!(said.is_empty(), "{name} {}: the pass said:\n{said}", file.display());
             let mut pass_p: Probabilities = BTreeMap::new();
