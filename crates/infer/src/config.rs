@@ -82,9 +82,13 @@ pub struct Hyper {
 /// A sum or a max can say "one of them" where a mean takes a vote (a
 /// dominance merge: docs/perf/models.md, "Why the short tasks stall"),
 /// and a max keeps one strong message from fading among many weak ones.
-/// Every precision runs all three; the INT8 step takes a max's messages
+/// `mean-max` is the mean over forward edges (a node's operands and
+/// predecessors) plus the max over backward ones (its users and
+/// successors): an AND over a few operands beside an OR over many users.
+/// Every precision runs all four; the INT8 step takes a max's messages
 /// whole (`int8::aggregate_max_to_nodes`), where a mean's or a sum's split
-/// into their biases' part and their products'.
+/// into their biases' part and their products', and aggregates
+/// `mean-max`'s in FP32 before quantising them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Aggregation {
@@ -92,6 +96,8 @@ pub enum Aggregation {
     Mean,
     Sum,
     Max,
+    #[serde(rename = "mean-max")]
+    MeanMax,
 }
 
 impl Aggregation {
@@ -109,6 +115,7 @@ impl Aggregation {
             Aggregation::Mean => "mean",
             Aggregation::Sum => "sum",
             Aggregation::Max => "max",
+            Aggregation::MeanMax => "mean-max",
         }
     }
 
@@ -119,6 +126,7 @@ impl Aggregation {
             Aggregation::Mean => Reduce::Mean,
             Aggregation::Sum => Reduce::Sum,
             Aggregation::Max => Reduce::Max,
+            Aggregation::MeanMax => Reduce::MeanMax,
         }
     }
 }
@@ -130,7 +138,8 @@ impl std::str::FromStr for Aggregation {
             "mean" => Ok(Aggregation::Mean),
             "sum" => Ok(Aggregation::Sum),
             "max" => Ok(Aggregation::Max),
-            other => Err(format!("aggregation '{other}': expected mean, sum or max")),
+            "mean-max" => Ok(Aggregation::MeanMax),
+            other => Err(format!("aggregation '{other}': expected mean, sum, max or mean-max")),
         }
     }
 }

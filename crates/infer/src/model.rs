@@ -36,7 +36,7 @@ use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 
 use crate::bundle::{read_config, AutoDtype, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
-use crate::config::{sinusoid_into, Pool, Stop, NORM_EPS, SELECTOR_DIM};
+use crate::config::{sinusoid_into, Aggregation, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::depth::{self, Depth, Settle};
 use crate::weights::Weights;
 use crate::wide::{self, Wide};
@@ -477,11 +477,12 @@ impl Model {
             // general step (another width) is FP32.
             let general = self.fast.is_none();
             // INT8's accuracy bound (models/README.md) was measured on the
-            // mean's and the max's bundles; a sum bundle's `auto` stays
-            // FP32, and so does a bundle's whose config says so (measured
-            // outside the bound); an explicit `int8` is honoured.
-            let auto_f32 =
-                opts.dtype == Dtype::Auto && (self.config.hyper.aggregation.is_sum() || self.config.auto_dtype == Some(AutoDtype::F32));
+            // mean's and the max's bundles; a sum or mean-max bundle's
+            // `auto` stays FP32, and so does a bundle's whose config says so
+            // (measured outside the bound); an explicit `int8` is honoured.
+            let aggregation = self.config.hyper.aggregation;
+            let auto_f32 = opts.dtype == Dtype::Auto
+                && (aggregation.is_sum() || aggregation == Aggregation::MeanMax || self.config.auto_dtype == Some(AutoDtype::F32));
             let precision = match Model::precision_for(opts.dtype) {
                 _ if general || auto_f32 => Precision::F32,
                 p => p,
@@ -850,9 +851,13 @@ impl Model {
             .map(|&s| (s / EDGE_TYPES as i64) as usize * MESSAGES + slot[(s % EDGE_TYPES as i64) as usize] * H)
             .collect();
         let edges = self.edges(input, &offsets);
-        let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride];
+        // Under `mean-max` the messages are aggregated in FP32 (into
+        // `biases`, which only the mean and the sum read) and quantised
+        // through `full`.
+        let mixed = edges.reduce == forward::Reduce::MeanMax;
+        let lens = [nodes * MESSAGES, nodes * H, 2 * H * stride, 2 * stride, stride, 2 * stride, if mixed { H * stride } else { 0 }];
         grow(&mut scratch.f32s, &lens, 0.0);
-        let [f, biases, hf, hs, ms, mt] = take(&mut scratch.f32s, lens);
+        let [f, biases, hf, hs, ms, mt, full] = take(&mut scratch.f32s, lens);
         let [hq, mq] = scratch_u32(&mut scratch.u32s, [2 * QUADS * stride, QUADS * stride]);
         // Padding lanes (from `nodes` to `stride`): computed, never read;
         // zero, they hold no stale values.
@@ -866,7 +871,7 @@ impl Model {
         let gates = &table[..];
         int8::check_edges(f, &edges, &self.msg_bias, gates, nodes);
         let max = edges.reduce == forward::Reduce::Max;
-        if !max {
+        if !max && !mixed {
             // SAFETY: the edges were checked against these buffers just above.
             unsafe { int8::gated_biases(&edges, &self.msg_bias, gates, nodes, biases, threads) };
         }
@@ -894,7 +899,10 @@ impl Model {
                 let (t0, t1) = mt.split_at_mut(stride);
                 // SAFETY: the edges were checked against these buffers above.
                 unsafe {
-                    if max {
+                    if mixed {
+                        forward::aggregate::<f32, f32>(f, &edges, &self.msg_bias, gates, biases, threads);
+                        int8::messages_to_nodes(biases, stride, mq, ms, [t0, t1], full, threads);
+                    } else if max {
                         int8::aggregate_max_to_nodes(f, &edges, &self.msg_bias, gates, nodes, stride, mq, ms, [t0, t1], threads)
                     } else {
                         int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads)

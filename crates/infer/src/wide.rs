@@ -169,6 +169,9 @@ fn active_runs(graphs: &[usize], done: &[bool], n: usize) -> Vec<Range<usize>> {
 #[inline(always)]
 fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
     let h = w.h;
+    if e.reduce == Reduce::MeanMax {
+        return mean_max_rows(w, e, f, gates, first, out);
+    }
     for (i, row) in out.chunks_exact_mut(h).enumerate() {
         let v = first + i;
         let (start, end) = (e.crow[v] as usize, e.crow[v + 1] as usize);
@@ -191,6 +194,41 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
         }
         let scale = forward::message_scale(end - start, e.reduce);
         row.iter_mut().for_each(|x| *x *= scale);
+    }
+}
+
+/// [`aggregate_rows`] under `mean-max`: the forward edges' mean plus the
+/// backward edges' channel-wise max (each zero without its edges).
+#[inline(always)]
+fn mean_max_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
+    let h = w.h;
+    let mut max = vec![0f32; h];
+    for (i, row) in out.chunks_exact_mut(h).enumerate() {
+        let v = first + i;
+        let (start, end) = (e.crow[v] as usize, e.crow[v + 1] as usize);
+        row.fill(0.0);
+        max.fill(f32::NEG_INFINITY);
+        let mut backward = false;
+        for k in start..end {
+            let (source, t) = ((e.sources[k] / EDGE_TYPES as i64) as usize, e.types[k] as usize);
+            let msg = &f[source * 9 * h + t * h..][..h];
+            let b = &w.msg_bias[t * h..][..h];
+            let g = &gates[e.positions[k] as usize * h..][..h];
+            if Reduce::MeanMax.takes_max(t as i64) {
+                backward = true;
+                for j in 0..h {
+                    max[j] = max[j].max((msg[j] + b[j]) * g[j]);
+                }
+            } else {
+                for j in 0..h {
+                    row[j] += (msg[j] + b[j]) * g[j];
+                }
+            }
+        }
+        let scale = Reduce::MeanMax.scale_of(&e.types[start..end]);
+        for j in 0..h {
+            row[j] = row[j] * scale + if backward { max[j] } else { 0.0 };
+        }
     }
 }
 

@@ -112,6 +112,10 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
         let max = hyper.aggregation == Aggregation::Max;
         let mut acc = vec![vec![if max { f64::NEG_INFINITY } else { 0.0 }; h]; n];
         let mut deg = vec![0usize; n];
+        // Under mean-max: the backward edges' maximum, beside the forward
+        // edges' sum in `acc` and their count in `deg`.
+        let mixed = hyper.aggregation == Aggregation::MeanMax;
+        let mut back: Vec<Option<Vec<f64>>> = vec![None; n];
         for ty in EdgeType::ALL {
             let e = batch.edges(ty);
             let k = ty as usize;
@@ -119,6 +123,13 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
                 let (u, w) = (e.sources[i] as usize, e.targets[i] as usize);
                 let msg = affine(&wm[k * h * h..(k + 1) * h * h], Some(&bm[k * h..(k + 1) * h]), &cur[u], h);
                 let g = gate(e.positions[i].clamp(0, hyper.positions - 1));
+                if mixed && ty.is_backward() {
+                    let b = back[w].get_or_insert_with(|| vec![f64::NEG_INFINITY; h]);
+                    for j in 0..h {
+                        b[j] = b[j].max(msg[j] * g[j]);
+                    }
+                    continue;
+                }
                 for j in 0..h {
                     if max {
                         acc[w][j] = acc[w][j].max(msg[j] * g[j]);
@@ -131,11 +142,13 @@ fn reference(hyper: &Hyper, tensors: &Tensors, batch: &Batch, steps: usize) -> V
         }
         cur = (0..n)
             .map(|i| {
-                let sum = hyper.aggregation != Aggregation::Mean;
+                let sum = !matches!(hyper.aggregation, Aggregation::Mean | Aggregation::MeanMax);
                 let m: Vec<f64> = acc[i]
                     .iter()
-                    .map(|x| {
-                        if deg[i] == 0 {
+                    .enumerate()
+                    .map(|(j, x)| {
+                        let most = back[i].as_ref().map_or(0.0, |b| b[j]);
+                        most + if deg[i] == 0 {
                             0.0
                         } else if sum {
                             *x
@@ -258,7 +271,7 @@ fn any_width_runs_and_matches_the_reference() {
 #[test]
 fn summed_and_max_messages_match_the_reference_on_both_steps() {
     let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
-    for aggregation in [Aggregation::Sum, Aggregation::Max] {
+    for aggregation in [Aggregation::Sum, Aggregation::Max, Aggregation::MeanMax] {
         for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
             let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation, ..Hyper::spec(0) };
             let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
@@ -275,13 +288,13 @@ fn summed_and_max_messages_match_the_reference_on_both_steps() {
                     model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype: Dtype::F32, isa: Some(isa) }).unwrap();
                 let d = max_diff(&got.probabilities, &want);
                 assert!(d < 1e-4, "{aggregation:?}, hidden {hidden}, {isa}: {d} from the reference");
-                if aggregation == Aggregation::Max {
+                if aggregation != Aggregation::Sum {
                     let int8 =
                         model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype: Dtype::Int8, isa: Some(isa) }).unwrap();
                     let (want_precision, bound) = if hidden == 34 { (Precision::Int8, 0.05) } else { (Precision::F32, 1e-4) };
-                    assert_eq!(int8.precision, want_precision, "max, hidden {hidden}, {isa}: the precision of an int8 request");
+                    assert_eq!(int8.precision, want_precision, "{aggregation:?}, hidden {hidden}, {isa}: the precision of an int8 request");
                     let d = max_diff(&int8.probabilities, &want);
-                    assert!(d < bound, "max, hidden {hidden}, {isa}, INT8: {d} from the reference");
+                    assert!(d < bound, "{aggregation:?}, hidden {hidden}, {isa}, INT8: {d} from the reference");
                 }
             }
         }
@@ -349,7 +362,7 @@ fn adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision() {
     // Cases whose graphs stopped at different steps: those where a graph
     // done early is carried through the others' steps.
     let mut staggered = 0;
-    for aggregation in [Aggregation::Mean, Aggregation::Max] {
+    for aggregation in [Aggregation::Mean, Aggregation::Max, Aggregation::MeanMax] {
         let stop = Stop { tolerance: 1e-3, max_steps: 60 };
         let hyper = Hyper { stop: Some(stop), aggregation, ..Hyper::spec(vocab.len()) };
         let dir = synthetic_with(&hyper, 5, 0.6);

@@ -8,7 +8,7 @@
 use crate::avx512;
 use crate::cpu::{self, Isa};
 use crate::elem::Elem;
-use crate::forward::Product;
+use crate::forward::{Product, Reduce};
 use crate::threads::{par_ranges_summing, Shared};
 use crate::{FUSED, GATES, H};
 
@@ -188,8 +188,13 @@ pub struct EdgesBackward<'a, T> {
     /// Under the max aggregation, the forward's winners
     /// ([`crate::forward::aggregate_max_tape`], \[N, 34\]): edge `e` gets
     /// channel `j` of its target's gradient only where it won it, and
-    /// `inv_degree` is not read.
+    /// `inv_degree` is not read. Under [`Reduce::MeanMax`] that holds for
+    /// the backward edges, and the forward ones take `inv_degree` (1 / the
+    /// target's forward edges).
     pub winners: Option<&'a [u32]>,
+    /// The forward's aggregation: which edges the winners are read for
+    /// ([`Reduce::takes_max`]).
+    pub reduce: Reduce,
 }
 
 /// The aggregation's backward. With `s[v] = da[v] / indeg(v)`: the message
@@ -198,7 +203,9 @@ pub struct EdgesBackward<'a, T> {
 /// it), and `d_table` \[P, 34\] += `Σ_e s[target e] ⊙ (F[e] + bias[type e])`
 /// (the messages before gating, `fused` the step's product as in
 /// [`aggregate`]). Under the max aggregation (`winners`), `s[v]` is
-/// `da[v]` on the channels where the edge won, zero elsewhere.
+/// `da[v]` on the channels where the edge won, zero elsewhere; under
+/// [`Reduce::MeanMax`], that for backward edges and `da[v] ⊙ inv_degree[v]`
+/// for forward ones.
 pub fn aggregate_backward<T: Elem>(
     reads: EdgesBackward<'_, T>,
     d_fused: &mut [f32],
@@ -250,7 +257,7 @@ unsafe fn edges_backward_avx2<T: Elem>(reads: EdgesBackward<'_, T>, out: Shared,
 
 #[inline(always)]
 unsafe fn edges_backward_rows<T: Elem>(
-    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row, winners }: EdgesBackward<'_, T>,
+    EdgesBackward { da, inv_degree, fused: (fused, fl), bias, gates, targets, positions, by_row, winners, reduce }: EdgesBackward<'_, T>,
     out: Shared,
     table: &mut [f32],
     range: std::ops::Range<usize>,
@@ -268,7 +275,7 @@ unsafe fn edges_backward_rows<T: Elem>(
                     let p = positions[e] as usize;
                     let g = &gates[p * H..][..H];
                     let dt = &mut table[p * H..][..H];
-                    if let Some(won) = winners {
+                    if let Some(won) = winners.filter(|_| reduce.takes_max(t as i64)) {
                         let won = &won[target * H..][..H];
                         for j in 0..H {
                             if won[j] == e as u32 {

@@ -2,8 +2,8 @@
 //! fifteen tensor operations, each of which read and wrote whole \[N, 34\]
 //! or \[E, 34\] arrays.
 //!
-//! - [`aggregate`]: the mean (or the sum, or the channel-wise max:
-//!   [`Reduce`]) over each node's incoming edges of the gated message
+//! - [`aggregate`]: the mean (or the sum, the channel-wise max, or the
+//!   two by direction: [`Reduce`]) over each node's incoming edges of the gated message
 //!   `(F[row] + b_type) ⊙ p(position)`, read straight from the fused
 //!   product's rows and the gate table (no per-edge array);
 //!   [`aggregate_max_tape`] also keeps which edge won each channel, for
@@ -61,21 +61,68 @@ pub struct Edges<'a> {
 }
 
 /// How a node combines its incoming messages (a bundle's
-/// `hyper.aggregation`): their mean, their sum, or their channel-wise
-/// maximum. Without incoming edges the result is zero under all three.
+/// `hyper.aggregation`): their mean, their sum, their channel-wise
+/// maximum, or ([`Reduce::MeanMax`]) the mean of those along forward edges
+/// plus the channel-wise maximum of those along backward ones. Without
+/// incoming edges the result is zero under all four; under `MeanMax` each
+/// of its two terms is zero without edges of its direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reduce {
     #[default]
     Mean,
     Sum,
     Max,
+    /// The mean over forward edges (a node hears its operands and its
+    /// predecessors) plus the channel-wise max over backward edges (it
+    /// hears its users and its successors), summed into the same values.
+    MeanMax,
+}
+
+/// The first backward edge type ([`crate::EDGE_TYPES`] order: control,
+/// data, call, then the three reversed).
+pub const FIRST_BACKWARD: i64 = 3;
+
+impl Reduce {
+    /// Whether the messages along edges of type `t` go into the
+    /// channel-wise maximum (and training sends their gradient to the
+    /// winners), not into the mean or the sum.
+    #[inline(always)]
+    pub fn takes_max(self, t: i64) -> bool {
+        match self {
+            Reduce::Max => true,
+            Reduce::MeanMax => t >= FIRST_BACKWARD,
+            Reduce::Mean | Reduce::Sum => false,
+        }
+    }
+
+    /// Whether some messages go into a channel-wise maximum (the forward
+    /// keeps winners for training).
+    #[inline(always)]
+    pub fn has_max(self) -> bool {
+        matches!(self, Reduce::Max | Reduce::MeanMax)
+    }
+
+    /// What the summed (non-max) messages of a node whose incoming edges
+    /// have the types `types` are multiplied by: [`message_scale`] of the
+    /// in-degree, and under [`Reduce::MeanMax`] 1 / the number of forward
+    /// edges (0 without one).
+    #[inline(always)]
+    pub fn scale_of(self, types: &[i64]) -> f32 {
+        match self {
+            Reduce::MeanMax => {
+                let forward = types.iter().filter(|&&t| t < FIRST_BACKWARD).count();
+                message_scale(forward, Reduce::Mean)
+            }
+            r => message_scale(types.len(), r),
+        }
+    }
 }
 
 impl Edges<'_> {
-    /// [`message_scale`] of the node whose incoming edges are `start..end`.
+    /// [`Reduce::scale_of`] the node whose incoming edges are `start..end`.
     #[inline(always)]
     pub fn scale(&self, start: usize, end: usize) -> f32 {
-        message_scale(end - start, self.reduce)
+        self.reduce.scale_of(&self.types[start..end])
     }
 }
 
@@ -104,7 +151,9 @@ pub const NO_EDGE: u32 = u32::MAX;
 /// offset), for every node: `fused` the \[N, 306\] product in any layout,
 /// `bias` \[6, 34\], `gates` \[P, 34\], `out` \[N, 34\] (FP32 or BF16: the
 /// next product's input). Under [`Reduce::Sum`] without the `1/indeg`;
-/// under [`Reduce::Max`] the channel-wise maximum of the same messages.
+/// under [`Reduce::Max`] the channel-wise maximum of the same messages;
+/// under [`Reduce::MeanMax`] the forward edges' mean plus the backward
+/// edges' maximum.
 pub fn aggregate<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], out: &mut [O], threads: usize) {
     let nodes = out.len() / H;
     split(out, nodes, threads, |first, chunk| {
@@ -125,7 +174,7 @@ unsafe fn aggregate_avx2<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias:
 
 #[inline(always)]
 fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], first: usize, out: &mut [O]) {
-    if edges.reduce == Reduce::Max {
+    if edges.reduce.has_max() {
         let mut winners = [0u32; H];
         for (i, row) in out.chunks_exact_mut(H).enumerate() {
             let acc = max_row(fused, edges, bias, gates, first + i, &mut winners);
@@ -157,8 +206,14 @@ fn aggregate_rows<T: Elem, O: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32]
 /// Node `v`'s channel-wise maximum over its incoming gated messages (zero
 /// without incoming edges), and in `winners` the edge that gave each
 /// channel (the first of equal ones; [`NO_EDGE`] without edges).
+///
+/// Under [`Reduce::MeanMax`] the maximum is over the backward edges only
+/// (the winners [`NO_EDGE`] without one), plus the forward edges' mean.
 #[inline(always)]
 fn max_row<T: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], v: usize, winners: &mut [u32; H]) -> [f32; H] {
+    if edges.reduce == Reduce::MeanMax {
+        return mean_max_row(fused, edges, bias, gates, v, winners);
+    }
     let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
     if start == end {
         *winners = [NO_EDGE; H];
@@ -180,6 +235,40 @@ fn max_row<T: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32],
     acc
 }
 
+/// [`max_row`] under [`Reduce::MeanMax`].
+#[inline(always)]
+fn mean_max_row<T: Elem>(fused: &[T], edges: &Edges<'_>, bias: &[f32], gates: &[f32], v: usize, winners: &mut [u32; H]) -> [f32; H] {
+    let (start, end) = (edges.crow[v] as usize, edges.crow[v + 1] as usize);
+    let mut max = [f32::NEG_INFINITY; H];
+    let mut sum = [0f32; H];
+    let mut backward = false;
+    *winners = [NO_EDGE; H];
+    for e in start..end {
+        let m = &fused[edges.offsets[e]..][..H];
+        let b = &bias[edges.types[e] as usize * H..][..H];
+        let g = &gates[edges.positions[e] as usize * H..][..H];
+        if edges.types[e] >= FIRST_BACKWARD {
+            backward = true;
+            for j in 0..H {
+                let x = (m[j].f32() + b[j]) * g[j];
+                if x > max[j] {
+                    max[j] = x;
+                    winners[j] = e as u32;
+                }
+            }
+        } else {
+            for j in 0..H {
+                sum[j] += (m[j].f32() + b[j]) * g[j];
+            }
+        }
+    }
+    let scale = edges.scale(start, end);
+    for j in 0..H {
+        max[j] = if backward { max[j] } else { 0.0 } + sum[j] * scale;
+    }
+    max
+}
+
 /// [`aggregate`] under [`Reduce::Max`], FP32 out, also writing `winners`
 /// \[N, 34\]: the edge (its index in `edges`) whose message is each
 /// node's maximum in each channel, which training's backward
@@ -193,7 +282,7 @@ pub fn aggregate_max_tape<T: Elem>(
     winners: &mut [u32],
     threads: usize,
 ) {
-    assert_eq!(edges.reduce, Reduce::Max, "the tape of the max aggregation");
+    assert!(edges.reduce.has_max(), "the tape of the max aggregation");
     let nodes = out.len() / H;
     split2(out, winners, nodes, threads, |first, chunk, won| {
         #[cfg(target_arch = "x86_64")]

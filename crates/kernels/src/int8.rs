@@ -325,6 +325,27 @@ pub fn states_to_nodes(x: &[f32], stride: usize, quads: &mut [u32], scales: &mut
     });
 }
 
+/// Aggregated messages computed in FP32, `x` \[N, 34\] row-major (what
+/// [`crate::forward::aggregate`] writes), as [`Nodes`] for [`gru`]: the
+/// same quantisation as [`states_to_nodes`] (whose node-major copy goes to
+/// `full`, `[34][stride]`, scratch here), the two tail entries to `tails`.
+/// For the aggregations whose INT8 loops are not fused
+/// ([`crate::forward::Reduce::MeanMax`]).
+pub fn messages_to_nodes(
+    x: &[f32],
+    stride: usize,
+    quads: &mut [u32],
+    scales: &mut [f32],
+    tails: [&mut [f32]; TAIL],
+    full: &mut [f32],
+    threads: usize,
+) {
+    states_to_nodes(x, stride, quads, scales, full, threads);
+    for (k, tail) in tails.into_iter().enumerate() {
+        tail[..stride].copy_from_slice(&full[(QK + k) * stride..][..stride]);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn rows_to_nodes(

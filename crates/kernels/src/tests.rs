@@ -221,6 +221,7 @@ fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
                     positions: &pos,
                     by_row: &by_row,
                     winners: Some(&winners),
+                    reduce: Reduce::Max,
                 };
                 aggregate_backward::<f32>(reads, &mut d_fused, &mut d_table, &mut bias_sums, threads);
                 let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; positions * H]);
@@ -246,6 +247,136 @@ fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
                 for c in 0..6 * H {
                     let want: f64 = (0..n).map(|v| want_fused[v * FUSED + c]).sum();
                     assert!((bias_sums[c] as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: bias sum {c}");
+                }
+            }
+        });
+    }
+}
+
+/// The mixed aggregation ([`crate::forward::Reduce::MeanMax`]) on random
+/// edges of all six types: each node's channel is the mean of its gated
+/// messages along forward edges plus the largest along backward ones (each
+/// term zero without edges of its direction); the winners are backward
+/// edges only; and the backward sends a forward edge `da / (forward
+/// in-degree)` and a backward one its channels where it won. Checked
+/// against a reference written from that definition, in f64, on the
+/// portable path and on the best this CPU runs.
+#[test]
+fn mean_max_aggregation_averages_forward_edges_and_takes_the_largest_backward_one() {
+    use crate::backward::{aggregate_backward, ByRow, EdgesBackward};
+    use crate::forward::{aggregate, aggregate_max_tape, Edges, Layout, Reduce, NO_EDGE};
+    use crate::FUSED;
+    let mut seed = 0x3ea7_u64;
+    let mut random = || random(&mut seed);
+    let (n, positions) = (600usize, 5usize);
+    let layout = Layout::row_major(FUSED / H);
+    let fused: Vec<f32> = (0..n * FUSED).map(|_| random()).collect();
+    let bias: Vec<f32> = (0..6 * H).map(|_| random() * 0.1).collect();
+    let gates: Vec<f32> = (0..positions * H).map(|_| random() + 1.0).collect();
+    let (mut crow, mut offsets, mut types, mut pos, mut rows, mut targets) = (vec![0i64], vec![], vec![], vec![], vec![], vec![]);
+    for v in 0..n {
+        // 0 to 6 edges; some nodes only forward, some only backward.
+        for k in 0..(v * 5 + 3) % 7 {
+            let t = match v % 5 {
+                0 => k % 3,
+                1 => 3 + k % 3,
+                _ => ((random() + 1.0) * 3.0) as usize % 6,
+            };
+            let source = ((random() + 1.0) / 2.0 * n as f32) as usize % n;
+            let p = ((random() + 1.0) * 2.5) as usize % positions;
+            offsets.push(source * layout.row + t * layout.block);
+            types.push(t as i64);
+            pos.push(p as i64);
+            rows.push((source * 9 + t) as i64);
+            targets.push(v as i64);
+        }
+        crow.push(offsets.len() as i64);
+    }
+    let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: Reduce::MeanMax };
+    let message = |e: usize, j: usize| ((fused[offsets[e] + j] + bias[types[e] as usize * H + j]) * gates[pos[e] as usize * H + j]) as f64;
+    let forward_degree = |v: usize| (crow[v] as usize..crow[v + 1] as usize).filter(|&e| types[e] < 3).count();
+    let inv_degree: Vec<f32> = (0..n).map(|v| if forward_degree(v) == 0 { 0.0 } else { 1.0 / forward_degree(v) as f32 }).collect();
+    let da: Vec<f32> = (0..n * H).map(|_| random()).collect();
+    let by_row = ByRow::new(&rows, n);
+    let mut paths = vec![Isa::Portable];
+    if cpu::detected() != Isa::Portable {
+        paths.push(cpu::detected());
+    }
+    let (mut only_forward, mut only_backward, mut both) = (0, 0, 0);
+    for v in 0..n {
+        let (f, b) = (forward_degree(v), (crow[v + 1] - crow[v]) as usize - forward_degree(v));
+        match (f > 0, b > 0) {
+            (true, false) => only_forward += 1,
+            (false, true) => only_backward += 1,
+            (true, true) => both += 1,
+            _ => {}
+        }
+    }
+    assert!(only_forward > 50 && only_backward > 50 && both > 50, "the edges cover each case");
+    for isa in paths {
+        cpu::with_cap(isa, || {
+            for threads in [1, 3] {
+                let (mut out, mut taped, mut winners) = (vec![f32::NAN; n * H], vec![f32::NAN; n * H], vec![0u32; n * H]);
+                aggregate::<f32, f32>(&fused, &edges, &bias, &gates, &mut out, threads);
+                aggregate_max_tape::<f32>(&fused, &edges, &bias, &gates, &mut taped, &mut winners, threads);
+                assert_eq!(out, taped, "{isa}: the tape's forward is the forward");
+                for v in 0..n {
+                    let all = crow[v] as usize..crow[v + 1] as usize;
+                    let fwd: Vec<usize> = all.clone().filter(|&e| types[e] < 3).collect();
+                    let bwd: Vec<usize> = all.clone().filter(|&e| types[e] >= 3).collect();
+                    for j in 0..H {
+                        let mean = if fwd.is_empty() { 0.0 } else { fwd.iter().map(|&e| message(e, j)).sum::<f64>() / fwd.len() as f64 };
+                        let (max, first) = match bwd.iter().map(|&e| message(e, j)).reduce(f64::max) {
+                            None => (0.0, NO_EDGE),
+                            Some(m) => (m, *bwd.iter().find(|&&e| message(e, j) == m).unwrap() as u32),
+                        };
+                        let got = out[v * H + j] as f64;
+                        assert!(
+                            (got - (mean + max)).abs() <= 1e-5 * (1.0 + (mean + max).abs()),
+                            "{isa}: node {v}, channel {j}: {got} against {}",
+                            mean + max
+                        );
+                        assert_eq!(winners[v * H + j], first, "{isa}: node {v}, channel {j}'s winner");
+                    }
+                }
+                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; positions * H], vec![0f32; 6 * H]);
+                let reads = EdgesBackward {
+                    da: &da,
+                    inv_degree: &inv_degree,
+                    fused: (&fused, layout),
+                    bias: &bias,
+                    gates: &gates,
+                    targets: &targets,
+                    positions: &pos,
+                    by_row: &by_row,
+                    winners: Some(&winners),
+                    reduce: Reduce::MeanMax,
+                };
+                aggregate_backward::<f32>(reads, &mut d_fused, &mut d_table, &mut bias_sums, threads);
+                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; positions * H]);
+                for (e, &t) in targets.iter().enumerate() {
+                    let t = t as usize;
+                    for j in 0..H {
+                        let s = if types[e] < 3 {
+                            da[t * H + j] as f64 / forward_degree(t) as f64
+                        } else if winners[t * H + j] == e as u32 {
+                            da[t * H + j] as f64
+                        } else {
+                            0.0
+                        };
+                        let (g, p) = (gates[pos[e] as usize * H + j] as f64, pos[e] as usize);
+                        want_fused[rows[e] as usize / 9 * FUSED + types[e] as usize * H + j] += s * g;
+                        want_table[p * H + j] += s * (fused[offsets[e] + j] + bias[types[e] as usize * H + j]) as f64;
+                    }
+                }
+                for v in 0..n {
+                    for c in 0..6 * H {
+                        let (got, want) = (d_fused[v * FUSED + c] as f64, want_fused[v * FUSED + c]);
+                        assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{isa}: d_fused[{v}, {c}] {got} against {want}");
+                    }
+                }
+                for (i, (&got, &want)) in d_table.iter().zip(&want_table).enumerate() {
+                    assert!((got as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: d_table[{i}] {got} against {want}");
                 }
             }
         });

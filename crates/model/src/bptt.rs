@@ -398,7 +398,7 @@ impl Ggnn {
             /// Under the max aggregation, each node's winning edge per channel.
             winners: Option<Vec<u32>>,
         }
-        let max = input.reduce == forward::Reduce::Max;
+        let max = input.reduce.has_max();
         let mut tape: Vec<Saved> = Vec::with_capacity(steps.max(0) as usize);
         let mut h = h0.shallow_clone();
         for _ in 0..steps {
@@ -528,6 +528,7 @@ impl Ggnn {
                             positions: &pos,
                             by_row: &by_row,
                             winners: s.winners.as_deref(),
+                            reduce: input.reduce,
                         },
                         fu,
                         &mut d_table,
@@ -611,12 +612,25 @@ impl Ggnn {
             let per_edge = &gathered * &gates;
             let a = input.aggregate(&per_edge, n);
             // Under the max aggregation, where each edge's message is its
-            // target's maximum (autograd's rule: equal ones share).
-            let won = (input.reduce == kernels::forward::Reduce::Max).then(|| {
-                let hit = per_edge.eq_tensor(&a.index_select(0, &input.targets)).to_kind(Kind::Float);
-                let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit);
-                hit / ties.index_select(0, &input.targets)
-            });
+            // target's maximum (autograd's rule: equal ones share). Under
+            // mean-max, that among the backward edges, and each forward
+            // edge's share of its target's mean.
+            let won = match input.reduce {
+                kernels::forward::Reduce::Max => {
+                    let hit = per_edge.eq_tensor(&a.index_select(0, &input.targets)).to_kind(Kind::Float);
+                    let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit);
+                    Some(hit / ties.index_select(0, &input.targets))
+                }
+                kernels::forward::Reduce::MeanMax => {
+                    let back = input.edge_types.ge(kernels::forward::FIRST_BACKWARD).to_kind(Kind::Float).view([-1, 1]);
+                    let max = input.channel_max(&per_edge, Some(input.backward_edges()));
+                    let hit = per_edge.eq_tensor(&max.index_select(0, &input.targets)).to_kind(Kind::Float) * &back;
+                    let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit).clamp_min(1.0);
+                    let mean = (1.0 - &back) * input.inv_degree.index_select(0, &input.targets);
+                    Some(hit / ties.index_select(0, &input.targets) + mean)
+                }
+                kernels::forward::Reduce::Mean | kernels::forward::Reduce::Sum => None,
+            };
             let a_op = pr.operand(&a);
             let gi = if pr.bf16 { pr.mm(&a_op, &w_ih_t) + &self.b_ih } else { a.linear(&self.w_ih, Some(&self.b_ih)) };
             let gh = fused.narrow(1, hm, 3 * HIDDEN);

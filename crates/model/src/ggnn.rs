@@ -437,7 +437,7 @@ impl Ggnn {
             if fused {
                 assert_eq!(self.device(), Device::Cpu, "the fused inference loops run on the CPU");
                 self.logits_fused(ws, input, steps)
-            } else if input.reduce == forward::Reduce::Max {
+            } else if input.reduce.has_max() {
                 // `logits_inference` folds the messages' biases through
                 // their mean, which a max does not allow: the plain forward.
                 self.forward(input, steps, false)
@@ -663,7 +663,7 @@ impl Ggnn {
         let msg = int8::Packed::new(&int8::Columns::new(&ordered, MESSAGES));
         let gru_w = int8::Gru::new(&floats(&self.w_ih), &floats(&self.w_hh));
         // SAFETY: as in `logits_inference`.
-        let [text, h0, both, f, biases, hf, hq, hs, mq, ms, mt, mut h_last] = unsafe {
+        let [text, h0, both, f, biases, hf, hq, hs, mq, ms, mt, full, mut h_last] = unsafe {
             ws.carve(
                 Device::Cpu,
                 [
@@ -678,6 +678,7 @@ impl Ggnn {
                     &[QUADS as i64, sp],
                     &[sp],
                     &[2, sp],
+                    &[HIDDEN, sp],
                     &[n, HIDDEN],
                 ],
             )
@@ -715,8 +716,12 @@ impl Ggnn {
             // The biases' part of the gated mean: the same every step (a
             // max takes its messages whole).
             let max = edges.reduce == forward::Reduce::Max;
+            // Under mean-max: aggregated in FP32 (into `biases`, which only
+            // the mean and the sum read) and quantised through `full`.
+            let mixed = edges.reduce == forward::Reduce::MeanMax;
             let biases = view_mut::<f32>(&biases, Kind::Float);
-            if !max {
+            let full = view_mut::<f32>(&full, Kind::Float);
+            if !max && !mixed {
                 int8::gated_biases(&edges, &b_msg, gates, nodes, biases, threads);
             }
             let mut hf: [&mut [f32]; 2] = {
@@ -752,7 +757,10 @@ impl Ggnn {
                 {
                     let (t0, t1) = mt.split_at_mut(stride);
                     // (The edges were checked against these buffers above.)
-                    if max {
+                    if mixed {
+                        forward::aggregate::<f32, f32>(f, &edges, &b_msg, gates, biases, threads);
+                        int8::messages_to_nodes(biases, stride, mq, ms, [t0, t1], full, threads);
+                    } else if max {
                         int8::aggregate_max_to_nodes(f, &edges, &b_msg, gates, nodes, stride, mq, ms, [t0, t1], threads);
                     } else {
                         int8::aggregate_to_nodes(f, &edges, biases, gates, nodes, stride, mq, ms, [t0, t1], threads);
@@ -1077,6 +1085,8 @@ pub struct Prepared {
     /// and building it cost a third of a millisecond per module in the
     /// learned pass.
     mean: std::cell::OnceCell<Tensor>,
+    /// [`Prepared::backward_edges`], built on first use.
+    backward: std::cell::OnceCell<Tensor>,
     /// The graph of every node, \[N\], and the number of graphs.
     pub graph_index: Tensor,
     pub graphs: i64,
@@ -1121,7 +1131,8 @@ impl Prepared {
         let targets: Vec<i64> = (0..n).flat_map(|v| std::iter::repeat_n(v as i64, indegree[v + 1] as usize)).collect();
         // What each node's summed messages are multiplied by: the kernels' rule.
         let reduce = hyper.aggregation.reduce();
-        let inv_degree: Vec<f32> = (0..n).map(|v| forward::message_scale(indegree[v + 1] as usize, reduce)).collect();
+        let types: Vec<i64> = sources.iter().map(|s| s % EDGE_TYPES).collect();
+        let inv_degree: Vec<f32> = (0..n).map(|v| reduce.scale_of(&types[crow[v] as usize..crow[v + 1] as usize])).collect();
         Prepared {
             tokens: Tensor::from_slice(&tokens).to_device(device),
             selector: Tensor::from_slice(batch.selector()).to_device(device),
@@ -1129,7 +1140,7 @@ impl Prepared {
             loss_weights: None,
             fused_rows: Tensor::from_slice(&sources.iter().map(|s| s / EDGE_TYPES * FUSED_BLOCKS + s % EDGE_TYPES).collect::<Vec<i64>>())
                 .to_device(device),
-            edge_types: Tensor::from_slice(&sources.iter().map(|s| s % EDGE_TYPES).collect::<Vec<i64>>()).to_device(device),
+            edge_types: Tensor::from_slice(&types).to_device(device),
             sources: Tensor::from_slice(&sources).to_device(device),
             position_rows: positions.iter().max().map_or(0, |&p| p + 1),
             positions: Tensor::from_slice(&positions).to_device(device),
@@ -1138,6 +1149,7 @@ impl Prepared {
             crow: Tensor::from_slice(&crow).to_device(device),
             reduce,
             mean: std::cell::OnceCell::new(),
+            backward: std::cell::OnceCell::new(),
             graph_index: Tensor::from_slice(batch.graph_index()).to_device(device),
             graphs: batch.graph_count() as i64,
             nodes: n as i64,
@@ -1151,26 +1163,45 @@ impl Prepared {
     }
 
     /// The mean (or, for a sum bundle, the sum; for a max bundle, the
-    /// channel-wise maximum) of the per-edge messages \[E, 34\] by target,
-    /// \[N, 34\]; zero for a node without incoming edges. Differentiable
-    /// (autograd splits a max's gradient among equal messages).
+    /// channel-wise maximum; for a mean-max bundle, the forward edges'
+    /// mean plus the backward edges' maximum) of the per-edge messages
+    /// \[E, 34\] by target, \[N, 34\]; zero for a node without incoming
+    /// edges. Differentiable (autograd splits a max's gradient among equal
+    /// messages).
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
-        if self.reduce == forward::Reduce::Max {
-            // (aten's `scatter_reduce.two`, tch's `internal_scatter_reduce`;
-            // not `index_reduce`, which prints a beta warning. Without
-            // `include_self`, a node no edge reaches keeps its zero.)
-            let width = per_edge.size()[1];
-            let zeros = Tensor::zeros([nodes, width], (per_edge.kind(), per_edge.device()));
-            let index = self.targets.view([-1, 1]).expand([-1, width], false);
-            return zeros.internal_scatter_reduce(0, &index, per_edge, "amax", false);
+        match self.reduce {
+            forward::Reduce::Max => self.channel_max(per_edge, None),
+            forward::Reduce::MeanMax => self.mean().mm(per_edge) + self.channel_max(per_edge, Some(self.backward_edges())),
+            forward::Reduce::Mean | forward::Reduce::Sum => self.mean().mm(per_edge),
         }
-        self.mean().mm(per_edge)
+    }
+
+    /// The channel-wise maximum by target of the per-edge messages, of
+    /// the edges `among` (all where `None`); zero for a node without them.
+    pub fn channel_max(&self, per_edge: &Tensor, among: Option<&Tensor>) -> Tensor {
+        // (aten's `scatter_reduce.two`, tch's `internal_scatter_reduce`;
+        // not `index_reduce`, which prints a beta warning. Without
+        // `include_self`, a node no edge reaches keeps its zero.)
+        let (messages, targets) = match among {
+            Some(e) => (per_edge.index_select(0, e), self.targets.index_select(0, e)),
+            None => (per_edge.shallow_clone(), self.targets.shallow_clone()),
+        };
+        let width = per_edge.size()[1];
+        let zeros = Tensor::zeros([self.nodes, width], (per_edge.kind(), per_edge.device()));
+        let index = targets.view([-1, 1]).expand([-1, width], false);
+        zeros.internal_scatter_reduce(0, &index, &messages, "amax", false)
+    }
+
+    /// The backward edges' indices (types 3..6), \[E_b\], built on first
+    /// use.
+    pub fn backward_edges(&self) -> &Tensor {
+        self.backward.get_or_init(|| self.edge_types.ge(forward::FIRST_BACKWARD).nonzero().view([-1]))
     }
 
     /// [`Prepared::aggregate`] into `out`, \[N, 34\].
     pub fn aggregate_into(&self, out: &Tensor, per_edge: &Tensor) {
-        if self.reduce == forward::Reduce::Max {
+        if self.reduce.has_max() {
             let _ = out.shallow_clone().copy_(&self.aggregate(per_edge, self.nodes));
             return;
         }
@@ -1186,7 +1217,11 @@ impl Prepared {
             let crow = self.crow.to_device(Device::Cpu);
             let degree = crow.narrow(0, 1, n) - crow.narrow(0, 0, n);
             let scale = self.inv_degree.to_device(Device::Cpu).view([-1]);
-            let values = scale.repeat_interleave_self_tensor(&degree, 0, Some(total));
+            let mut values = scale.repeat_interleave_self_tensor(&degree, 0, Some(total));
+            if self.reduce == forward::Reduce::MeanMax {
+                // Only the forward edges go into the mean.
+                values *= self.edge_types.to_device(Device::Cpu).lt(forward::FIRST_BACKWARD).to_kind(Kind::Float);
+            }
             // 32-bit indices where they fit: MKL's sparse product takes
             // them, and 64-bit ones were converted on every product.
             let index = if total < i32::MAX as i64 { Kind::Int } else { Kind::Int64 };

@@ -172,19 +172,19 @@ fn gradients_match_autograd_on_a_random_batch_with_and_without_dropout() {
     compare(&model, &other, &autograd(&model, &prepared, steps, true, 6), 1e-4);
 }
 
-/// Summed and max messages (`hyper.aggregation: sum|max`): the
+/// Summed, max and mean-max messages (`hyper.aggregation`): the
 /// hand-written step and backward, on both paths (the CPU's fused loops,
 /// whose max keeps each channel's winning edge, and libtorch's
 /// operations), against autograd through the aggregation (the sparse
 /// matrix; `scatter_reduce`'s amax), with and without dropout; and the loss
 /// is not the mean's.
 #[test]
-fn sum_and_max_aggregation_gradients_match_autograd() {
+fn sum_max_and_mean_max_aggregation_gradients_match_autograd() {
     use programl_model::Aggregation;
     let _generator = generator();
     let (vocab, batch) = random_batch(11);
     let mean = Hyper::spec(vocab.len());
-    for aggregation in [Aggregation::Sum, Aggregation::Max] {
+    for aggregation in [Aggregation::Sum, Aggregation::Max, Aggregation::MeanMax] {
         let hyper = Hyper { aggregation, ..mean.clone() };
         let model = Ggnn::new(&hyper, Device::Cpu);
         randomise(&model, 5);

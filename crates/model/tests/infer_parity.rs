@@ -304,15 +304,15 @@ fn gated_head_matches(paths: &[Isa], join: programl_model::Join) {
 /// checked bit for bit in the kernels' own tests; these weights were
 /// trained for the mean, so no INT8 bound is claimed here.)
 #[test]
-fn sum_and_max_aggregation_bundles_match_the_libtorch_forward() {
+fn sum_max_and_mean_max_aggregation_bundles_match_the_libtorch_forward() {
     use programl_model::Aggregation;
     set_matmul_precision(Precision::F32).unwrap();
-    let test = "infer_parity::sum_and_max_aggregation_bundles_match_the_libtorch_forward";
+    let test = "infer_parity::sum_max_and_mean_max_aggregation_bundles_match_the_libtorch_forward";
     let paths = fp32_paths(test);
     let base = Bundle::load(&root().join("models/reachability"), tch::Device::Cpu).unwrap();
     let mean = Model::open(&root().join("models/reachability")).unwrap();
     assert_eq!(base.config.hyper.aggregation, Aggregation::Mean, "the base bundle is a mean's");
-    for (aggregation, word) in [(Aggregation::Sum, "sum"), (Aggregation::Max, "max")] {
+    for (aggregation, word) in [(Aggregation::Sum, "sum"), (Aggregation::Max, "max"), (Aggregation::MeanMax, "mean-max")] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = base.config.clone();
         config.hyper.aggregation = aggregation;
@@ -331,12 +331,12 @@ fn sum_and_max_aggregation_bundles_match_the_libtorch_forward() {
             let as_mean = Options { steps: Some(6), ..opts(Dtype::F32, Isa::Portable) };
             let moved = max_diff(&want, &mean.node_probabilities(&batch, &as_mean).unwrap().probabilities);
             assert!(moved > 1e-3, "{name}, {word}: the mean's probabilities (at most {moved} apart)");
-            if aggregation == Aggregation::Max {
+            if aggregation != Aggregation::Sum {
                 let prepared = Prepared::new(&batch, reference.model.hyper(), tch::Device::Cpu);
                 let plain = reference.model.forward_inference_with(&prepared, 6, false).softmax(-1, tch::Kind::Float);
                 let plain = Vec::<f32>::try_from(plain.view([-1])).unwrap();
                 let d = max_diff(&want, &plain);
-                assert!(d < 1e-5, "{name}, max: the plain forward differs by {d} from the fused loops");
+                assert!(d < 1e-5, "{name}, {word}: the plain forward differs by {d} from the fused loops");
             }
             for &isa in &paths {
                 let got = model.node_probabilities(&batch, &opts(Dtype::F32, isa)).unwrap();

@@ -171,8 +171,9 @@ pub struct TrainArgs {
     #[serde(default)]
     pub state_dropout: f64,
     /// How a node combines its incoming messages: `mean` (SPEC.md §3's,
-    /// reachability's and liveness's bundles), `sum`, or the
-    /// channel-wise `max` (`hyper.aggregation`; every precision runs each).
+    /// reachability's bundles), `sum`, the channel-wise `max`, or
+    /// `mean-max`, the mean over forward edges plus the max over backward
+    /// ones (`hyper.aggregation`; every precision runs each).
     /// With `--init`, the bundle's weights start a model of this kind.
     /// Absent: the `--init` bundle's own (a max bundle fine-tunes as a
     /// max), a resumed run's own, else the mean.
