@@ -214,6 +214,7 @@ pub fn aggregate_backward<T: Elem>(
     threads: usize,
 ) {
     assert_eq!(bias_sums.len(), 6 * H);
+    assert_eq!(reads.reduce.has_max(), reads.winners.is_some(), "winners exactly where the forward took a max");
     let nodes = reads.da.len() / H;
     let out = Shared::new(d_fused);
     // Per range: its share of d_table, then the message columns' sums.

@@ -111,7 +111,7 @@ impl Reduce {
         match self {
             Reduce::MeanMax => {
                 let forward = types.iter().filter(|&&t| t < FIRST_BACKWARD).count();
-                message_scale(forward, Reduce::Mean)
+                message_scale(forward, Reduce::MeanMax)
             }
             r => message_scale(types.len(), r),
         }
@@ -129,13 +129,14 @@ impl Edges<'_> {
 /// What a node's summed incoming messages are multiplied by, given its
 /// in-degree: 1 / in-degree for the mean, 1 for the sum (and for the max,
 /// which is not a sum: its kernels read this only for the zero), and 0
-/// without incoming edges. Every aggregation (the kernels', the general
-/// step's, training's) applies this one rule.
+/// without incoming edges. Under [`Reduce::MeanMax`] the in-degree is the
+/// forward edges' ([`Reduce::scale_of`] counts them). Every aggregation
+/// (the kernels', the general step's, training's) applies this one rule.
 #[inline(always)]
 pub fn message_scale(in_degree: usize, reduce: Reduce) -> f32 {
     if in_degree == 0 {
         0.0
-    } else if reduce == Reduce::Mean {
+    } else if matches!(reduce, Reduce::Mean | Reduce::MeanMax) {
         1.0 / in_degree as f32
     } else {
         1.0

@@ -54,7 +54,8 @@ struct Step {
     mask: Option<Tensor>,
     /// Under the max aggregation, each edge's share of its target's
     /// gradient per channel, \[E, 34\]: 1 where its message is the
-    /// maximum (split among equal ones), else 0.
+    /// maximum (split among equal ones), else 0; under mean-max, that for
+    /// backward edges and `inv_degree` of the target for forward ones.
     won: Option<Tensor>,
 }
 

@@ -1071,16 +1071,19 @@ pub struct Prepared {
     pub edge_types: Tensor,
     /// The target node of every edge, in the same order, \[E\].
     pub targets: Tensor,
-    /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\].
+    /// `1 / indegree(v)` (0 where there is no incoming edge), \[N, 1\];
+    /// under mean-max, of the forward edges only.
     pub inv_degree: Tensor,
     /// How the model combines its messages ([`Hyper::aggregation`]);
-    /// `inv_degree` is 1 where a node has edges unless it is the mean.
+    /// `inv_degree` is 1 where a node has edges unless it is the mean or
+    /// mean-max ([`forward::Reduce::scale_of`]).
     pub reduce: forward::Reduce,
     /// Node `v`'s incoming edges are `crow[v]..crow[v + 1]` in this order,
     /// \[N + 1\] (64-bit).
     pub crow: Tensor,
     /// Mean aggregation as a sparse \[N, E\] CSR matrix: row `v` holds
-    /// `1 / indegree(v)` on the columns of `v`'s incoming edges. Built on
+    /// `inv_degree(v)` on the columns of `v`'s incoming edges (under
+    /// mean-max, zero on the backward ones). Built on
     /// first use ([`Prepared::mean`]): the CPU's fused loops never use it,
     /// and building it cost a third of a millisecond per module in the
     /// learned pass.
