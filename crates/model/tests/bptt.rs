@@ -317,8 +317,15 @@ fn a_training_forward_stops_where_the_rule_would() {
         assert_eq!(loose.steps, 3);
         let fixed = model.settling_with(&prepared, 3, false, 1.0, 0.5, fused);
         assert_eq!(fixed.steps, 3);
-        assert!(loose.loss.equal(&fixed.loss));
-        assert!(loose.grads.iter().zip(&fixed.grads).all(|(a, b)| a.equal(b)));
+        // Within rounding, not bit for bit: libtorch's products (MKL's
+        // sparse one on the plain path) may split their sums differently
+        // from one call to the next on a loaded machine (seen once in
+        // about 80 runs beside two training jobs). A step more or fewer
+        // moves the loss by far more than this.
+        assert!(loose.loss.allclose(&fixed.loss, 1e-5, 1e-8, false), "fused {fused}: the loss");
+        assert!(loose.grads.iter().zip(&fixed.grads).all(|(a, b)| a.allclose(b, 1e-4, 1e-7, false)), "fused {fused}: the gradients");
+        let one_more = model.settling_with(&prepared, 4, false, 1.0, 0.5, fused);
+        assert!(!one_more.loss.allclose(&fixed.loss, 1e-5, 1e-8, false), "fused {fused}: a fourth step moves the loss");
         let strict = model.until_with(&prepared, 9, Some(Until { tolerance: 0.0, min_steps: 1 }), false, 1.0, 0.5, fused);
         assert_eq!(strict.steps, 9, "a zero tolerance runs the cap");
     }
