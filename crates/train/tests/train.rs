@@ -340,7 +340,11 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
     let again = trainer().args(&args).output().unwrap();
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     let bad = trainer().args(train_args(data, &dir.path().join("bad"), "200")).args(["--aggregation", "median"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected mean, sum or max"));
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected mean, sum, max or mean-max"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
 
 #[test]
