@@ -407,7 +407,7 @@ mod tests {
     /// phase's aggregation, and its stopping rule: the recipe's
     /// `settings.inference.stop` (reachability-adaptive), else the last
     /// phase's where that phase is adaptive (datadep-adaptive,
-    /// dominance-adaptive).
+    /// dominance-adaptive, liveness-adaptive).
     #[test]
     fn shipped_recipes_read_and_match_their_bundles() {
         let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
@@ -420,6 +420,7 @@ mod tests {
             ("subexpressions", "subexpressions"),
             ("datadep-adaptive", "datadep"),
             ("dominance-adaptive", "dominance"),
+            ("liveness-adaptive", "liveness"),
             ("reachability-adaptive", "reachability"),
         ] {
             let dir = models.join(name);
@@ -438,6 +439,6 @@ mod tests {
             assert_eq!(stop, want, "{}", dir.display());
             read += 1;
         }
-        assert_eq!(read, 8);
+        assert_eq!(read, 9);
     }
 }
