@@ -141,6 +141,106 @@ fn paths_read_back_and_the_best_is_the_cpus() {
     assert!(Isa::Portable.supported());
 }
 
+/// Random inputs of the aggregation's loops for `n` nodes and 5 positions:
+/// the fused product (row-major), the six types' biases, the gate table,
+/// and node `v`'s `degree(v)` incoming edges, edge `k` drawn by `edge(v,
+/// k, the previous edge, random)` as (source, type, position), sorted by
+/// target as the kernels read them.
+struct Inputs {
+    n: usize,
+    positions: usize,
+    layout: crate::forward::Layout,
+    fused: Vec<f32>,
+    bias: Vec<f32>,
+    gates: Vec<f32>,
+    crow: Vec<i64>,
+    offsets: Vec<usize>,
+    types: Vec<i64>,
+    pos: Vec<i64>,
+    /// Each edge's row of the product viewed as \[9N, 34\] (`9·source + type`).
+    rows: Vec<i64>,
+    targets: Vec<i64>,
+}
+
+type Drawn = (usize, usize, usize);
+
+impl Inputs {
+    fn random(
+        seed: &mut u64,
+        n: usize,
+        degree: impl Fn(usize) -> usize,
+        mut edge: impl FnMut(usize, usize, Option<Drawn>, &mut dyn FnMut() -> f32) -> Drawn,
+    ) -> Inputs {
+        let positions = 5;
+        let layout = crate::forward::Layout::row_major(crate::FUSED / H);
+        let mut random = || random(seed);
+        let fused: Vec<f32> = (0..n * crate::FUSED).map(|_| random()).collect();
+        let bias: Vec<f32> = (0..6 * H).map(|_| random() * 0.1).collect();
+        let gates: Vec<f32> = (0..positions * H).map(|_| random() + 1.0).collect();
+        let (mut crow, mut offsets, mut types, mut pos, mut rows, mut targets) = (vec![0i64], vec![], vec![], vec![], vec![], vec![]);
+        let mut last = None;
+        for v in 0..n {
+            for k in 0..degree(v) {
+                let (source, t, p) = edge(v, k, last, &mut random);
+                last = Some((source, t, p));
+                offsets.push(source * layout.row + t * layout.block);
+                types.push(t as i64);
+                pos.push(p as i64);
+                rows.push((source * 9 + t) as i64);
+                targets.push(v as i64);
+            }
+            crow.push(offsets.len() as i64);
+        }
+        Inputs { n, positions, layout, fused, bias, gates, crow, offsets, types, pos, rows, targets }
+    }
+
+    fn edges(&self, reduce: crate::forward::Reduce) -> crate::forward::Edges<'_> {
+        crate::forward::Edges { crow: &self.crow, offsets: &self.offsets, types: &self.types, positions: &self.pos, reduce }
+    }
+
+    /// Edge `e`'s gated message in channel `j`, as the kernels compute it.
+    fn message(&self, e: usize, j: usize) -> f32 {
+        (self.fused[self.offsets[e] + j] + self.bias[self.types[e] as usize * H + j]) * self.gates[self.pos[e] as usize * H + j]
+    }
+
+    /// The reference backward of edge `e`, whose target's gradient it
+    /// takes scaled by `share[j]` per channel: into `want_fused` (the
+    /// message columns of its source's row) and `want_table`.
+    fn add_backward(&self, e: usize, da: &[f32], share: impl Fn(usize) -> f64, want_fused: &mut [f64], want_table: &mut [f64]) {
+        let t = self.targets[e] as usize;
+        for j in 0..H {
+            let s = share(j) * da[t * H + j] as f64;
+            let (g, p) = (self.gates[self.pos[e] as usize * H + j] as f64, self.pos[e] as usize);
+            want_fused[self.rows[e] as usize / 9 * crate::FUSED + self.types[e] as usize * H + j] += s * g;
+            want_table[p * H + j] += s * (self.fused[self.offsets[e] + j] + self.bias[self.types[e] as usize * H + j]) as f64;
+        }
+    }
+
+    /// `d_fused`'s message columns within 1e-5 and `d_table` within 1e-3
+    /// (relative) of the reference.
+    fn assert_backward(&self, isa: Isa, d_fused: &[f32], d_table: &[f32], want_fused: &[f64], want_table: &[f64]) {
+        use crate::FUSED;
+        for v in 0..self.n {
+            for c in 0..6 * H {
+                let (got, want) = (d_fused[v * FUSED + c] as f64, want_fused[v * FUSED + c]);
+                assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{isa}: d_fused[{v}, {c}] {got} against {want}");
+            }
+        }
+        for (i, (&got, &want)) in d_table.iter().zip(want_table).enumerate() {
+            assert!((got as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: d_table[{i}] {got} against {want}");
+        }
+    }
+}
+
+/// The portable path and the best this CPU runs.
+fn two_paths() -> Vec<Isa> {
+    let mut paths = vec![Isa::Portable];
+    if cpu::detected() != Isa::Portable {
+        paths.push(cpu::detected());
+    }
+    paths
+}
+
 /// The max aggregation on random edges (nodes without any, many with
 /// several, equal messages included): each node's channel is the largest
 /// of its gated messages, computed as the mean's kernels compute a
@@ -151,99 +251,69 @@ fn paths_read_back_and_the_best_is_the_cpus() {
 #[test]
 fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
     use crate::backward::{aggregate_backward, ByRow, EdgesBackward};
-    use crate::forward::{aggregate, aggregate_max_tape, Edges, Layout, Reduce, NO_EDGE};
+    use crate::forward::{aggregate, aggregate_max_tape, Reduce, NO_EDGE};
     use crate::FUSED;
     let mut seed = 0x5eed_u64;
-    let mut random = || random(&mut seed);
-    let (n, positions) = (700usize, 5usize);
-    let layout = Layout::row_major(FUSED / H);
-    let fused: Vec<f32> = (0..n * FUSED).map(|_| random()).collect();
-    let bias: Vec<f32> = (0..6 * H).map(|_| random() * 0.1).collect();
-    let gates: Vec<f32> = (0..positions * H).map(|_| random() + 1.0).collect();
-    let (mut crow, mut offsets, mut types, mut pos, mut rows, mut targets) = (vec![0i64], vec![], vec![], vec![], vec![], vec![]);
-    for v in 0..n {
-        for k in 0..(v * 5 + 2) % 7 {
+    let x = Inputs::random(
+        &mut seed,
+        700,
+        |v| (v * 5 + 2) % 7,
+        |v, k, last, random| match last {
             // Every seventh node's second edge repeats its first: equal messages.
-            let (source, t, p) = if k == 1 && v % 7 == 0 {
-                (rows[rows.len() - 1] as usize / 9, types[types.len() - 1] as usize, pos[pos.len() - 1] as usize)
-            } else {
-                (
-                    ((random() + 1.0) / 2.0 * n as f32) as usize % n,
-                    ((random() + 1.0) * 3.0) as usize % 6,
-                    ((random() + 1.0) * 2.5) as usize % positions,
-                )
-            };
-            offsets.push(source * layout.row + t * layout.block);
-            types.push(t as i64);
-            pos.push(p as i64);
-            rows.push((source * 9 + t) as i64);
-            targets.push(v as i64);
-        }
-        crow.push(offsets.len() as i64);
-    }
-    let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: Reduce::Max };
-    let message = |e: usize, j: usize| (fused[offsets[e] + j] + bias[types[e] as usize * H + j]) * gates[pos[e] as usize * H + j];
+            Some(first) if k == 1 && v % 7 == 0 => first,
+            _ => (
+                ((random() + 1.0) / 2.0 * 700.0) as usize % 700,
+                ((random() + 1.0) * 3.0) as usize % 6,
+                ((random() + 1.0) * 2.5) as usize % 5,
+            ),
+        },
+    );
+    let n = x.n;
+    let mut random = || random(&mut seed);
+    let edges = x.edges(Reduce::Max);
     let da: Vec<f32> = (0..n * H).map(|_| random()).collect();
-    let by_row = ByRow::new(&rows, n);
-    let mut paths = vec![Isa::Portable];
-    if cpu::detected() != Isa::Portable {
-        paths.push(cpu::detected());
-    }
-    for isa in paths {
+    let by_row = ByRow::new(&x.rows, n);
+    for isa in two_paths() {
         cpu::with_cap(isa, || {
             for threads in [1, 3] {
                 let (mut out, mut taped, mut winners) = (vec![f32::NAN; n * H], vec![f32::NAN; n * H], vec![0u32; n * H]);
-                aggregate::<f32, f32>(&fused, &edges, &bias, &gates, &mut out, threads);
-                aggregate_max_tape::<f32>(&fused, &edges, &bias, &gates, &mut taped, &mut winners, threads);
+                aggregate::<f32, f32>(&x.fused, &edges, &x.bias, &x.gates, &mut out, threads);
+                aggregate_max_tape::<f32>(&x.fused, &edges, &x.bias, &x.gates, &mut taped, &mut winners, threads);
                 assert_eq!(out, taped, "{isa}: the tape's forward is the forward");
                 for v in 0..n {
-                    let (start, end) = (crow[v] as usize, crow[v + 1] as usize);
+                    let (start, end) = (x.crow[v] as usize, x.crow[v + 1] as usize);
                     for j in 0..H {
                         let w = winners[v * H + j];
                         if start == end {
                             assert_eq!((out[v * H + j], w), (0.0, NO_EDGE), "{isa}: node {v} has no edges");
                             continue;
                         }
-                        let best = (start..end).map(|e| message(e, j)).fold(f32::NEG_INFINITY, f32::max);
-                        let first = (start..end).find(|&e| message(e, j) == best).unwrap();
+                        let best = (start..end).map(|e| x.message(e, j)).fold(f32::NEG_INFINITY, f32::max);
+                        let first = (start..end).find(|&e| x.message(e, j) == best).unwrap();
                         assert_eq!((out[v * H + j], w), (best, first as u32), "{isa}: node {v}, channel {j}");
                     }
                 }
                 // The backward: d_fused's message columns and the gate table's gradient.
-                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; positions * H], vec![0f32; 6 * H]);
+                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; x.positions * H], vec![0f32; 6 * H]);
                 let reads = EdgesBackward {
                     da: &da,
                     inv_degree: &[],
-                    fused: (&fused, layout),
-                    bias: &bias,
-                    gates: &gates,
-                    targets: &targets,
-                    positions: &pos,
+                    fused: (&x.fused, x.layout),
+                    bias: &x.bias,
+                    gates: &x.gates,
+                    targets: &x.targets,
+                    positions: &x.pos,
                     by_row: &by_row,
                     winners: Some(&winners),
                     reduce: Reduce::Max,
                 };
                 aggregate_backward::<f32>(reads, &mut d_fused, &mut d_table, &mut bias_sums, threads);
-                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; positions * H]);
-                for (e, &t) in targets.iter().enumerate() {
-                    let t = t as usize;
-                    for j in 0..H {
-                        if winners[t * H + j] == e as u32 {
-                            let (g, p) = (gates[pos[e] as usize * H + j], pos[e] as usize);
-                            want_fused[rows[e] as usize / 9 * FUSED + types[e] as usize * H + j] += (da[t * H + j] * g) as f64;
-                            want_table[p * H + j] += (da[t * H + j] * (fused[offsets[e] + j] + bias[types[e] as usize * H + j])) as f64;
-                        }
-                    }
+                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; x.positions * H]);
+                for e in 0..x.targets.len() {
+                    let t = x.targets[e] as usize;
+                    x.add_backward(e, &da, |j| (winners[t * H + j] == e as u32) as u8 as f64, &mut want_fused, &mut want_table);
                 }
-                for v in 0..n {
-                    for c in 0..6 * H {
-                        let (got, want) = (d_fused[v * FUSED + c] as f64, want_fused[v * FUSED + c]);
-                        assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{isa}: d_fused[{v}, {c}] {got} against {want}");
-                    }
-                }
-                for (i, (&got, &want)) in d_table.iter().zip(&want_table).enumerate() {
-                    assert!((got as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: d_table[{i}] {got} against {want}");
-                }
+                x.assert_backward(isa, &d_fused, &d_table, &want_fused, &want_table);
                 for c in 0..6 * H {
                     let want: f64 = (0..n).map(|v| want_fused[v * FUSED + c]).sum();
                     assert!((bias_sums[c] as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: bias sum {c}");
@@ -264,44 +334,32 @@ fn max_aggregation_takes_each_channels_largest_message_and_sends_back_to_it() {
 #[test]
 fn mean_max_aggregation_averages_forward_edges_and_takes_the_largest_backward_one() {
     use crate::backward::{aggregate_backward, ByRow, EdgesBackward};
-    use crate::forward::{aggregate, aggregate_max_tape, Edges, Layout, Reduce, NO_EDGE};
+    use crate::forward::{aggregate, aggregate_max_tape, Reduce, NO_EDGE};
     use crate::FUSED;
     let mut seed = 0x3ea7_u64;
-    let mut random = || random(&mut seed);
-    let (n, positions) = (600usize, 5usize);
-    let layout = Layout::row_major(FUSED / H);
-    let fused: Vec<f32> = (0..n * FUSED).map(|_| random()).collect();
-    let bias: Vec<f32> = (0..6 * H).map(|_| random() * 0.1).collect();
-    let gates: Vec<f32> = (0..positions * H).map(|_| random() + 1.0).collect();
-    let (mut crow, mut offsets, mut types, mut pos, mut rows, mut targets) = (vec![0i64], vec![], vec![], vec![], vec![], vec![]);
-    for v in 0..n {
-        // 0 to 6 edges; some nodes only forward, some only backward.
-        for k in 0..(v * 5 + 3) % 7 {
+    // 0 to 6 edges; some nodes only forward, some only backward.
+    let x = Inputs::random(
+        &mut seed,
+        600,
+        |v| (v * 5 + 3) % 7,
+        |v, k, _, random| {
             let t = match v % 5 {
                 0 => k % 3,
                 1 => 3 + k % 3,
                 _ => ((random() + 1.0) * 3.0) as usize % 6,
             };
-            let source = ((random() + 1.0) / 2.0 * n as f32) as usize % n;
-            let p = ((random() + 1.0) * 2.5) as usize % positions;
-            offsets.push(source * layout.row + t * layout.block);
-            types.push(t as i64);
-            pos.push(p as i64);
-            rows.push((source * 9 + t) as i64);
-            targets.push(v as i64);
-        }
-        crow.push(offsets.len() as i64);
-    }
-    let edges = Edges { crow: &crow, offsets: &offsets, types: &types, positions: &pos, reduce: Reduce::MeanMax };
-    let message = |e: usize, j: usize| ((fused[offsets[e] + j] + bias[types[e] as usize * H + j]) * gates[pos[e] as usize * H + j]) as f64;
+            let source = ((random() + 1.0) / 2.0 * 600.0) as usize % 600;
+            (source, t, ((random() + 1.0) * 2.5) as usize % 5)
+        },
+    );
+    let (n, crow, types) = (x.n, &x.crow, &x.types);
+    let mut random = || random(&mut seed);
+    let edges = x.edges(Reduce::MeanMax);
+    let message = |e: usize, j: usize| x.message(e, j) as f64;
     let forward_degree = |v: usize| (crow[v] as usize..crow[v + 1] as usize).filter(|&e| types[e] < 3).count();
     let inv_degree: Vec<f32> = (0..n).map(|v| if forward_degree(v) == 0 { 0.0 } else { 1.0 / forward_degree(v) as f32 }).collect();
     let da: Vec<f32> = (0..n * H).map(|_| random()).collect();
-    let by_row = ByRow::new(&rows, n);
-    let mut paths = vec![Isa::Portable];
-    if cpu::detected() != Isa::Portable {
-        paths.push(cpu::detected());
-    }
+    let by_row = ByRow::new(&x.rows, n);
     let (mut only_forward, mut only_backward, mut both) = (0, 0, 0);
     for v in 0..n {
         let (f, b) = (forward_degree(v), (crow[v + 1] - crow[v]) as usize - forward_degree(v));
@@ -313,12 +371,12 @@ fn mean_max_aggregation_averages_forward_edges_and_takes_the_largest_backward_on
         }
     }
     assert!(only_forward > 50 && only_backward > 50 && both > 50, "the edges cover each case");
-    for isa in paths {
+    for isa in two_paths() {
         cpu::with_cap(isa, || {
             for threads in [1, 3] {
                 let (mut out, mut taped, mut winners) = (vec![f32::NAN; n * H], vec![f32::NAN; n * H], vec![0u32; n * H]);
-                aggregate::<f32, f32>(&fused, &edges, &bias, &gates, &mut out, threads);
-                aggregate_max_tape::<f32>(&fused, &edges, &bias, &gates, &mut taped, &mut winners, threads);
+                aggregate::<f32, f32>(&x.fused, &edges, &x.bias, &x.gates, &mut out, threads);
+                aggregate_max_tape::<f32>(&x.fused, &edges, &x.bias, &x.gates, &mut taped, &mut winners, threads);
                 assert_eq!(out, taped, "{isa}: the tape's forward is the forward");
                 for v in 0..n {
                     let all = crow[v] as usize..crow[v + 1] as usize;
@@ -339,45 +397,30 @@ fn mean_max_aggregation_averages_forward_edges_and_takes_the_largest_backward_on
                         assert_eq!(winners[v * H + j], first, "{isa}: node {v}, channel {j}'s winner");
                     }
                 }
-                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; positions * H], vec![0f32; 6 * H]);
+                let (mut d_fused, mut d_table, mut bias_sums) = (vec![f32::NAN; n * FUSED], vec![0f32; x.positions * H], vec![0f32; 6 * H]);
                 let reads = EdgesBackward {
                     da: &da,
                     inv_degree: &inv_degree,
-                    fused: (&fused, layout),
-                    bias: &bias,
-                    gates: &gates,
-                    targets: &targets,
-                    positions: &pos,
+                    fused: (&x.fused, x.layout),
+                    bias: &x.bias,
+                    gates: &x.gates,
+                    targets: &x.targets,
+                    positions: &x.pos,
                     by_row: &by_row,
                     winners: Some(&winners),
                     reduce: Reduce::MeanMax,
                 };
                 aggregate_backward::<f32>(reads, &mut d_fused, &mut d_table, &mut bias_sums, threads);
-                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; positions * H]);
-                for (e, &t) in targets.iter().enumerate() {
-                    let t = t as usize;
-                    for j in 0..H {
-                        let s = if types[e] < 3 {
-                            da[t * H + j] as f64 / forward_degree(t) as f64
-                        } else if winners[t * H + j] == e as u32 {
-                            da[t * H + j] as f64
-                        } else {
-                            0.0
-                        };
-                        let (g, p) = (gates[pos[e] as usize * H + j] as f64, pos[e] as usize);
-                        want_fused[rows[e] as usize / 9 * FUSED + types[e] as usize * H + j] += s * g;
-                        want_table[p * H + j] += s * (fused[offsets[e] + j] + bias[types[e] as usize * H + j]) as f64;
-                    }
+                let (mut want_fused, mut want_table) = (vec![0f64; n * FUSED], vec![0f64; x.positions * H]);
+                for e in 0..x.targets.len() {
+                    let t = x.targets[e] as usize;
+                    let share = |j: usize| match types[e] < 3 {
+                        true => 1.0 / forward_degree(t) as f64,
+                        false => (winners[t * H + j] == e as u32) as u8 as f64,
+                    };
+                    x.add_backward(e, &da, share, &mut want_fused, &mut want_table);
                 }
-                for v in 0..n {
-                    for c in 0..6 * H {
-                        let (got, want) = (d_fused[v * FUSED + c] as f64, want_fused[v * FUSED + c]);
-                        assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "{isa}: d_fused[{v}, {c}] {got} against {want}");
-                    }
-                }
-                for (i, (&got, &want)) in d_table.iter().zip(&want_table).enumerate() {
-                    assert!((got as f64 - want).abs() <= 1e-3 * (1.0 + want.abs()), "{isa}: d_table[{i}] {got} against {want}");
-                }
+                x.assert_backward(isa, &d_fused, &d_table, &want_fused, &want_table);
             }
         });
     }
