@@ -23,9 +23,9 @@
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::elem::{sigmoid_by, tanh_by};
 use programl_kernels::forward::Reduce;
+use programl_kernels::gemm;
 use programl_kernels::threads::{par_ranges, Rows};
 use programl_kernels::EDGE_TYPES;
-use programl_kernels::{forward, gemm};
 
 use std::ops::Range;
 
@@ -166,68 +166,45 @@ fn active_runs(graphs: &[usize], done: &[bool], n: usize) -> Vec<Range<usize>> {
     runs
 }
 
+/// Each node's messages: summed (scaled to the mean where the aggregation
+/// says) along the edges whose type does not take the max, the
+/// channel-wise max along those that do ([`Reduce::takes_max`]), the two
+/// added under `mean-max`; zero without edges.
 #[inline(always)]
 fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
     let h = w.h;
-    if e.reduce == Reduce::MeanMax {
-        return mean_max_rows(w, e, f, gates, first, out);
-    }
-    for (i, row) in out.chunks_exact_mut(h).enumerate() {
-        let v = first + i;
-        let (start, end) = (e.crow[v] as usize, e.crow[v + 1] as usize);
-        let max = e.reduce == Reduce::Max;
-        row.fill(if max && start < end { f32::NEG_INFINITY } else { 0.0 });
-        for k in start..end {
-            let (source, t) = ((e.sources[k] / EDGE_TYPES as i64) as usize, e.types[k] as usize);
-            let msg = &f[source * 9 * h + t * h..][..h];
-            let b = &w.msg_bias[t * h..][..h];
-            let g = &gates[e.positions[k] as usize * h..][..h];
-            if max {
-                for j in 0..h {
-                    row[j] = row[j].max((msg[j] + b[j]) * g[j]);
-                }
-                continue;
-            }
-            for j in 0..h {
-                row[j] += (msg[j] + b[j]) * g[j];
-            }
-        }
-        let scale = forward::message_scale(end - start, e.reduce);
-        row.iter_mut().for_each(|x| *x *= scale);
-    }
-}
-
-/// [`aggregate_rows`] under `mean-max`: the forward edges' mean plus the
-/// backward edges' channel-wise max (each zero without its edges).
-#[inline(always)]
-fn mean_max_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
-    let h = w.h;
-    let mut max = vec![0f32; h];
+    let mut most = vec![0f32; if e.reduce.has_max() { h } else { 0 }];
     for (i, row) in out.chunks_exact_mut(h).enumerate() {
         let v = first + i;
         let (start, end) = (e.crow[v] as usize, e.crow[v + 1] as usize);
         row.fill(0.0);
-        max.fill(f32::NEG_INFINITY);
-        let mut backward = false;
+        most.fill(f32::NEG_INFINITY);
+        let (mut summed, mut maxed) = (false, false);
         for k in start..end {
             let (source, t) = ((e.sources[k] / EDGE_TYPES as i64) as usize, e.types[k] as usize);
             let msg = &f[source * 9 * h + t * h..][..h];
             let b = &w.msg_bias[t * h..][..h];
             let g = &gates[e.positions[k] as usize * h..][..h];
-            if Reduce::MeanMax.takes_max(t as i64) {
-                backward = true;
+            if e.reduce.takes_max(t as i64) {
+                maxed = true;
                 for j in 0..h {
-                    max[j] = max[j].max((msg[j] + b[j]) * g[j]);
+                    most[j] = most[j].max((msg[j] + b[j]) * g[j]);
                 }
             } else {
+                summed = true;
                 for j in 0..h {
                     row[j] += (msg[j] + b[j]) * g[j];
                 }
             }
         }
-        let scale = Reduce::MeanMax.scale_of(&e.types[start..end]);
+        let scale = e.reduce.scale_of(&e.types[start..end]);
         for j in 0..h {
-            row[j] = row[j] * scale + if backward { max[j] } else { 0.0 };
+            row[j] = match (summed, maxed) {
+                (true, true) => row[j] * scale + most[j],
+                (true, false) => row[j] * scale,
+                (false, true) => most[j],
+                (false, false) => 0.0,
+            };
         }
     }
 }
