@@ -611,26 +611,25 @@ impl Ggnn {
             let fused = if pr.bf16 { pr.mm(&h_op, &w_t) + &b } else { h.linear(&w, Some(&b)) };
             let gathered = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
             let per_edge = &gathered * &gates;
-            let a = input.aggregate(&per_edge, n);
+            let (a, max) = input.aggregate_parts(&per_edge);
             // Under the max aggregation, where each edge's message is its
             // target's maximum (autograd's rule: equal ones share). Under
             // mean-max, that among the backward edges, and each forward
             // edge's share of its target's mean.
-            let won = match input.reduce {
-                kernels::forward::Reduce::Max => {
-                    let hit = per_edge.eq_tensor(&a.index_select(0, &input.targets)).to_kind(Kind::Float);
+            let won = match (input.reduce, &max) {
+                (kernels::forward::Reduce::Max, Some(max)) => {
+                    let hit = per_edge.eq_tensor(&max.index_select(0, &input.targets)).to_kind(Kind::Float);
                     let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit);
                     Some(hit / ties.index_select(0, &input.targets))
                 }
-                kernels::forward::Reduce::MeanMax => {
+                (kernels::forward::Reduce::MeanMax, Some(max)) => {
                     let back = input.edge_types.ge(kernels::forward::FIRST_BACKWARD).to_kind(Kind::Float).view([-1, 1]);
-                    let max = input.channel_max(&per_edge, Some(input.backward_edges()));
                     let hit = per_edge.eq_tensor(&max.index_select(0, &input.targets)).to_kind(Kind::Float) * &back;
                     let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit).clamp_min(1.0);
                     let mean = (1.0 - &back) * input.inv_degree.index_select(0, &input.targets);
                     Some(hit / ties.index_select(0, &input.targets) + mean)
                 }
-                kernels::forward::Reduce::Mean | kernels::forward::Reduce::Sum => None,
+                _ => None,
             };
             let a_op = pr.operand(&a);
             let gi = if pr.bf16 { pr.mm(&a_op, &w_ih_t) + &self.b_ih } else { a.linear(&self.w_ih, Some(&self.b_ih)) };

@@ -1173,10 +1173,24 @@ impl Prepared {
     /// messages).
     pub fn aggregate(&self, per_edge: &Tensor, nodes: i64) -> Tensor {
         debug_assert_eq!(nodes, self.nodes);
+        self.aggregate_parts(per_edge).0
+    }
+
+    /// [`Prepared::aggregate`], and beside it the channel-wise maximum it
+    /// holds (of every edge under the max, of the backward edges under
+    /// mean-max; `None` for the mean and the sum), which training's
+    /// backward compares the messages with.
+    pub fn aggregate_parts(&self, per_edge: &Tensor) -> (Tensor, Option<Tensor>) {
         match self.reduce {
-            forward::Reduce::Max => self.channel_max(per_edge, None),
-            forward::Reduce::MeanMax => self.mean().mm(per_edge) + self.channel_max(per_edge, Some(self.backward_edges())),
-            forward::Reduce::Mean | forward::Reduce::Sum => self.mean().mm(per_edge),
+            forward::Reduce::Max => {
+                let max = self.channel_max(per_edge, None);
+                (max.shallow_clone(), Some(max))
+            }
+            forward::Reduce::MeanMax => {
+                let max = self.channel_max(per_edge, Some(self.backward_edges()));
+                (self.mean().mm(per_edge) + &max, Some(max))
+            }
+            forward::Reduce::Mean | forward::Reduce::Sum => (self.mean().mm(per_edge), None),
         }
     }
 
