@@ -2,28 +2,34 @@
 //! so the mask depends on the seed alone, not on the threads.
 
 use crate::cpu::{self, Isa};
-use crate::threads::split;
+use crate::threads::{par_ranges, Rows};
 use crate::H;
 
-/// Fills `out` (rows of 34) with a dropout mask: each entry `scale` with
-/// probability `keep`, else 0. Entries come in pairs from one 64-bit hash
-/// of `(seed, pair index)` (32 bits each, of which the top 24 are
-/// compared), so the mask depends on the seed alone, not on the threads.
-/// ATen's CPU `bernoulli_` draws one Mersenne Twister number per entry on
-/// one thread on AMD CPUs (MKL's generator only on Intel ones): a tenth of
-/// a training step with dropout.
+/// Fills `out` (any even length: states of any width) with a dropout
+/// mask: each entry `scale` with probability `keep`, else 0. Entries come
+/// in pairs from one 64-bit hash of `(seed, pair index)` (32 bits each, of
+/// which the top 24 are compared), so the mask depends on the seed alone,
+/// not on the threads or the state's width. Threads take runs of 17 pairs,
+/// a 34-wide row's. ATen's CPU `bernoulli_` draws one Mersenne Twister
+/// number per entry on one thread on AMD CPUs (MKL's generator only on
+/// Intel ones): a tenth of a training step with dropout.
 pub fn dropout_mask(out: &mut [f32], seed: u64, keep: f32, scale: f32, threads: usize) {
-    assert!(out.len() % H == 0 && H % 2 == 0);
-    let nodes = out.len() / H;
+    assert!(out.len() % 2 == 0 && H % 2 == 0, "entries come in pairs");
+    let pairs = out.len() / 2;
+    let run = H / 2;
     // Kept below: the top 24 bits of a 32-bit draw under `keep · 2^24`.
     let bound = (keep as f64 * (1u64 << 24) as f64).round() as u32;
-    split(out, nodes, threads, |first, rows| {
+    let all = Rows::new(out);
+    par_ranges(pairs.div_ceil(run), threads, |r| {
+        let (first, last) = (r.start * run, (r.end * run).min(pairs));
+        // SAFETY: the runs are disjoint and within `out`.
+        let rows = unsafe { all.get(2 * first, 2 * (last - first)) };
         #[cfg(target_arch = "x86_64")]
         if cpu::allows(Isa::Avx512) && cpu::has_flag("avx512dq") {
             // SAFETY: the CPU has AVX-512F and DQ.
-            return unsafe { dropout_pairs_avx512(rows, (first * H / 2) as u64, seed, bound, scale) };
+            return unsafe { dropout_pairs_avx512(rows, first as u64, seed, bound, scale) };
         }
-        dropout_pairs(rows, (first * H / 2) as u64, seed, bound, scale)
+        dropout_pairs(rows, first as u64, seed, bound, scale)
     });
 }
 

@@ -51,6 +51,11 @@ fn dropout_masks_keep_their_share_at_any_thread_count() {
     let pairs = n / 2.0;
     assert!((both - 0.64 * pairs).abs() < 4.0 * (pairs * 0.64 * 0.36).sqrt(), "both of a pair kept {both} of {pairs}");
     assert_eq!(one, draw(7, 3));
+    // A length that is no whole number of 34-wide rows (a wider state's
+    // batch, plus a stray pair): the same entries as far as it goes.
+    let mut odd = vec![f32::NAN; 66 * 1031 + 2];
+    dropout_mask(&mut odd, 7, 0.8, 1.25, 3);
+    assert_eq!(odd[..], one[..odd.len()]);
     let other = draw(8, 1);
     assert!(one.iter().zip(&other).filter(|(a, b)| a != b).count() > rows, "another seed, another mask");
 }

@@ -30,7 +30,7 @@
 
 use tch::{Kind, Tensor};
 
-use crate::ggnn::{floats, state_dropout_mask, view, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, TEXT_DIM};
+use crate::ggnn::{floats, state_dropout_mask, view, Ggnn, Prepared, EDGE_TYPES, FUSED_BLOCKS, HIDDEN, SELECTOR_DIM, TEXT_DIM};
 use programl_kernels::{self as kernels, gemm};
 
 /// What the backward pass keeps of one step.
@@ -274,7 +274,7 @@ impl Ggnn {
     ) -> Gradients {
         assert!(stability >= 0.0 && stability.is_finite(), "stability {stability} is not a finite weight >= 0");
         tch::no_grad(|| {
-            if fused {
+            if fused && self.is_spec_width() {
                 assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
                 self.bptt_fused(input, steps, until, dropout, pos_weight, stability)
             } else {
@@ -592,7 +592,8 @@ impl Ggnn {
         let device = self.device();
         let p = self.hyper().state_dropout;
         let dropout = dropout && p > 0.0;
-        let h2 = 2 * HIDDEN;
+        let hd = self.width();
+        let h2 = 2 * hd;
 
         // Forward, keeping what the backward needs: the arrangement of
         // `Ggnn::propagate` without autograd (one fused matmul per step).
@@ -603,13 +604,13 @@ impl Ggnn {
         let pr = Products { bf16: bf16() };
         // Right-hand sides: forward `Wᵀ`, backward `W`.
         let (w_t, w_ih_t, w_op, w_ih_op) = (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr()), pr.operand(&w), pr.operand(&self.w_ih));
-        let hm = EDGE_TYPES * HIDDEN;
+        let hm = EDGE_TYPES * hd;
         let mut h = h0.shallow_clone();
         let mut tape = Vec::with_capacity(steps.max(0) as usize);
         for _ in 0..steps {
             let h_op = pr.operand(&h);
             let fused = if pr.bf16 { pr.mm(&h_op, &w_t) + &b } else { h.linear(&w, Some(&b)) };
-            let gathered = fused.view([n * FUSED_BLOCKS, HIDDEN]).index_select(0, &input.fused_rows);
+            let gathered = fused.view([n * FUSED_BLOCKS, hd]).index_select(0, &input.fused_rows);
             let per_edge = &gathered * &gates;
             let (a, max) = input.aggregate_parts(&per_edge);
             // Under the max aggregation, where each edge's message is its
@@ -619,13 +620,13 @@ impl Ggnn {
             let won = match (input.reduce, &max) {
                 (kernels::forward::Reduce::Max, Some(max)) => {
                     let hit = per_edge.eq_tensor(&max.index_select(0, &input.targets)).to_kind(Kind::Float);
-                    let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit);
+                    let ties = Tensor::zeros([n, hd], (Kind::Float, device)).index_add(0, &input.targets, &hit);
                     Some(hit / ties.index_select(0, &input.targets))
                 }
                 (kernels::forward::Reduce::MeanMax, Some(max)) => {
                     let back = input.edge_types.ge(kernels::forward::FIRST_BACKWARD).to_kind(Kind::Float).view([-1, 1]);
                     let hit = per_edge.eq_tensor(&max.index_select(0, &input.targets)).to_kind(Kind::Float) * &back;
-                    let ties = Tensor::zeros([n, HIDDEN], (Kind::Float, device)).index_add(0, &input.targets, &hit).clamp_min(1.0);
+                    let ties = Tensor::zeros([n, hd], (Kind::Float, device)).index_add(0, &input.targets, &hit).clamp_min(1.0);
                     let mean = (1.0 - &back) * input.inv_degree.index_select(0, &input.targets);
                     Some(hit / ties.index_select(0, &input.targets) + mean)
                 }
@@ -633,12 +634,12 @@ impl Ggnn {
             };
             let a_op = pr.operand(&a);
             let gi = if pr.bf16 { pr.mm(&a_op, &w_ih_t) + &self.b_ih } else { a.linear(&self.w_ih, Some(&self.b_ih)) };
-            let gh = fused.narrow(1, hm, 3 * HIDDEN);
+            let gh = fused.narrow(1, hm, 3 * hd);
             let rz = (gh.narrow(1, 0, h2) + gi.narrow(1, 0, h2)).sigmoid_();
-            let ghn = gh.narrow(1, h2, HIDDEN).contiguous();
-            let new = gi.narrow(1, h2, HIDDEN).addcmul(&rz.narrow(1, 0, HIDDEN), &ghn).tanh_();
+            let ghn = gh.narrow(1, h2, hd).contiguous();
+            let new = gi.narrow(1, h2, hd).addcmul(&rz.narrow(1, 0, hd), &ghn).tanh_();
             // GRUCell: h' = (h − n) ⊙ z + n.
-            let mut next = (&h - &new).g_mul_(&rz.narrow(1, HIDDEN, HIDDEN)).g_add_(&new);
+            let mut next = (&h - &new).g_mul_(&rz.narrow(1, hd, hd)).g_add_(&new);
             let mask = if dropout {
                 let m = state_dropout_mask(&h, p);
                 next *= &m;
@@ -671,18 +672,18 @@ impl Ggnn {
         let offsets = Tensor::cat(&[Tensor::zeros([1], (Kind::Int64, device)), counts.cumsum(0, Kind::Int64).narrow(0, 0, rows - 1)], 0);
 
         let zeros = |shape: &[i64]| Tensor::zeros(shape, (Kind::Float, device));
-        let mut d_w = zeros(&[FUSED_BLOCKS * HIDDEN, HIDDEN]);
-        let mut d_b = zeros(&[FUSED_BLOCKS * HIDDEN]);
-        let mut d_w_ih = zeros(&[3 * HIDDEN, HIDDEN]);
-        let mut d_b_ih = zeros(&[3 * HIDDEN]);
-        let mut d_gates = zeros(&[input.edges, HIDDEN]);
+        let mut d_w = zeros(&[FUSED_BLOCKS * hd, hd]);
+        let mut d_b = zeros(&[FUSED_BLOCKS * hd]);
+        let mut d_w_ih = zeros(&[3 * hd, hd]);
+        let mut d_b_ih = zeros(&[3 * hd]);
+        let mut d_gates = zeros(&[input.edges, hd]);
         for (k, s) in tape.iter().rev().enumerate() {
             let dh_new = match &s.mask {
                 Some(m) => dh * m,
                 None => dh,
             };
-            let r = s.rz.narrow(1, 0, HIDDEN);
-            let z = s.rz.narrow(1, HIDDEN, HIDDEN);
+            let r = s.rz.narrow(1, 0, hd);
+            let z = s.rz.narrow(1, hd, hd);
             // h' = (1 − z) n + z h
             let dn = &dh_new - &dh_new * &z;
             let dz = &dh_new * (&s.h - &s.n);
@@ -703,10 +704,10 @@ impl Ggnn {
             let _ = d_edge.g_mul_(&gates);
             // d(fused) = [scatter of d_edge | dgh], [N, 306].
             let (d_fused, _, _, _) = Tensor::embedding_bag(&d_edge, &order, &offsets, false, 0, false, None::<Tensor>, false);
-            let d_fused = d_fused.view([n, FUSED_BLOCKS * HIDDEN]);
-            let d_gh = d_fused.narrow(1, hm, 3 * HIDDEN);
+            let d_fused = d_fused.view([n, FUSED_BLOCKS * hd]);
+            let d_gh = d_fused.narrow(1, hm, 3 * hd);
             let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
-            let _ = d_gh.narrow(1, h2, HIDDEN).copy_(&(&d_pre_n * &r));
+            let _ = d_gh.narrow(1, h2, hd).copy_(&(&d_pre_n * &r));
             let d_fused_op = pr.operand(&d_fused);
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
@@ -716,12 +717,12 @@ impl Ggnn {
             }
         }
         let d_messages_w = d_w.narrow(0, 0, hm);
-        let d_w_hh = d_w.narrow(0, hm, 3 * HIDDEN);
+        let d_w_hh = d_w.narrow(0, hm, 3 * hd);
         let d_messages_b = d_b.narrow(0, 0, hm);
-        let d_b_hh = d_b.narrow(0, hm, 3 * HIDDEN);
+        let d_b_hh = d_b.narrow(0, hm, 3 * hd);
         let dh0 = dh + &head.dh0;
 
-        let d_embedding = self.embedding.zeros_like().index_add_(0, &input.tokens, &dh0.narrow(1, 0, TEXT_DIM));
+        let d_embedding = self.embedding.zeros_like().index_add_(0, &input.tokens, &dh0.narrow(1, 0, hd - SELECTOR_DIM));
         // Gate table p = 2σ(P): dP = dp ⊙ p ⊙ (1 − p/2).
         let d_table = table.zeros_like().index_add_(0, &input.positions, &d_gates);
         let d_pre_table = d_table * &table * one_minus(&(&table * 0.5));
@@ -794,8 +795,8 @@ impl Ggnn {
         let dhc = d_pre_f.mm(&self.readout_gate_w);
         Head {
             loss,
-            dh_t: dg.mm(&self.readout_w) + dhc.narrow(1, 0, HIDDEN),
-            dh0: dhc.narrow(1, HIDDEN, HIDDEN),
+            dh_t: dg.mm(&self.readout_w) + dhc.narrow(1, 0, self.width()),
+            dh0: dhc.narrow(1, self.width(), self.width()),
             d_gate_w: d_readout_gate_w,
             d_gate_b: d_readout_gate_b,
             d_w: d_readout_w,

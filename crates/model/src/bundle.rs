@@ -27,7 +27,7 @@ pub use programl_infer::bundle::{
     VOCABULARY_FILE, WEIGHTS_FILE,
 };
 
-use crate::{Ggnn, Hyper, HIDDEN};
+use crate::{Ggnn, Hyper};
 
 fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
     BundleError::Invalid { path: path.to_path_buf(), detail: detail.into() }
@@ -70,17 +70,15 @@ impl Bundle {
                 ),
             ));
         }
-        // This crate's GGNN (training, CUDA) is SPEC.md §3's shape with a
-        // fixed T; programl-infer runs the rest on the CPU.
-        if config.hyper.hidden != HIDDEN || (config.hyper.stop.is_some() && !training) {
+        // This crate's GGNN (training, CUDA) runs a fixed T, any even
+        // width (34 on the CPU's fused loops, others on libtorch's
+        // operations); programl-infer runs a stopping rule on the CPU.
+        if config.hyper.stop.is_some() && !training {
             return Err(invalid(
                 &dir.join(CONFIG_FILE),
-                format!(
-                    "hyper.hidden {} {}: the libtorch GGNN (training, device=cuda) is {HIDDEN} wide with a fixed number of steps; \
-                     the CPU inference (programl-infer: the learned pass, eval, predict) runs this bundle",
-                    config.hyper.hidden,
-                    if config.hyper.stop.is_some() { "with hyper.stop" } else { "without hyper.stop" }
-                ),
+                "hyper.stop: the libtorch GGNN (device=cuda) runs a fixed number of steps; \
+                 the CPU inference (programl-infer: the learned pass, eval, predict) runs this bundle"
+                    .to_string(),
             ));
         }
         let model = Ggnn::new(&Hyper { stop: None, ..config.hyper.clone() }, device);

@@ -127,12 +127,13 @@ impl Ggnn {
         crate::use_libtorch_threads();
         let vs = nn::VarStore::new(device);
         let root = vs.root();
-        let h = HIDDEN;
+        let h = hyper.hidden;
+        assert!(h >= 4 && h % 2 == 0, "hyper.hidden {h} is not an even width >= 4");
         let c = hyper.classes;
         let gru = 1.0 / (h as f64).sqrt();
         let gru_init = nn::Init::Uniform { lo: -gru, up: gru };
         let embedding =
-            (&root / "embedding").var("weight", &[hyper.vocab_size as i64, TEXT_DIM], nn::Init::Randn { mean: 0.0, stdev: 1.0 });
+            (&root / "embedding").var("weight", &[hyper.vocab_size as i64, h - SELECTOR_DIM], nn::Init::Randn { mean: 0.0, stdev: 1.0 });
         let messages_w = (&root / "messages").var("weight", &[EDGE_TYPES * h, h], xavier(EDGE_TYPES * h, h));
         let messages_b = (&root / "messages").var("bias", &[EDGE_TYPES * h], nn::Init::Const(0.0));
         let gate_w = (&root / "gate").var("weight", &[h, h], xavier(h, h));
@@ -145,7 +146,7 @@ impl Ggnn {
         let readout_gate_b = (&root / "readout" / "gate").var("bias", &[c], nn::Init::Const(0.0));
         let readout_w = (&root / "readout" / "transform").var("weight", &[c, h], xavier(c, h));
         let readout_b = (&root / "readout" / "transform").var("bias", &[c], nn::Init::Const(0.0));
-        let sinusoids = sinusoids(hyper.positions).to_device(device);
+        let sinusoids = sinusoids_of_width(hyper.positions, h).to_device(device);
         let v = hyper.selector_value;
         let selector_table = Tensor::from_slice(&[v as f32, 0.0, 0.0, v as f32]).view([2, 2]).to_device(device);
         let aux = (hyper.aux_inputs() > 0).then(|| {
@@ -207,6 +208,19 @@ impl Ggnn {
         self.vs.device()
     }
 
+    /// The state width (`hyper.hidden`): [`HIDDEN`] runs the CPU's fused
+    /// loops, any other even width libtorch's operations
+    /// ([`Ggnn::is_spec_width`]).
+    pub fn width(&self) -> i64 {
+        self.hyper.hidden
+    }
+
+    /// Whether the state is SPEC.md §3's 34 wide, the width the CPU's fused
+    /// forward and backward loops (`programl-kernels`) are built for.
+    pub fn is_spec_width(&self) -> bool {
+        self.hyper.hidden == HIDDEN
+    }
+
     /// The position gate table `p(k)`, \[positions, 34\].
     pub fn gate_table(&self) -> Tensor {
         self.sinusoids.linear(&self.gate_w, Some(&self.gate_b)).sigmoid() * 2.0
@@ -244,7 +258,7 @@ impl Ggnn {
     pub fn messages(&self, input: &Prepared, h: &Tensor, edge_gates: &Tensor) -> Tensor {
         let n = h.size()[0];
         // [N, 6·34] → [6N, 34]: row 6w + t is W_t h_w + b_t.
-        let transformed = h.linear(&self.messages_w, Some(&self.messages_b)).view([n * EDGE_TYPES, HIDDEN]);
+        let transformed = h.linear(&self.messages_w, Some(&self.messages_b)).view([n * EDGE_TYPES, self.width()]);
         let per_edge = transformed.index_select(0, &input.sources) * edge_gates;
         input.aggregate(&per_edge, n)
     }
@@ -434,12 +448,13 @@ impl Ggnn {
             let mut own = Workspace::default();
             let mut kept = self.workspace.try_borrow_mut();
             let ws = kept.as_deref_mut().unwrap_or(&mut own);
-            if fused {
+            if fused && self.is_spec_width() {
                 assert_eq!(self.device(), Device::Cpu, "the fused inference loops run on the CPU");
                 self.logits_fused(ws, input, steps)
-            } else if input.reduce.has_max() {
+            } else if input.reduce.has_max() || !self.is_spec_width() {
                 // `logits_inference` folds the messages' biases through
-                // their mean, which a max does not allow: the plain forward.
+                // their mean, which a max does not allow, and is built for
+                // 34 channels: the plain forward.
                 self.forward(input, steps, false)
             } else {
                 self.logits_inference(ws, input, steps)
@@ -1036,8 +1051,17 @@ pub(crate) fn block_products(out: &Tensor, x: &Tensor, w: &Tensor) {
 /// `s(k)` for `k < positions`: 16 sines, 16 cosines, 2 zeros (the
 /// selector's columns), \[positions, 34\].
 pub fn sinusoids(positions: i64) -> Tensor {
-    let rows: Vec<f32> = (0..positions).flat_map(programl_infer::config::sinusoid).collect();
-    Tensor::from_slice(&rows).view([positions, HIDDEN])
+    sinusoids_of_width(positions, HIDDEN)
+}
+
+/// [`sinusoids`] for a state `width` wide ([`programl_infer::config::sinusoid_into`]),
+/// \[positions, width\].
+pub fn sinusoids_of_width(positions: i64, width: i64) -> Tensor {
+    let mut rows = vec![0f32; (positions * width) as usize];
+    for (k, row) in rows.chunks_exact_mut(width as usize).enumerate() {
+        programl_infer::config::sinusoid_into(k as i64, row);
+    }
+    Tensor::from_slice(&rows).view([positions, width])
 }
 
 /// A [`Batch`] as tensors on the model's device, with everything that does

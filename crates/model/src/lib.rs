@@ -28,9 +28,11 @@ mod bptt;
 pub mod bundle;
 mod ggnn;
 pub mod libtorch;
+mod widen;
 mod workspace;
 
 pub use bptt::{class_weights, Gradients, Until};
+pub use widen::widen;
 pub use ggnn::{
     hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Join, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM,
     TEXT_DIM,

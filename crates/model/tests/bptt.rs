@@ -397,3 +397,80 @@ fn node_weighted_loss_gradients_match_autograd() {
     assert_eq!(none.0, 0.0);
     assert!(none.1.iter().all(|g| g.abs().max().double_value(&[]) == 0.0), "a batch of weight 0 moved the weights");
 }
+
+/// A state wider than SPEC.md §3's 34 (`hyper.hidden`, issue 30's
+/// capacity experiment) trains on libtorch's operations (the CPU's fused
+/// loops are built for 34): its hand-written gradients match autograd for
+/// each aggregation, with and without dropout, whichever path is asked for.
+#[test]
+fn a_wider_state_trains_with_gradients_matching_autograd() {
+    use programl_model::Aggregation;
+    let _generator = generator();
+    let (vocab, batch) = random_batch(5);
+    for aggregation in [Aggregation::Mean, Aggregation::Max, Aggregation::MeanMax] {
+        let hyper = Hyper { hidden: 66, aggregation, ..Hyper::spec(vocab.len()) };
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        assert_eq!(model.width(), 66);
+        randomise(&model, 9);
+        let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+        for (steps, train) in [(3, false), (3, true)] {
+            let theirs = autograd(&model, &prepared, steps, train, 2);
+            for fused in [true, false] {
+                tch::manual_seed(2);
+                let g = model.loss_and_gradients_with(&prepared, steps, train, 1.0, fused);
+                assert_eq!(g.grads[0].size(), [vocab.len() as i64, 64], "the embedding is the text's 64 entries");
+                compare(&model, &(g.loss.double_value(&[]), g.grads), &theirs, 1e-4);
+            }
+        }
+        // Inference takes the plain forward on the CPU too.
+        let direct = tch::no_grad(|| model.forward(&prepared, 5, false));
+        let inferred = model.forward_inference(&prepared, 5);
+        assert!((direct - inferred).abs().max().double_value(&[]) < 1e-6, "{aggregation:?}");
+    }
+}
+
+/// `programl_model::widen`: a trained 34-wide model carried into 66 and 98
+/// channels computes the same logits with no noise, and stays within a
+/// rounding of them with a little; the noise is what lets the new channels
+/// learn (with none, their gradients are exactly zero).
+#[test]
+fn a_widened_model_starts_where_the_narrow_one_stands() {
+    use programl_model::Aggregation;
+    let _generator = generator();
+    let (vocab, batch) = random_batch(8);
+    for aggregation in [Aggregation::Mean, Aggregation::Max] {
+        let narrow_hyper = Hyper { aggregation, ..Hyper::spec(vocab.len()) };
+        let narrow = Ggnn::new(&narrow_hyper, Device::Cpu);
+        randomise(&narrow, 3);
+        let expected = tch::no_grad(|| narrow.forward(&Prepared::new(&batch, &narrow_hyper, Device::Cpu), 6, false));
+        for hidden in [66, 98] {
+            let hyper = Hyper { hidden, ..narrow_hyper.clone() };
+            let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+            let wide = Ggnn::new(&hyper, Device::Cpu);
+            programl_model::widen(&wide, &narrow, 0.0).unwrap();
+            let got = tch::no_grad(|| wide.forward(&prepared, 6, false));
+            let diff = (&got - &expected).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{aggregation:?} {hidden}: widened logits differ by {diff}");
+            // No noise: the new channels' GRU rows get no gradient.
+            let g = wide.loss_and_gradients(&prepared, 3, false, 1.0);
+            let new_rows = |t: &Tensor| t.narrow(0, 1, 1).abs().max().double_value(&[]);
+            assert_eq!(new_rows(&g.grads[6]), 0.0, "{aggregation:?} {hidden}: weight_hh's row of a new channel");
+            // A little noise: close to the narrow model, and learning.
+            let wide = Ggnn::new(&hyper, Device::Cpu);
+            programl_model::widen(&wide, &narrow, 0.01).unwrap();
+            let got = tch::no_grad(|| wide.forward(&prepared, 6, false));
+            let diff = (&got - &expected).abs().max().double_value(&[]);
+            let scale = expected.abs().max().double_value(&[]);
+            assert!(diff > 0.0 && diff < 0.05 * scale, "{aggregation:?} {hidden}: noisy widened logits differ by {diff} (largest {scale})");
+            let g = wide.loss_and_gradients(&prepared, 3, false, 1.0);
+            assert!(new_rows(&g.grads[6]) > 0.0, "{aggregation:?} {hidden}: a new channel learns");
+        }
+    }
+    // Widths the sinusoids do not line up for, and other heads, are refused.
+    let narrow = Ggnn::new(&Hyper::spec(vocab.len()), Device::Cpu);
+    let odd = Ggnn::new(&Hyper { hidden: 50, ..Hyper::spec(vocab.len()) }, Device::Cpu);
+    let e = programl_model::widen(&odd, &narrow, 0.0).unwrap_err();
+    assert!(e.contains("not 50"), "{e}");
+    let other = Ggnn::new(&Hyper { hidden: 66, ..Hyper::spec(vocab.len() + 1) }, Device::Cpu);
+    assert!(programl_model::widen(&other, &narrow, 0.0).unwrap_err().contains("vocabulary"));
+}

@@ -377,12 +377,9 @@ fn bundle_round_trips_and_reports_what_is_wrong() {
     assert!(e.contains("'embedding.weight' holds NaN"), "{e}");
     let e = err(&|p| std::fs::remove_file(p.join(bundle::CONFIG_FILE)).unwrap());
     assert!(e.contains("config.json") && e.contains("No such file"), "{e}");
-    // Shapes programl-infer runs and this crate's GGNN does not: refused
-    // by name, before any weight is read.
-    for (key, value, says) in [
-        ("hidden", "66", "hyper.hidden 66 without hyper.stop"),
-        ("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.hidden 34 with hyper.stop"),
-    ] {
+    // A stopping rule, which programl-infer runs and this crate's GGNN
+    // does not: refused by name, before any weight is read.
+    for (key, value, says) in [("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.stop")] {
         let e = err(&|p| {
             let c = p.join(bundle::CONFIG_FILE);
             let text = std::fs::read_to_string(&c).unwrap().replacen("\"classes\": 2", &format!("\"classes\": 2, \"{key}\": {value}"), 1);
@@ -390,6 +387,13 @@ fn bundle_round_trips_and_reports_what_is_wrong() {
         });
         assert!(e.contains("config.json") && e.contains(says) && e.contains("programl-infer"), "{key}: {e}");
     }
+    // Another width loads, but not the 34-wide weights.
+    let e = err(&|p| {
+        let c = p.join(bundle::CONFIG_FILE);
+        let text = std::fs::read_to_string(&c).unwrap().replacen("\"classes\": 2", "\"classes\": 2, \"hidden\": 66", 1);
+        std::fs::write(&c, text).unwrap();
+    });
+    assert!(e.contains("weights.safetensors") && e.contains("'embedding.weight' has shape [4, 32], expected [4, 64]"), "{e}");
 }
 
 /// On the CPU, inference runs fused element-wise loops (`kernels.rs`)

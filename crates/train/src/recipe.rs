@@ -140,6 +140,11 @@ pub struct Phase {
     /// weights; the phases after it take the settings' unless they say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregation: Option<programl_model::Aggregation>,
+    /// `train --hidden` for this phase: a wider state, the previous
+    /// phase's weights carried into it. Absent: the previous phase's
+    /// width (34 for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<i64>,
     /// `train --val-examples` for this phase, where it differs from the
     /// settings'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +259,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
             state_dropout: s.state_dropout,
             aggregation: Some(phase.aggregation.unwrap_or(s.aggregation)),
+            hidden: phase.hidden,
             pos_weight: phase.pos_weight.unwrap_or(s.pos_weight),
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,

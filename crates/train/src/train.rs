@@ -25,7 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use programl::analysis::Task;
 use programl::batch::{permutation, plan};
 use programl::hash::mix;
@@ -180,6 +180,17 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "mean_or_absent")]
     pub aggregation: Option<Aggregation>,
+    /// The state width (`hyper.hidden`): an even number of entries, the
+    /// text embedding's then the root selector's 2. SPEC.md §3's 34 trains
+    /// on the CPU's fused loops, any other width on libtorch's operations.
+    /// With `--init` of a narrower bundle (34 to 66, 98, ...: the text
+    /// widths a whole multiple), its weights carry into the wider state
+    /// (`programl_model::widen`), the new channels' starting weights being
+    /// the fresh initialisation scaled by 0.01. Absent: the `--init`
+    /// bundle's width, a resumed run's own, else 34.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<i64>,
     /// Weight of the positive class in the training loss (the negative
     /// class weighs 1; the loss is averaged over the weights). Positives
     /// are rare (subexpressions: 0.2% of nodes, datadep 1.1%), and an
@@ -401,6 +412,12 @@ fn mean_or_absent(a: &Option<Aggregation>) -> bool {
     a.map_or(true, |a| a.is_mean())
 }
 
+/// What scales a widened model's new weights (`--hidden` above an
+/// `--init` bundle's width): small enough that the model starts within a
+/// rounding of the bundle's predictions, large enough to break the
+/// symmetry that would keep the new channels at zero.
+const WIDEN_NOISE: f64 = 0.01;
+
 pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let started = Instant::now();
     let task = parse_task(&args.task)?;
@@ -443,6 +460,21 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
         resolved = TrainArgs { aggregation: inherited, ..args.clone() };
         &resolved
+    };
+    // `--hidden` absent: the --init bundle's width, or a resumed run's own
+    // (recorded only where it is not 34, so that 34-wide runs resume as
+    // before the flag existed).
+    let widened;
+    let args = match (args.hidden, &init, &saved) {
+        (None, Some(b), _) if b.config.hyper.hidden != programl_model::HIDDEN => {
+            widened = TrainArgs { hidden: Some(b.config.hyper.hidden), ..args.clone() };
+            &widened
+        }
+        (None, None, Some(s)) if s.args.hidden.is_some() => {
+            widened = TrainArgs { hidden: s.args.hidden, ..args.clone() };
+            &widened
+        }
+        _ => args,
     };
     let vocab = if let Some(b) = &init {
         let v = if args.extend_vocab {
@@ -509,10 +541,15 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
+    let hidden = args.hidden.unwrap_or(programl_model::HIDDEN);
+    if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
+        bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
+    }
     let hyper = Hyper {
         steps: args.steps,
         state_dropout: args.state_dropout,
         aggregation: args.aggregation.unwrap_or_default(),
+        hidden,
         ..Hyper::spec(vocab.len())
     };
     tch::manual_seed(mix(args.seed) as i64);
@@ -520,10 +557,19 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let mut opt = AdamW::new(&model.parameters(), args.lr);
     let ckpt = Checkpoint::new(out, &model);
     if let Some(b) = &init {
+        // A narrower bundle loads into a model of its own width, then
+        // widens into this one.
+        let from = b.config.hyper.hidden;
+        let narrow = (from != hidden).then(|| Ggnn::new(&Hyper { hidden: from, ..hyper.clone() }, device));
+        let into = narrow.as_ref().unwrap_or(&model);
         if args.extend_vocab {
-            bundle::load_weights_grown(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+            bundle::load_weights_grown(into, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
         } else {
-            bundle::load_weights(&model, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+            bundle::load_weights(into, &b.dir.join(bundle::WEIGHTS_FILE)).with_context(|| format!("--init {}", b.dir.display()))?;
+        }
+        if let Some(narrow) = &narrow {
+            programl_model::widen(&model, narrow, WIDEN_NOISE).map_err(|e| anyhow!("--init {} --hidden {hidden}: {e}", b.dir.display()))?;
+            say(&format!("state: {from} entries of {} widened to {hidden}", b.dir.display()));
         }
         if b.config.provenance.training_data_hash != hash {
             eprintln!(

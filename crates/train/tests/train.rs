@@ -347,6 +347,66 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
     );
 }
 
+/// `--hidden`: a bundle's weights carried into a wider state (issue 30's
+/// capacity experiment). The widened model starts where the bundle stood,
+/// trains on libtorch's operations, ships a bundle that says its width,
+/// which eval runs at FP32 and INT8, and resumes without the flags.
+#[test]
+fn a_wider_state_starts_from_a_narrower_bundle() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, wide) = (dir.path().join("first"), dir.path().join("wide"));
+    run(trainer().args(train_args(data, &first, "400")));
+    let config =
+        |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap() };
+    assert!(config(&first)["hyper"].get("hidden").is_none(), "a 34-wide config is as it was");
+    let mut args: Vec<String> = train_args(data, &wide, "200").into_iter().filter(|a| a != "--quiet").collect();
+    args.extend(["--hidden".into(), "66".into(), "--init".into(), first.join("model").display().to_string()]);
+    let out = run(trainer().args(&args));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("widened to 66"), "{}", String::from_utf8_lossy(&out.stderr));
+    let first_val = eval_ddf30(&first.join("model"), data)["f1"].as_f64().unwrap();
+    let log = std::fs::read_to_string(wide.join("log.csv")).unwrap();
+    let start: f64 =
+        log.lines().find(|l| l.starts_with("val,0,")).expect("validated at 0 examples").split(',').nth(6).unwrap().parse().unwrap();
+    let kept: f64 = std::fs::read_to_string(first.join("log.csv"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("val,"))
+        .map(|l| l.split(',').nth(6).unwrap().parse::<f64>().unwrap())
+        .fold(f64::MIN, f64::max);
+    assert!((start - kept).abs() < 0.02, "widened, the bundle validates at {start}; kept at {kept}");
+    assert_eq!(config(&wide)["hyper"]["hidden"], 66, "{}", config(&wide));
+    for dtype in ["f32", "int8"] {
+        let eval = run(trainer().args(["eval", "--model"]).arg(wide.join("model")).arg("--data").arg(data).args([
+            "--subset",
+            "ddf-30",
+            "--json",
+            "--threads",
+            "1",
+            "--device",
+            "cpu",
+            "--dtype",
+            dtype,
+        ]));
+        let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+        let f1 = v["f1"].as_f64().unwrap();
+        assert!(f1 > first_val - 0.1, "{dtype}: the wide bundle scores {f1}, the narrow {first_val}");
+    }
+    // Resumes with the same flags, and without them (the run's own width).
+    run(trainer().args(&args));
+    run(trainer().args(train_args(data, &wide, "200")));
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(wide.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["hidden"], 66, "{state}");
+    // Widths that are refused, by name.
+    for (width, says) in [("50", "not 50"), ("17", "--hidden 17 is not an even width")] {
+        let mut bad = train_args(data, &dir.path().join(format!("bad{width}")), "200");
+        bad.extend(["--hidden".into(), width.into(), "--init".into(), first.join("model").display().to_string()]);
+        let out = trainer().args(&bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{width}: {err}");
+    }
+}
+
 #[test]
 fn eval_on_ir_files_predict_and_broken_bundles() {
     let (ir, data) = fixture();
