@@ -207,6 +207,51 @@ impl Examples {
         mask
     }
 
+    /// The instructions of example `i`'s graph that read one of its root's
+    /// operands (a data edge from a node with a data edge into the root),
+    /// the root and its positives excluded: the negatives that look most
+    /// like positives to a model that marks the root's operands.
+    pub fn near_negatives(&self, i: usize) -> Vec<u32> {
+        let e = &self.examples[i];
+        let data = self.graphs[e.graph as usize].input.edges(EdgeType::Data);
+        let n = self.graphs[e.graph as usize].input.node_count();
+        let mut operand = vec![false; n];
+        for (&s, &t) in data.sources.iter().zip(data.targets) {
+            if t == i64::from(e.root) {
+                operand[s as usize] = true;
+            }
+        }
+        let mut near = vec![false; n];
+        for (&s, &t) in data.sources.iter().zip(data.targets) {
+            if operand[s as usize] {
+                near[t as usize] = true;
+            }
+        }
+        near[e.root as usize] = false;
+        for &p in &e.positives {
+            near[p as usize] = false;
+        }
+        (0..n as u32).filter(|&v| near[v as usize]).collect()
+    }
+
+    /// [`Examples::labelled_mask`] (or 1 for every node when not
+    /// `labelled_only`) with each example's [`Examples::near_negatives`]
+    /// weighted `near`: `train --near-weight`'s loss weights.
+    pub fn near_weighted_mask(&self, ids: &[usize], labelled_only: bool, near: f32) -> Vec<f32> {
+        let mut mask = if labelled_only { self.labelled_mask(ids) } else { Vec::new() };
+        if !labelled_only {
+            mask.resize(ids.iter().map(|&i| self.size(i)).sum(), 1.0);
+        }
+        let mut start = 0;
+        for &i in ids {
+            for v in self.near_negatives(i) {
+                mask[start + v as usize] *= near;
+            }
+            start += self.size(i);
+        }
+        mask
+    }
+
     /// The fraction of the graphs' nodes whose text is in the vocabulary.
     pub fn vocab_coverage(&self) -> f64 {
         if self.all_nodes == 0 {
@@ -214,5 +259,38 @@ impl Examples {
         } else {
             self.known_nodes as f64 / self.all_nodes as f64
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use programl::graph::{Edge, Flow};
+    use programl::vocab::Counts;
+
+    /// Two GEPs and a load reading the root GEP's base pointer, an add
+    /// reading none of its operands: the look-alikes are the readers of
+    /// the root's operands, less the root and its positives.
+    #[test]
+    fn near_negatives_read_the_roots_operands() {
+        let texts = ["getelementptr", "getelementptr", "load", "add", "ptr", "i64", "i32"];
+        let mut counts = Counts::default();
+        for t in texts {
+            *counts.texts.entry(t.to_string()).or_default() += 1;
+            counts.total += 1;
+        }
+        let vocab = Vocabulary::from_counts(&counts, 1, None);
+        let d = |position| Edge { flow: Flow::Data, position };
+        // 4 (ptr) and 5 (i64) feed the root 0; 4 feeds 1 and 2; 6 feeds 3.
+        let edges = [(4, 0, d(0)), (5, 0, d(1)), (4, 1, d(0)), (6, 1, d(1)), (4, 2, d(0)), (6, 3, d(0)), (0, 3, d(1))];
+        let input = GraphInput::from_parts(texts, edges, &vocab).unwrap();
+        let mut examples = Examples::default();
+        examples.add_graph(Graph { input, labelled: vec![0, 1, 2, 3] });
+        examples.examples.push(Example { graph: 0, root: 0, steps: 2, positives: vec![0, 2] });
+        assert_eq!(examples.near_negatives(0), vec![1], "1 reads the root's pointer; 2 is a positive; 3 reads none of its operands");
+        let both = examples.near_weighted_mask(&[0, 0], false, 5.0);
+        assert_eq!(both, [[1.0, 5.0, 1.0, 1.0, 1.0, 1.0, 1.0]; 2].concat());
+        let labelled = examples.near_weighted_mask(&[0], true, 5.0);
+        assert_eq!(labelled, [1.0, 5.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
     }
 }

@@ -135,6 +135,9 @@ pub struct Phase {
     /// settings' (a phase that trades recall for precision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pos_weight: Option<f64>,
+    /// `train --near-weight` for this phase (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_weight: Option<f64>,
     /// `train --aggregation` for this phase, where it differs from the
     /// settings' (a phase that starts a max model from a mean bundle's
     /// weights; the phases after it take the settings' unless they say).
@@ -261,6 +264,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             aggregation: Some(phase.aggregation.unwrap_or(s.aggregation)),
             hidden: phase.hidden,
             pos_weight: phase.pos_weight.unwrap_or(s.pos_weight),
+            near_weight: phase.near_weight.unwrap_or(1.0),
             loss_nodes: phase.loss_nodes.unwrap_or(s.loss_nodes),
             batch_nodes: s.batch_nodes,
             max_nodes: phase.max_nodes,

@@ -205,6 +205,14 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = LossNodes::All)]
     #[serde(default, skip_serializing_if = "LossNodes::is_all")]
     pub loss_nodes: LossNodes,
+    /// The loss weight of the negatives that read one of the root's
+    /// operands (an instruction with a data edge from a node that has a
+    /// data edge into the root): subexpressions' false positives are such
+    /// look-alikes, a small share of its negatives. 1: weighed as the
+    /// other nodes.
+    #[arg(long, default_value_t = 1.0)]
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub near_weight: f64,
     /// Nodes per batch (a larger graph alone).
     #[arg(long, default_value_t = 10_000)]
     pub batch_nodes: usize,
@@ -541,6 +549,9 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
+    if !(args.near_weight.is_finite() && args.near_weight > 0.0) {
+        bail!("--near-weight {} is not a positive number", args.near_weight);
+    }
     let hidden = args.hidden.unwrap_or(programl_model::HIDDEN);
     if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
         bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
@@ -728,7 +739,10 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             let ids = &order[batches[state.batch_in_epoch as usize].clone()];
             let batch = train.batch(ids);
             let mut input = Prepared::new(&batch, &hyper, device);
-            if args.loss_nodes == LossNodes::Labelled {
+            if args.near_weight != 1.0 {
+                let mask = train.near_weighted_mask(ids, args.loss_nodes == LossNodes::Labelled, args.near_weight as f32);
+                input.loss_weights = Some(Tensor::from_slice(&mask).to_device(device));
+            } else if args.loss_nodes == LossNodes::Labelled {
                 input.loss_weights = Some(Tensor::from_slice(&train.labelled_mask(ids)).to_device(device));
             }
             tch::manual_seed(mix(args.seed ^ mix(state.batches_total + 1)) as i64);

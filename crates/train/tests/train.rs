@@ -407,6 +407,31 @@ fn a_wider_state_starts_from_a_narrower_bundle() {
     }
 }
 
+/// `--near-weight`: the negatives that read the root's operands weigh more
+/// in the loss. A run with it trains and records it (a resume must match);
+/// a weight that is not positive is refused by name.
+#[test]
+fn near_negatives_can_weigh_more_in_the_loss() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("near");
+    let mut args = train_args(data, &out, "200");
+    args.extend(["--near-weight".into(), "3".into()]);
+    run(trainer().args(&args));
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["near_weight"], 3.0, "{state}");
+    let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
+    let losses: Vec<f64> = log.lines().filter(|l| l.starts_with("train,")).map(|l| l.split(',').nth(3).unwrap().parse().unwrap()).collect();
+    assert!(!losses.is_empty() && losses.iter().all(|l| l.is_finite()), "{log}");
+    let resumed = trainer().args(train_args(data, &out, "200")).output().unwrap();
+    assert!(!resumed.status.success() && String::from_utf8_lossy(&resumed.stderr).contains("other arguments"));
+    let mut bad = train_args(data, &dir.path().join("bad"), "200");
+    bad.extend(["--near-weight".into(), "0".into()]);
+    let out = trainer().args(&bad).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--near-weight 0 is not a positive number"), "{err}");
+}
+
 #[test]
 fn eval_on_ir_files_predict_and_broken_bundles() {
     let (ir, data) = fixture();
