@@ -238,10 +238,7 @@ impl Examples {
     /// `labelled_only`) with each example's [`Examples::near_negatives`]
     /// weighted `near`: `train --near-weight`'s loss weights.
     pub fn near_weighted_mask(&self, ids: &[usize], labelled_only: bool, near: f32) -> Vec<f32> {
-        let mut mask = if labelled_only { self.labelled_mask(ids) } else { Vec::new() };
-        if !labelled_only {
-            mask.resize(ids.iter().map(|&i| self.size(i)).sum(), 1.0);
-        }
+        let mut mask = if labelled_only { self.labelled_mask(ids) } else { vec![1.0; ids.iter().map(|&i| self.size(i)).sum()] };
         let mut start = 0;
         for &i in ids {
             for v in self.near_negatives(i) {

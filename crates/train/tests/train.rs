@@ -96,6 +96,11 @@ fn train_args(data: &Path, out: &Path, budget: &str) -> Vec<String> {
 
 /// `eval --json` of a bundle on the store's test split, DDF-30, one CPU thread.
 fn eval_ddf30(model: &Path, data: &Path) -> serde_json::Value {
+    eval_ddf30_as(model, data, "auto")
+}
+
+/// [`eval_ddf30`] at `--dtype dtype`.
+fn eval_ddf30_as(model: &Path, data: &Path, dtype: &str) -> serde_json::Value {
     let eval = run(trainer().args(["eval", "--model"]).arg(model).arg("--data").arg(data).args([
         "--subset",
         "ddf-30",
@@ -104,8 +109,28 @@ fn eval_ddf30(model: &Path, data: &Path) -> serde_json::Value {
         "1",
         "--device",
         "cpu",
+        "--dtype",
+        dtype,
     ]));
     serde_json::from_slice(&eval.stdout).unwrap()
+}
+
+/// The `config.json` of a run's bundle (`RUN/model`).
+fn config(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("model/config.json")).unwrap()).unwrap()
+}
+
+/// A run's validations from its `log.csv`: (examples, F1).
+fn val_rows(run: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(run.join("log.csv"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("val,"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[1].parse().unwrap(), f[6].parse().unwrap())
+        })
+        .collect()
 }
 
 /// Positives and labelled nodes of the test split's DDF-30 examples.
@@ -249,20 +274,7 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
     let dir = tempfile::tempdir().unwrap();
     let (first, second) = (dir.path().join("first"), dir.path().join("second"));
     run(trainer().args(train_args(data, &first, "400")));
-    let val_rows = |d: &Path| -> Vec<(u64, f64)> {
-        std::fs::read_to_string(d.join("log.csv"))
-            .unwrap()
-            .lines()
-            .filter(|l| l.starts_with("val,"))
-            .map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                (f[1].parse().unwrap(), f[6].parse().unwrap())
-            })
-            .collect()
-    };
     let best_first = val_rows(&first).iter().map(|r| r.1).fold(f64::MIN, f64::max);
-    let config =
-        |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap() };
     let first_examples = config(&first)["provenance"]["examples_seen"].as_u64().unwrap();
 
     // A lower rate from the first run's bundle: the bundle is validated
@@ -357,38 +369,19 @@ fn a_wider_state_starts_from_a_narrower_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let (first, wide) = (dir.path().join("first"), dir.path().join("wide"));
     run(trainer().args(train_args(data, &first, "400")));
-    let config =
-        |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("model/config.json")).unwrap()).unwrap() };
     assert!(config(&first)["hyper"].get("hidden").is_none(), "a 34-wide config is as it was");
     let mut args: Vec<String> = train_args(data, &wide, "200").into_iter().filter(|a| a != "--quiet").collect();
     args.extend(["--hidden".into(), "66".into(), "--init".into(), first.join("model").display().to_string()]);
     let out = run(trainer().args(&args));
     assert!(String::from_utf8_lossy(&out.stderr).contains("widened to 66"), "{}", String::from_utf8_lossy(&out.stderr));
     let first_val = eval_ddf30(&first.join("model"), data)["f1"].as_f64().unwrap();
-    let log = std::fs::read_to_string(wide.join("log.csv")).unwrap();
-    let start: f64 =
-        log.lines().find(|l| l.starts_with("val,0,")).expect("validated at 0 examples").split(',').nth(6).unwrap().parse().unwrap();
-    let kept: f64 = std::fs::read_to_string(first.join("log.csv"))
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("val,"))
-        .map(|l| l.split(',').nth(6).unwrap().parse::<f64>().unwrap())
-        .fold(f64::MIN, f64::max);
+    let (at, start) = val_rows(&wide)[0];
+    assert_eq!(at, 0, "validated at 0 examples");
+    let kept = val_rows(&first).iter().map(|r| r.1).fold(f64::MIN, f64::max);
     assert!((start - kept).abs() < 0.02, "widened, the bundle validates at {start}; kept at {kept}");
     assert_eq!(config(&wide)["hyper"]["hidden"], 66, "{}", config(&wide));
     for dtype in ["f32", "int8"] {
-        let eval = run(trainer().args(["eval", "--model"]).arg(wide.join("model")).arg("--data").arg(data).args([
-            "--subset",
-            "ddf-30",
-            "--json",
-            "--threads",
-            "1",
-            "--device",
-            "cpu",
-            "--dtype",
-            dtype,
-        ]));
-        let v: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+        let v = eval_ddf30_as(&wide.join("model"), data, dtype);
         let f1 = v["f1"].as_f64().unwrap();
         assert!(f1 > first_val - 0.1, "{dtype}: the wide bundle scores {f1}, the narrow {first_val}");
     }
