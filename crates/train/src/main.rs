@@ -225,6 +225,11 @@ enum Command {
         /// of a large split takes hours on a CPU.
         #[arg(long)]
         limit: Option<usize>,
+        /// Evaluate only the examples whose analysis needs more than this
+        /// many steps: the long tail, where a stopping rule's cap binds
+        /// (applied before --limit).
+        #[arg(long)]
+        longer_than: Option<u32>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -513,7 +518,7 @@ fn run(cli: Cli) -> Result<()> {
             let options = recipe::Options { data, runs, fresh, threads: tch::get_num_threads(), quiet };
             recipe::run(&dir, &options, device)
         }
-        Command::Eval { model, data, subset, steps, stop, split, seed, batch_nodes, limit, json, runtime } => {
+        Command::Eval { model, data, subset, steps, stop, split, seed, batch_nodes, limit, longer_than, json, runtime } => {
             let device = runtime.apply_inference()?;
             let config = programl_infer::bundle::read_config(&model)?;
             if stop.is_some() || config.hyper.stop.is_some() {
@@ -536,7 +541,7 @@ fn run(cli: Cli) -> Result<()> {
                 };
                 let steps = if stop.is_some() { None } else { steps };
                 let predictor = engine::Predictor::Cpu(&cpu, runtime.infer_options()?);
-                let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, json };
+                let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, longer_than, json };
                 return ddf.run(&cpu.config.task, &cpu.vocabulary, &predictor, steps, cpu.config.hyper.stop.as_ref());
             }
             let bundle = Bundle::load(&model, device)?;
@@ -572,7 +577,7 @@ fn run(cli: Cli) -> Result<()> {
                 Some(m) => engine::Predictor::Cpu(m, runtime.infer_options()?),
                 None => engine::Predictor::Torch(&bundle.model),
             };
-            let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, json };
+            let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, longer_than, json };
             ddf.run(&bundle.config.task, &bundle.vocabulary, &predictor, Some(steps.unwrap_or(bundle.model.hyper().steps)), None)
         }
         Command::Devmap {
@@ -804,6 +809,7 @@ struct DdfEval<'a> {
     seed: u64,
     batch_nodes: usize,
     limit: Option<usize>,
+    longer_than: Option<u32>,
     json: bool,
 }
 
@@ -817,7 +823,7 @@ impl DdfEval<'_> {
         steps: Option<i64>,
         stop: Option<&programl_infer::config::Stop>,
     ) -> Result<()> {
-        let DdfEval { data, subset, split, seed, batch_nodes, limit, json } = *self;
+        let DdfEval { data, subset, split, seed, batch_nodes, limit, longer_than, json } = *self;
         let task = train::parse_task(task)?;
         let subset = parse_subset(subset)?;
         let examples = if data.join(programl_dataset::MANIFEST).exists() {
@@ -832,15 +838,26 @@ impl DdfEval<'_> {
         if limit == Some(0) {
             bail!("--limit 0: evaluate at least one example");
         }
-        let available = examples.examples.len();
+        // The examples in range; a seeded sample of them under --limit.
+        let eligible: Vec<usize> = match longer_than {
+            Some(n) => (0..examples.examples.len()).filter(|&i| examples.examples[i].steps > n).collect(),
+            None => (0..examples.examples.len()).collect(),
+        };
+        let available = eligible.len();
+        if let (0, Some(n)) = (available, longer_than) {
+            bail!("{}: no {} example of {task} needs more than {n} steps (--longer-than {n})", data.display(), subset.name());
+        }
         let ids: Vec<usize> = match limit {
             Some(n) if n < available => {
-                let mut ids = programl::batch::permutation(available, programl::hash::mix(seed ^ 0x6576_616c));
-                ids.truncate(n);
+                let mut ids: Vec<usize> = programl::batch::permutation(available, programl::hash::mix(seed ^ 0x6576_616c))
+                    .into_iter()
+                    .take(n)
+                    .map(|i| eligible[i])
+                    .collect();
                 ids.sort_unstable();
                 ids
             }
-            _ => (0..available).collect(),
+            _ => eligible,
         };
         let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(ids.len() as u64) };
         bar.set_style(

@@ -847,6 +847,52 @@ fn eval_with_a_stopping_rule_reports_the_steps_each_example_ran() {
     assert!(refused(&model, &["--stop", "0.01", "--steps", "0", "--device", "cpu"]).contains("hyper.stop.max_steps 0"));
 }
 
+/// `eval --longer-than N` evaluates only the examples whose analysis
+/// needs more than N steps (the tail where a stopping rule's cap binds):
+/// 0 keeps every example, a larger N keeps fewer, every bucket it reports
+/// needs more than N steps on average, and an N past every example is
+/// refused by name.
+#[test]
+fn eval_longer_than_keeps_only_the_long_examples() {
+    let (ir, _) = fixture();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/reachability-adaptive");
+    let eval = |extra: &[&str]| {
+        trainer()
+            .args(["eval", "--model"])
+            .arg(&model)
+            .arg("--data")
+            .arg(ir.join("proj0"))
+            .args(["--json", "--device", "cpu", "--threads", "1", "--dtype", "f32"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let out = eval(extra);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = json(&[]);
+    let zero = json(&["--longer-than", "0"]);
+    for k in ["tp", "fp", "fn", "examples"] {
+        assert_eq!(all[k], zero[k], "{k}");
+    }
+    let tail = json(&["--longer-than", "3"]);
+    let (n_all, n_tail) = (all["examples"].as_u64().unwrap(), tail["examples"].as_u64().unwrap());
+    assert!(0 < n_tail && n_tail < n_all, "{n_tail} of {n_all} examples need more than 3 steps");
+    assert_eq!(tail["examples_available"], n_tail);
+    for b in tail["by_steps"].as_array().unwrap() {
+        assert!(b["mean_steps_needed"].as_f64().unwrap() > 3.0, "{b}");
+    }
+    let sampled = json(&["--longer-than", "3", "--limit", "1"]);
+    assert_eq!(sampled["examples"], 1);
+    assert!(sampled["by_steps"][0]["mean_steps_needed"].as_f64().unwrap() > 3.0, "{sampled}");
+    let out = eval(&["--longer-than", "1000000"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs more than 1000000 steps (--longer-than 1000000)"), "{err}");
+}
+
 /// Adaptive depth (`train --stop-tolerance`): a run on every example
 /// (`--subset ddf`) ships a bundle whose config carries the stopping rule,
 /// validates by it (the log's validation rows), and `eval` then runs the
