@@ -179,6 +179,93 @@ pub fn class_weights(classes: i64, pos_weight: f64, device: tch::Device) -> Tens
     Tensor::from_slice(&w).to_device(device)
 }
 
+/// What the backward keeps of the unroll ([`Ggnn::gradients`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tape {
+    /// Every step's record: memory grows with the steps (about 1 KiB a
+    /// node a step on the CPU's fused loops).
+    #[default]
+    Full,
+    /// A checkpointed tape: the state entering each earlier segment of
+    /// this many steps, and the last segment's record. The backward
+    /// recomputes each earlier segment's record from its state before
+    /// taking it back, so the gradients are those of [`Tape::Full`] for
+    /// one more forward, in memory for `T / n` states and `n` records.
+    Segments(usize),
+}
+
+/// The forward's record for the backward ([`unroll`]).
+struct Unroll<S> {
+    /// The steps run.
+    steps: i64,
+    /// The final state `h_T`.
+    h_t: Tensor,
+    /// `h_{T−1}`, if a step ran.
+    h_before: Option<Tensor>,
+    /// Under [`Tape::Segments`]: the state entering each full segment
+    /// before the last, oldest first.
+    starts: Vec<Tensor>,
+    /// The length of those segments (0 for a full tape).
+    segment: usize,
+    /// The last segment's records in order (every step's for a full tape).
+    tape: Vec<S>,
+}
+
+/// Runs `steps` steps of `step` from `h0` (stopping early where `until`
+/// says the states settled), keeping what `tape` asks.
+fn unroll<S>(h0: &Tensor, steps: i64, until: Option<Until>, tape: Tape, step: &mut impl FnMut(&Tensor) -> (Tensor, S)) -> Unroll<S> {
+    let segment = match tape {
+        Tape::Full => 0,
+        Tape::Segments(n) => n,
+    };
+    let mut run = Unroll { steps: 0, h_t: h0.shallow_clone(), h_before: None, starts: Vec::new(), segment, tape: Vec::new() };
+    let mut start = h0.shallow_clone();
+    for t in 0..steps.max(0) {
+        if segment > 0 && run.tape.len() == segment {
+            run.starts.push(std::mem::replace(&mut start, run.h_t.shallow_clone()));
+            run.tape.clear();
+        }
+        let (next, record) = step(&run.h_t);
+        run.tape.push(record);
+        run.steps = t + 1;
+        let settled = until.is_some_and(|u| t + 1 >= u.min_steps && u.settled(&next, &run.h_t));
+        run.h_before = Some(std::mem::replace(&mut run.h_t, next));
+        if settled {
+            break;
+        }
+    }
+    run
+}
+
+/// Takes `dh` (the gradient reaching `h_T`) back through the unroll,
+/// `back(record, dh, last)` per step from the last (`last` true for the
+/// final step only), recomputing each earlier segment's records with
+/// `step`; returns the gradient reaching `h_0`.
+fn unroll_backward<S>(
+    run: &Unroll<S>,
+    mut dh: Tensor,
+    step: &mut impl FnMut(&Tensor) -> (Tensor, S),
+    mut back: impl FnMut(&S, Tensor, bool) -> Tensor,
+) -> Tensor {
+    let mut last = true;
+    for record in run.tape.iter().rev() {
+        dh = back(record, dh, std::mem::take(&mut last));
+    }
+    for start in run.starts.iter().rev() {
+        let mut h = start.shallow_clone();
+        let mut records = Vec::with_capacity(run.segment);
+        for _ in 0..run.segment {
+            let (next, record) = step(&h);
+            records.push(record);
+            h = next;
+        }
+        for record in records.iter().rev() {
+            dh = back(record, dh, false);
+        }
+    }
+    dh
+}
+
 /// When a training forward stops ([`Ggnn::settling_until`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Until {
@@ -251,6 +338,26 @@ impl Ggnn {
         self.until_with(input, steps, None, dropout, pos_weight, stability, fused)
     }
 
+    /// The training step's gradients with the unroll's record kept as
+    /// `tape` says: [`Ggnn::settling_until`] when `until` is given (then
+    /// `steps` is the cap), else [`Ggnn::settling_loss_and_gradients`].
+    /// [`Tape::Segments`] gives the same gradients in memory for a few
+    /// states per segment, at the cost of a second forward; it refuses
+    /// dropout, whose masks a recomputed segment would draw again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gradients(
+        &self,
+        input: &Prepared,
+        steps: i64,
+        until: Option<Until>,
+        tape: Tape,
+        dropout: bool,
+        pos_weight: f64,
+        stability: f64,
+    ) -> Gradients {
+        self.taped_with(input, steps, until, tape, dropout, pos_weight, stability, self.device() == tch::Device::Cpu)
+    }
+
     /// [`Ggnn::settling_loss_and_gradients`] trained as adaptive depth
     /// infers: the forward runs at least `until.min_steps` steps, then
     /// stops at the first step that moves no state entry of the batch by
@@ -272,13 +379,37 @@ impl Ggnn {
         stability: f64,
         fused: bool,
     ) -> Gradients {
+        self.taped_with(input, steps, until, Tape::Full, dropout, pos_weight, stability, fused)
+    }
+
+    /// [`Ggnn::gradients`] on either path, as [`Ggnn::loss_and_gradients_with`].
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn taped_with(
+        &self,
+        input: &Prepared,
+        steps: i64,
+        until: Option<Until>,
+        tape: Tape,
+        dropout: bool,
+        pos_weight: f64,
+        stability: f64,
+        fused: bool,
+    ) -> Gradients {
         assert!(stability >= 0.0 && stability.is_finite(), "stability {stability} is not a finite weight >= 0");
+        if let Tape::Segments(n) = tape {
+            assert!(n > 0, "a checkpointed tape's segments hold at least one step");
+            assert!(
+                !(dropout && self.hyper().state_dropout > 0.0),
+                "a checkpointed tape recomputes its segments, and dropout would draw their masks again"
+            );
+        }
         tch::no_grad(|| {
             if fused && self.is_spec_width() {
                 assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
-                self.bptt_fused(input, steps, until, dropout, pos_weight, stability)
+                self.bptt_fused(input, steps, until, tape, dropout, pos_weight, stability)
             } else {
-                self.bptt(input, steps, until, dropout, pos_weight, stability)
+                self.bptt(input, steps, until, tape, dropout, pos_weight, stability)
             }
         })
     }
@@ -294,7 +425,16 @@ impl Ggnn {
     /// gradient by row and the gate table's by position, without
     /// per-edge tensors) and the `W` products. Dropout masks are drawn
     /// as in [`Ggnn::bptt`].
-    fn bptt_fused(&self, input: &Prepared, steps: i64, until: Option<Until>, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+    fn bptt_fused(
+        &self,
+        input: &Prepared,
+        steps: i64,
+        until: Option<Until>,
+        tape: Tape,
+        dropout: bool,
+        pos_weight: f64,
+        stability: f64,
+    ) -> Gradients {
         use crate::ggnn::{block_products, view_mut};
         use kernels::backward::{self, ByRow};
         use kernels::forward::{self, Edges, GruTape, Layout};
@@ -400,10 +540,8 @@ impl Ggnn {
             winners: Option<Vec<u32>>,
         }
         let max = input.reduce.has_max();
-        let mut tape: Vec<Saved> = Vec::with_capacity(steps.max(0) as usize);
-        let mut h = h0.shallow_clone();
-        for _ in 0..steps {
-            let h_op = pr.operand(&h);
+        let mut step = |h: &Tensor| -> (Tensor, Saved) {
+            let h_op = pr.operand(h);
             let f = product(&h_op, &w_f, FUSED_BLOCKS);
             let a = Tensor::empty([n, 34], float);
             let mut winners = max.then(|| vec![0u32; nodes * 34]);
@@ -434,7 +572,7 @@ impl Ggnn {
                     T => forward::gru_train::<T>(
                         (view(&gi, kind), gl),
                         (view(&f, kind), fl),
-                        view(&h, Kind::Float),
+                        view(h, Kind::Float),
                         &bias,
                         view_mut(&next, Kind::Float),
                         &tape_out,
@@ -443,23 +581,19 @@ impl Ggnn {
                 );
             }
             let mask = if dropout {
-                let m = state_dropout_mask(&h, p);
+                let m = state_dropout_mask(h, p);
                 next *= &m;
                 Some(m)
             } else {
                 None
             };
-            let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
-            tape.push(Saved { h, h_op, a, a_op, r, z, n: nn, ghn, mask, winners });
-            h = next;
-            if settled {
-                break;
-            }
-        }
-        let h_t = h;
-        let head = self.readout_backward(&h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
-        let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
-        let mut dh = match &settle {
+            (next, Saved { h: h.shallow_clone(), h_op, a, a_op, r, z, n: nn, ghn, mask, winners })
+        };
+        let run = unroll(&h0, steps, until, tape, &mut step);
+        let h_t = &run.h_t;
+        let head = self.readout_backward(h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
+        let settle = settling(h_t, run.h_before.as_ref(), stability);
+        let dh = match &settle {
             Some((_, g)) => &head.dh_t + g,
             None => head.dh_t.shallow_clone(),
         };
@@ -475,7 +609,7 @@ impl Ggnn {
         // (`gru_sums`: the input gates' `b_ih`, then the hidden gates' `b_hh`.)
         let (mut d_b, mut gru_sums) = (vec![0f32; FUSED], vec![0f32; 2 * GATES]);
         let mut d_table = vec![0f32; positions as usize * 34];
-        for (k, s) in tape.iter().rev().enumerate() {
+        let back = |s: &Saved, dh: Tensor, last: bool| -> Tensor {
             let dh_new = match &s.mask {
                 Some(m) => dh * m,
                 None => dh,
@@ -544,14 +678,16 @@ impl Ggnn {
             } else {
                 pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             }
-            dh = match &hand {
+            let mut dh = match &hand {
                 Some(packs) => by_hand(&d_fused, FUSED, &packs[4]).g_add_(&dh_direct),
                 None => pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op)),
             };
-            if let (0, Some((_, g))) = (k, &settle) {
+            if let (true, Some((_, g))) = (last, &settle) {
                 dh -= g; // the settling term's part through h_{T−1}
             }
-        }
+            dh
+        };
+        let dh = unroll_backward(&run, dh, &mut step, back);
         let hm = EDGE_TYPES * HIDDEN;
         for (d, s) in d_b[hm as usize..].iter_mut().zip(&gru_sums[GATES..]) {
             *d += s;
@@ -583,10 +719,19 @@ impl Ggnn {
             Some((l, _)) => head.loss + l,
             None => head.loss,
         };
-        Gradients { loss, grads, steps: tape.len() as i64 }
+        Gradients { loss, grads, steps: run.steps }
     }
 
-    fn bptt(&self, input: &Prepared, steps: i64, until: Option<Until>, dropout: bool, pos_weight: f64, stability: f64) -> Gradients {
+    fn bptt(
+        &self,
+        input: &Prepared,
+        steps: i64,
+        until: Option<Until>,
+        tape: Tape,
+        dropout: bool,
+        pos_weight: f64,
+        stability: f64,
+    ) -> Gradients {
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let device = self.device();
@@ -605,10 +750,8 @@ impl Ggnn {
         // Right-hand sides: forward `Wᵀ`, backward `W`.
         let (w_t, w_ih_t, w_op, w_ih_op) = (pr.operand(&w.tr()), pr.operand(&self.w_ih.tr()), pr.operand(&w), pr.operand(&self.w_ih));
         let hm = EDGE_TYPES * hd;
-        let mut h = h0.shallow_clone();
-        let mut tape = Vec::with_capacity(steps.max(0) as usize);
-        for _ in 0..steps {
-            let h_op = pr.operand(&h);
+        let mut step = |h: &Tensor| -> (Tensor, Step) {
+            let h_op = pr.operand(h);
             let fused = if pr.bf16 { pr.mm(&h_op, &w_t) + &b } else { h.linear(&w, Some(&b)) };
             let gathered = fused.view([n * FUSED_BLOCKS, hd]).index_select(0, &input.fused_rows);
             let per_edge = &gathered * &gates;
@@ -639,26 +782,22 @@ impl Ggnn {
             let ghn = gh.narrow(1, h2, hd).contiguous();
             let new = gi.narrow(1, h2, hd).addcmul(&rz.narrow(1, 0, hd), &ghn).tanh_();
             // GRUCell: h' = (h − n) ⊙ z + n.
-            let mut next = (&h - &new).g_mul_(&rz.narrow(1, hd, hd)).g_add_(&new);
+            let mut next = (h - &new).g_mul_(&rz.narrow(1, hd, hd)).g_add_(&new);
             let mask = if dropout {
-                let m = state_dropout_mask(&h, p);
+                let m = state_dropout_mask(h, p);
                 next *= &m;
                 Some(m)
             } else {
                 None
             };
-            let settled = until.is_some_and(|u| tape.len() as i64 + 1 >= u.min_steps && u.settled(&next, &h));
-            tape.push(Step { h, gathered, a, rz, n: new, ghn, h_op, a_op, mask, won });
-            h = next;
-            if settled {
-                break;
-            }
-        }
-        let h_t = h;
+            (next, Step { h: h.shallow_clone(), gathered, a, rz, n: new, ghn, h_op, a_op, mask, won })
+        };
+        let run = unroll(&h0, steps, until, tape, &mut step);
+        let h_t = &run.h_t;
 
-        let head = self.readout_backward(&h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
-        let settle = settling(&h_t, tape.last().map(|s| &s.h), stability);
-        let mut dh = match &settle {
+        let head = self.readout_backward(h_t, &h0, labels, input.loss_weights.as_ref(), pos_weight);
+        let settle = settling(h_t, run.h_before.as_ref(), stability);
+        let dh = match &settle {
             Some((_, g)) => &head.dh_t + g,
             None => head.dh_t.shallow_clone(),
         };
@@ -677,7 +816,7 @@ impl Ggnn {
         let mut d_w_ih = zeros(&[3 * hd, hd]);
         let mut d_b_ih = zeros(&[3 * hd]);
         let mut d_gates = zeros(&[input.edges, hd]);
-        for (k, s) in tape.iter().rev().enumerate() {
+        let back = |s: &Step, dh: Tensor, last: bool| -> Tensor {
             let dh_new = match &s.mask {
                 Some(m) => dh * m,
                 None => dh,
@@ -711,11 +850,13 @@ impl Ggnn {
             let d_fused_op = pr.operand(&d_fused);
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));
-            dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
-            if let (0, Some((_, g))) = (k, &settle) {
+            let mut dh = pr.plus_product(&dh_direct, (&d_fused, &d_fused_op), (&w, &w_op));
+            if let (true, Some((_, g))) = (last, &settle) {
                 dh -= g;
             }
-        }
+            dh
+        };
+        let dh = unroll_backward(&run, dh, &mut step, back);
         let d_messages_w = d_w.narrow(0, 0, hm);
         let d_w_hh = d_w.narrow(0, hm, 3 * hd);
         let d_messages_b = d_b.narrow(0, 0, hm);
@@ -749,7 +890,7 @@ impl Ggnn {
             Some((l, _)) => head.loss + l,
             None => head.loss,
         };
-        Gradients { loss, grads, steps: tape.len() as i64 }
+        Gradients { loss, grads, steps: run.steps }
     }
 
     /// The readout and the loss, forward and backward, from the final and

@@ -31,7 +31,7 @@ pub mod libtorch;
 mod widen;
 mod workspace;
 
-pub use bptt::{class_weights, Gradients, Until};
+pub use bptt::{class_weights, Gradients, Tape, Until};
 pub use widen::widen;
 pub use ggnn::{
     hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Join, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM,

@@ -6,7 +6,7 @@
 use programl::batch::{Batch, GraphInput, Sample, SplitMix64};
 use programl::graph::{Edge, Flow};
 use programl::vocab::{Counts, Vocabulary};
-use programl_model::{Ggnn, Hyper, Prepared, Until};
+use programl_model::{Ggnn, Hyper, Prepared, Tape, Until};
 use tch::{Device, Tensor};
 
 fn vocabulary(texts: &[String]) -> Vocabulary {
@@ -329,6 +329,54 @@ fn a_training_forward_stops_where_the_rule_would() {
         let strict = model.until_with(&prepared, 9, Some(Until { tolerance: 0.0, min_steps: 1 }), false, 1.0, 0.5, fused);
         assert_eq!(strict.steps, 9, "a zero tolerance runs the cap");
     }
+}
+
+/// A checkpointed tape ([`Tape::Segments`]) recomputes each earlier
+/// segment from the state that entered it, so its loss and gradients are
+/// the full tape's: segments of one step, of a length that does not divide
+/// the steps, and longer than the run; fixed steps and the stopping rule;
+/// the mean and the max (whose winners the recomputation finds again); on
+/// both paths. Dropout, whose masks a recomputation would draw anew, is
+/// refused.
+#[test]
+fn a_checkpointed_tape_gives_the_full_tapes_gradients() {
+    let _generator = generator();
+    let (vocab, batch) = random_batch(7);
+    let mean = Hyper::spec(vocab.len());
+    for aggregation in [mean.aggregation, programl_model::Aggregation::Max] {
+        let hyper = Hyper { aggregation, ..mean.clone() };
+        tch::manual_seed(16);
+        let model = Ggnn::new(&hyper, Device::Cpu);
+        randomise(&model, 17);
+        let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+        for fused in [true, false] {
+            for until in [None, Some(Until { tolerance: 0.0, min_steps: 2 })] {
+                let full = model.taped_with(&prepared, 10, until, Tape::Full, false, 2.0, 0.5, fused);
+                assert_eq!(full.steps, 10);
+                for n in [1, 3, 10, 25] {
+                    let cut = model.taped_with(&prepared, 10, until, Tape::Segments(n), false, 2.0, 0.5, fused);
+                    let what = format!("{aggregation:?}, fused {fused}, until {until:?}, segments of {n}");
+                    assert_eq!(cut.steps, full.steps, "{what}");
+                    assert!(cut.loss.allclose(&full.loss, 1e-6, 1e-9, false), "{what}: the loss");
+                    for (i, (a, b)) in cut.grads.iter().zip(&full.grads).enumerate() {
+                        assert!(a.allclose(b, 1e-4, 1e-7, false), "{what}: gradient {i}");
+                    }
+                }
+            }
+            // The gradient reaching the embedding runs through every
+            // step: it differs once the first segment's part is missing.
+            let short = model.taped_with(&prepared, 7, None, Tape::Full, false, 2.0, 0.5, fused);
+            let full = model.taped_with(&prepared, 10, None, Tape::Full, false, 2.0, 0.5, fused);
+            assert!(!short.grads[0].allclose(&full.grads[0], 1e-4, 1e-7, false));
+        }
+    }
+    let hyper = Hyper { state_dropout: 0.2, ..mean };
+    let model = Ggnn::new(&hyper, Device::Cpu);
+    let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        model.taped_with(&prepared, 4, None, Tape::Segments(2), true, 1.0, 0.0, true)
+    }));
+    assert!(refused.is_err(), "dropout under a checkpointed tape");
 }
 
 /// Autograd's loss with per-node weights: the mean of the nodes'

@@ -46,13 +46,14 @@ pub fn tune_allocator() {
 /// gradients by hand ([`Ggnn::loss_and_gradients`], no autograd), AdamW
 /// update. Returns the loss.
 pub fn train_step(model: &Ggnn, opt: &mut AdamW, input: &Prepared, steps: i64, pos_weight: f64) -> f64 {
-    until_step(model, opt, input, steps, None, pos_weight, 0.0, 0.0).0
+    until_step(model, opt, input, steps, None, programl_model::Tape::Full, pos_weight, 0.0, 0.0).0
 }
 
 /// [`train_step`] for adaptive depth: the settling term
 /// ([`Ggnn::settling_loss_and_gradients`]) weighted `stability` (0: none);
 /// given `until`, a forward that runs as the stopping rule infers
-/// ([`Ggnn::settling_until`], `steps` the cap); and the gradients scaled
+/// ([`Ggnn::settling_until`], `steps` the cap); the unroll's record kept
+/// as `tape` says ([`Ggnn::gradients`]); and the gradients scaled
 /// down, all by one factor, to a global L2 norm of at most `clip` where
 /// they exceed it (`clip` 0: never), since back-propagation through
 /// hundreds of steps can meet a batch whose gradients explode. Returns the
@@ -64,15 +65,13 @@ pub fn until_step(
     input: &Prepared,
     steps: i64,
     until: Option<programl_model::Until>,
+    tape: programl_model::Tape,
     pos_weight: f64,
     stability: f64,
     clip: f64,
 ) -> (f64, i64) {
     tune_allocator();
-    let mut g = match until {
-        Some(u) => model.settling_until(input, steps, u, true, pos_weight, stability),
-        None => model.settling_loss_and_gradients(input, steps, true, pos_weight, stability),
-    };
+    let mut g = model.gradients(input, steps, until, tape, true, pos_weight, stability);
     if clip > 0.0 {
         let norm = g.grads.iter().map(|t| t.square().sum(Kind::Double).double_value(&[])).sum::<f64>().sqrt();
         if norm > clip {
@@ -262,7 +261,7 @@ mod tests {
             let model = Ggnn::new(&hyper, tch::Device::Cpu);
             let prepared = Prepared::new(&batch, &hyper, tch::Device::Cpu);
             let mut opt = AdamW::new(&model.parameters(), 1e-3);
-            until_step(&model, &mut opt, &prepared, 4, None, 1.0, 0.5, clip);
+            until_step(&model, &mut opt, &prepared, 4, None, programl_model::Tape::Full, 1.0, 0.5, clip);
             let names: Vec<&str> = model.named_parameters().iter().map(|(n, _)| *n).collect();
             opt.named_state(&names)
                 .iter()

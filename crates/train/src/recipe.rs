@@ -174,6 +174,9 @@ pub struct Adaptive {
     pub clip_norm: f64,
     #[serde(default)]
     pub until_settled: bool,
+    /// `train --tape-segment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tape_segment: Option<usize>,
 }
 
 impl Recipe {
@@ -260,6 +263,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             stability: phase.adaptive.as_ref().map_or(1.0, |a| a.stability),
             clip_norm: phase.adaptive.as_ref().map_or(0.0, |a| a.clip_norm),
             until_settled: phase.adaptive.as_ref().is_some_and(|a| a.until_settled),
+            tape_segment: phase.adaptive.as_ref().and_then(|a| a.tape_segment),
             state_dropout: s.state_dropout,
             aggregation: Some(phase.aggregation.unwrap_or(s.aggregation)),
             hidden: phase.hidden,

@@ -162,6 +162,15 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0.0)]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub clip_norm: f64,
+    /// Back-propagate through a checkpointed tape: keep the state entering
+    /// every N-step segment and recompute each segment's record in the
+    /// backward. The same gradients for a second forward, in memory for
+    /// T/N states and N records instead of T records (a record is about
+    /// 1 KiB a node): for adaptive depth whose examples need thousands of
+    /// steps. Not with --state-dropout.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tape_segment: Option<usize>,
     /// Dropout on the GRU state at every step in training. Upstream's
     /// DeepDataFlow runs set it to 0 (`tasks/dataflow/flags/programl.txt`,
     /// `--graph_state_dropout=0.0`; 0.2 is only its model's default, which
@@ -546,6 +555,13 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     if !(args.clip_norm.is_finite() && args.clip_norm >= 0.0) {
         bail!("--clip-norm {} is not a finite norm >= 0", args.clip_norm);
     }
+    match args.tape_segment {
+        Some(0) => bail!("--tape-segment 0: a segment holds at least one step"),
+        Some(n) if args.state_dropout > 0.0 => {
+            bail!("--tape-segment {n} with --state-dropout {}: a recomputed segment would draw new dropout masks", args.state_dropout)
+        }
+        _ => {}
+    }
     if !(args.pos_weight.is_finite() && args.pos_weight > 0.0) {
         bail!("--pos-weight {} is not a positive number", args.pos_weight);
     }
@@ -758,7 +774,8 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
                 None => (args.steps, None, 0.0),
             };
             opt.lr = args.rate(state.examples_seen);
-            let (loss, _) = until_step(&model, &mut opt, &input, steps, until, args.pos_weight, stability, args.clip_norm);
+            let tape = args.tape_segment.map_or(programl_model::Tape::Full, programl_model::Tape::Segments);
+            let (loss, _) = until_step(&model, &mut opt, &input, steps, until, tape, args.pos_weight, stability, args.clip_norm);
             if !loss.is_finite() {
                 bail!("the training loss is {loss} at {} examples: stopping (checkpoint at the last good state)", state.examples_seen);
             }

@@ -893,6 +893,60 @@ fn eval_longer_than_keeps_only_the_long_examples() {
     assert!(err.contains("needs more than 1000000 steps (--longer-than 1000000)"), "{err}");
 }
 
+/// `train --tape-segment N` checkpoints the unroll (the state entering
+/// every N-step segment, each segment recomputed in the backward): the
+/// same training as the full tape, to rounding, so the same validation
+/// rows and the same weights. A zero segment, or one beside dropout, is
+/// refused by name.
+#[test]
+fn a_checkpointed_tape_trains_as_the_full_one() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let adaptive = ["--subset", "ddf", "--stop-tolerance", "0.05", "--stop-max-steps", "40", "--extra-steps", "3", "--clip-norm", "5"];
+    let train = |name: &str, extra: &[&str]| -> std::path::PathBuf {
+        let out = dir.path().join(name);
+        let mut args = train_args(data, &out, "200");
+        args.extend(adaptive.iter().chain(extra).map(|s| s.to_string()));
+        run(trainer().args(&args));
+        out
+    };
+    let full = train("full", &[]);
+    let cut = train("cut", &["--tape-segment", "3"]);
+    let val_rows = |out: &std::path::Path| -> Vec<String> {
+        let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
+        // kind, examples, (wall time), loss, precision, recall, f1, steps run, needed
+        log.lines()
+            .filter(|l| l.starts_with("val,"))
+            .map(|l| l.split(',').enumerate().filter(|(i, _)| *i != 2 && *i != 3).map(|(_, c)| c).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    assert!(!val_rows(&full).is_empty());
+    assert_eq!(val_rows(&full), val_rows(&cut));
+    let weights = |out: &std::path::Path| {
+        let mut w = tch::Tensor::read_safetensors(out.join("model/weights.safetensors")).unwrap();
+        w.sort_by(|x, y| x.0.cmp(&y.0));
+        w
+    };
+    let (a, b) = (weights(&full), weights(&cut));
+    assert_eq!(a.len(), b.len());
+    for ((name, x), (other, y)) in a.iter().zip(&b) {
+        assert_eq!(name, other);
+        assert!(x.allclose(y, 1e-4, 1e-6, false), "{name}");
+    }
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cut.join("checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(state["args"]["tape_segment"], 3);
+
+    let refused = |extra: &[&str]| {
+        let mut a = train_args(data, &dir.path().join("bad"), "10");
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let o = trainer().args(&a).output().unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(refused(&["--tape-segment", "0"]).contains("--tape-segment 0"));
+    assert!(refused(&["--tape-segment", "4", "--state-dropout", "0.2"]).contains("--tape-segment 4 with --state-dropout 0.2"));
+}
+
 /// Adaptive depth (`train --stop-tolerance`): a run on every example
 /// (`--subset ddf`) ships a bundle whose config carries the stopping rule,
 /// validates by it (the log's validation rows), and `eval` then runs the
