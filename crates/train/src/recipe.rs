@@ -123,6 +123,9 @@ pub struct Phase {
     /// `ddf-30`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subset: Option<String>,
+    /// `train --longer-than`: train on the long tail only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longer_than: Option<u32>,
     /// Adaptive depth (`train --stop-tolerance` and the flags beside it):
     /// the phase trains, and ships, a bundle with a stopping rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,6 +260,7 @@ pub fn run(dir: &Path, o: &Options, device: Device) -> Result<()> {
             extend_vocab: phase.extend_vocab && i > 0,
             steps: s.steps,
             subset: phase.subset.clone().unwrap_or_else(|| "ddf-30".into()),
+            longer_than: phase.longer_than,
             stop_tolerance: phase.adaptive.as_ref().map(|a| a.stop_tolerance),
             stop_max_steps: phase.adaptive.as_ref().map_or(400, |a| a.stop_max_steps),
             extra_steps: phase.adaptive.as_ref().map_or(10, |a| a.extra_steps),

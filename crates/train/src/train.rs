@@ -123,6 +123,13 @@ pub struct TrainArgs {
     #[arg(long, default_value = "ddf-30")]
     #[serde(default = "ddf30", skip_serializing_if = "is_ddf30")]
     pub subset: String,
+    /// Train only on the examples that need more than this many steps
+    /// (validation keeps the subset's sample, so that selecting the best
+    /// checkpoint still weighs every depth): a curriculum phase on the long
+    /// tail, which is a few per cent of the examples.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longer_than: Option<u32>,
     /// Adaptive depth: the bundle's stopping rule (`hyper.stop`) stops a
     /// graph's message passing at the first step that moves no entry of
     /// its states by more than this. Training then runs each batch for its
@@ -526,8 +533,17 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let too_deep = kept.iter().filter(|&&i| train.examples[i].steps > cap).count();
     let kept: Vec<usize> = kept.into_iter().filter(|&i| train.examples[i].steps <= cap).collect();
     let skipped = train.examples.len() - kept.len() - too_deep;
+    let (kept, short) = match args.longer_than {
+        Some(n) => {
+            let long: Vec<usize> = kept.iter().copied().filter(|&i| train.examples[i].steps > n).collect();
+            let short = kept.len() - long.len();
+            (long, short)
+        }
+        None => (kept, 0),
+    };
     if kept.is_empty() {
-        bail!("{}: no {} {subset} training example has at most {} nodes", args.data.display(), task, args.max_nodes);
+        let long = args.longer_than.map_or(String::new(), |n| format!(", needs more than {n} steps (--longer-than)"));
+        bail!("{}: no {} {subset} training example has at most {} nodes{long}", args.data.display(), task, args.max_nodes);
     }
     let val = Examples::from_dataset(&dataset, task, Split::Val, subset, &vocab)?;
     let hash = data_hash(&train, &val);
@@ -544,7 +560,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         match &stop {
             Some(s) => format!(", {too_deep} for needing more than --stop-max-steps {} steps", s.max_steps),
             None => String::new(),
-        },
+        } + &args.longer_than.map_or(String::new(), |n| format!(", {short} for needing at most --longer-than {n}")),
         val_ids.len(),
         vocab.len()
     ));

@@ -897,7 +897,8 @@ fn eval_longer_than_keeps_only_the_long_examples() {
 /// every N-step segment, each segment recomputed in the backward): the
 /// same training as the full tape, to rounding, so the same validation
 /// rows and the same weights. A zero segment, or one beside dropout, is
-/// refused by name.
+/// refused by name. `--longer-than N` trains on the examples that need
+/// more than N steps only, and refuses a tail with none.
 #[test]
 fn a_checkpointed_tape_trains_as_the_full_one() {
     let (_, data) = fixture();
@@ -943,6 +944,33 @@ fn a_checkpointed_tape_trains_as_the_full_one() {
         assert!(!o.status.success());
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
+    // --longer-than trains on the long tail alone, and says how many
+    // examples it left out.
+    let tail = |n: &str| {
+        let mut a = train_args(data, &dir.path().join(format!("tail{n}")), "20");
+        a.retain(|x| x != "--quiet"); // for the summary line
+        a.extend(adaptive.iter().copied().chain(["--longer-than", n]).map(String::from));
+        trainer().args(&a).output().unwrap()
+    };
+    let kept_and_short = |o: &std::process::Output| -> (u64, u64) {
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let line = text.lines().find(|l| l.starts_with("train: ")).unwrap_or_else(|| panic!("{text}"));
+        let kept = line.split(", ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let short = line
+            .split(", ")
+            .find(|p| p.contains(" for needing at most --longer-than 3;"))
+            .map_or(0, |p| p.split(' ').next().unwrap().parse().unwrap());
+        (kept, short)
+    };
+    let mut a = train_args(data, &dir.path().join("all"), "20");
+    a.retain(|x| x != "--quiet");
+    let (all, none) = kept_and_short(&run(trainer().args(&a).args(adaptive)));
+    let (long, short) = kept_and_short(&tail("3"));
+    assert_eq!(none, 0);
+    assert!(long > 0 && short > 0 && long + short == all, "{long} + {short} of {all}");
+    let o = tail("100000");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs more than 100000 steps (--longer-than)"));
     assert!(refused(&["--tape-segment", "0"]).contains("--tape-segment 0"));
     assert!(refused(&["--tape-segment", "4", "--state-dropout", "0.2"]).contains("--tape-segment 4 with --state-dropout 0.2"));
 }
