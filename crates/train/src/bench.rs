@@ -21,7 +21,7 @@ use programl_model::{Ggnn, Hyper, Prepared};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::engine::{infer, train_step, train_step_autograd};
+use crate::engine::{infer, train_step, train_step_autograd, until_step};
 use crate::optim::AdamW;
 
 /// Embedding rows of the benchmark model (SPEC.md §3: 87,070 parameters).
@@ -184,6 +184,8 @@ fn torch_free(model: &Ggnn, hyper: &Hyper) -> Result<programl_infer::Model> {
 ///
 /// `autograd`: train through autograd's backward instead of the
 /// hand-written one (to compare the two; `train` uses the hand-written one).
+/// `tape`: the hand-written backward's record of the unroll (`train
+/// --tape-segment`).
 /// `cpu`: inference runs the torch-free inference with these options
 /// (what eval, predict and the learned pass run on the CPU); `None`, the
 /// libtorch model's.
@@ -196,6 +198,7 @@ pub fn run_mode(
     warmup: usize,
     device: Device,
     autograd: bool,
+    tape: programl_model::Tape,
     cpu: Option<programl_infer::Options>,
 ) -> Result<Figures> {
     let (batch, selector, edges) = synthetic_batch(shape);
@@ -215,6 +218,9 @@ pub fn run_mode(
         match mode {
             "train" if autograd => {
                 let _ = train_step_autograd(&model, &mut opt, &prepared, steps);
+            }
+            "train" if tape != programl_model::Tape::Full => {
+                let _ = until_step(&model, &mut opt, &prepared, steps, None, tape, 1.0, 0.0, 0.0);
             }
             "train" => {
                 let _ = train_step(&model, &mut opt, &prepared, steps, 1.0);

@@ -462,6 +462,11 @@ enum Command {
         /// one `train` uses (to compare them).
         #[arg(long)]
         autograd: bool,
+        /// Train mode: back-propagate through a checkpointed tape of
+        /// N-step segments (`train --tape-segment`), to measure its time
+        /// and peak memory against the full tape.
+        #[arg(long)]
+        tape_segment: Option<usize>,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -740,7 +745,14 @@ fn run(cli: Cli) -> Result<()> {
             let steps = Some(steps.unwrap_or(bundle.model.hyper().steps));
             predict(&bundle.config.task, &bundle.vocabulary, &engine::Predictor::Torch(&bundle.model), &file, &roots, steps, seed, json)
         }
-        Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, seed, json, autograd, runtime } => {
+        Command::Bench { mode, steps, batch_nodes, graph_nodes, iters, warmup, seed, json, autograd, tape_segment, runtime } => {
+            if tape_segment == Some(0) {
+                bail!("--tape-segment 0: a segment holds at least one step");
+            }
+            if tape_segment.is_some() && autograd {
+                bail!("--tape-segment is the hand-written backward's; not with --autograd");
+            }
+            let tape = tape_segment.map_or(programl_model::Tape::Full, programl_model::Tape::Segments);
             let int8 = runtime.dtype == Dtype::Is(Precision::Int8);
             let device = if mode.as_deref() == Some("train") {
                 runtime.apply_training("bench --mode train")?
@@ -765,7 +777,7 @@ fn run(cli: Cli) -> Result<()> {
                     dtype: if runtime.dtype == Dtype::Auto { programl_infer::Dtype::F32 } else { cpu.dtype },
                     ..cpu
                 };
-                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device, autograd, Some(cpu))?;
+                let f = bench::run_mode(&shape, &modes[0].0, modes[0].1, iters.max(1), warmup, device, autograd, tape, Some(cpu))?;
                 print_figures(&f, json);
                 return Ok(());
             }
@@ -790,6 +802,9 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 if autograd {
                     cmd.arg("--autograd");
+                }
+                if let (Some(n), "train") = (tape_segment, m.as_str()) {
+                    cmd.args(["--tape-segment", &n.to_string()]);
                 }
                 let status = cmd.status()?;
                 if !status.success() {
