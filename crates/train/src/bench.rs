@@ -185,7 +185,8 @@ fn torch_free(model: &Ggnn, hyper: &Hyper) -> Result<programl_infer::Model> {
 /// `autograd`: train through autograd's backward instead of the
 /// hand-written one (to compare the two; `train` uses the hand-written one).
 /// `tape`: the hand-written backward's record of the unroll (`train
-/// --tape-segment`).
+/// --tape-segment`); a checkpointed one trains without state dropout, so
+/// compare it with a segment of T steps, which recomputes nothing.
 /// `cpu`: inference runs the torch-free inference with these options
 /// (what eval, predict and the learned pass run on the CPU); `None`, the
 /// libtorch model's.
@@ -202,7 +203,12 @@ pub fn run_mode(
     cpu: Option<programl_infer::Options>,
 ) -> Result<Figures> {
     let (batch, selector, edges) = synthetic_batch(shape);
-    let hyper = Hyper { steps, ..Hyper::spec(VOCAB_ROWS) };
+    let mut hyper = Hyper { steps, ..Hyper::spec(VOCAB_ROWS) };
+    if tape != programl_model::Tape::Full {
+        // A checkpointed tape refuses dropout (a recomputed segment would
+        // draw new masks); a segment of T steps is the full tape's cost.
+        hyper.state_dropout = 0.0;
+    }
     tch::manual_seed(shape.seed as i64);
     let model = Ggnn::new(&hyper, device);
     assert_eq!(hyper.parameter_count(), 87_070);

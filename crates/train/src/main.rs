@@ -463,8 +463,9 @@ enum Command {
         #[arg(long)]
         autograd: bool,
         /// Train mode: back-propagate through a checkpointed tape of
-        /// N-step segments (`train --tape-segment`), to measure its time
-        /// and peak memory against the full tape.
+        /// N-step segments (`train --tape-segment`), without state dropout;
+        /// against a segment of T steps (the full tape's cost), its time
+        /// and peak memory.
         #[arg(long)]
         tape_segment: Option<usize>,
         #[command(flatten)]
