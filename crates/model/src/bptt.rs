@@ -184,7 +184,7 @@ pub fn class_weights(classes: i64, pos_weight: f64, device: tch::Device) -> Tens
 /// gradient taken back through hundreds of steps shrinks into the
 /// denormal range, where each SSE or AVX operation on it costs a
 /// microcode assist of about a hundred cycles: without this, one training
-/// step at T = 300 took 17.8 s instead of about 3 (the bench's 1,440-node
+/// step at T = 300 took 13.6 s instead of 1.45 (the bench's 1,440-node
 /// batch, one thread, Intel Xeon Sapphire Rapids; docs/perf/ggnn.md).
 /// The values lost are below 1.2e-38. PyTorch's `set_flush_denormal`
 /// sets the same two bits.
