@@ -28,6 +28,16 @@ fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// `train` with `train_args` (a budget of 10) and `extra`, which must
+/// fail: its stderr.
+fn train_refused(data: &Path, out: &Path, extra: &[&str]) -> String {
+    let mut a = train_args(data, out, "10");
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let o = trainer().args(&a).output().unwrap();
+    assert!(!o.status.success());
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 /// IR of the fixture programs, and a dataset store of them (built once per
 /// target directory).
 fn fixture() -> &'static (PathBuf, PathBuf) {
@@ -937,13 +947,7 @@ fn a_checkpointed_tape_trains_as_the_full_one() {
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cut.join("checkpoint/state.json")).unwrap()).unwrap();
     assert_eq!(state["args"]["tape_segment"], 3);
 
-    let refused = |extra: &[&str]| {
-        let mut a = train_args(data, &dir.path().join("bad"), "10");
-        a.extend(extra.iter().map(|s| s.to_string()));
-        let o = trainer().args(&a).output().unwrap();
-        assert!(!o.status.success());
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    };
+    let refused = |extra: &[&str]| train_refused(data, &dir.path().join("bad"), extra);
     // --longer-than trains on the long tail alone, and says how many
     // examples it left out.
     let tail = |n: &str| {
@@ -1043,13 +1047,7 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
         assert!((1.0..=3.0).contains(&ran), "--steps 3 caps the rule: {b}");
     }
 
-    let refused = |extra: &[&str]| {
-        let mut a = train_args(data, &dir.path().join("bad"), "10");
-        a.extend(extra.iter().map(|s| s.to_string()));
-        let o = trainer().args(&a).output().unwrap();
-        assert!(!o.status.success());
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    };
+    let refused = |extra: &[&str]| train_refused(data, &dir.path().join("bad"), extra);
     assert!(refused(&["--stop-tolerance=-1"]).contains("--stop-tolerance -1"));
     assert!(refused(&["--stop-tolerance", "0.1", "--stop-max-steps", "0"]).contains("--stop-max-steps 0"));
     assert!(refused(&["--subset", "ddf-7"]).contains("--subset 'ddf-7'"));
