@@ -1,58 +1,67 @@
 #!/usr/bin/env bash
-# Compiles POJ-104 and trains the shipped algorithm-classification model
-# (issue 11, README "Algorithm classification"):
+# Compiles POJ-104 at every -O level and trains the algorithm-classification
+# model on all four (issue 29, README "Algorithm classification"):
 #
 #   bash scripts/train-poj104.sh [BUDGET]
 #
 # 1. `programl-train poj104 --compile-only`: every program of the dataset
-#    compiled at -O0 into $PROGRAML_CACHE/poj104/ir (cached; resumable),
-#    failures counted per cause: compile.json;
-# 2. training in $PROGRAML_CACHE/runs/poj104 for at most BUDGET (default
-#    60m) of wall time; run again to continue (also on another machine:
-#    the run is seeded from models/poj104/checkpoint);
-# 3. the best bundle on validation, its checkpoint, log.csv, compile.json
-#    and (once every epoch is done) results.json with the test figures:
-#    models/poj104/.
-# Settings: -O0, T = 6, mean pooling, 12 epochs, lr 3e-3, batches of 5,000
-# nodes, $PROGRAML_THREADS threads (default 2). Log:
-# $PROGRAML_CACHE/runs/poj104.log.
+#    compiled at -O0, -O1, -O2 and -O3 into $PROGRAML_CACHE/poj104/ir
+#    (cached per level and source; resumable), failures counted per cause;
+# 2. training in $PROGRAML_CACHE/runs/poj104-levels for at most BUDGET
+#    (default 60m) of wall time. Run it again to continue, also on another
+#    machine: a fresh run is seeded from the committed record of the run
+#    under way, models/poj104/levels/checkpoint (or from
+#    models/poj104/checkpoint once the four-level run is the shipped one);
+# 3. when the budget is spent (or every epoch done), the run's record (its
+#    best bundle on validation, checkpoint, log.csv, compile.json and, once
+#    finished, results.json) replaces models/poj104/levels/ whole, and it
+#    replaces models/poj104/ itself once its best validation accuracy
+#    beats the shipped bundle's (both validate on the same programs at -O0).
+#    Each replacement is atomic (`--ship`, `--ship-if-better`): a kill
+#    leaves the old directory or the new one.
+# Settings: levels O0-O3 (validated and recorded at -O0), T = 6, the mean of
+# the node logits, 24 epochs on a cosine schedule from lr 3e-3, batches of
+# 5,000 nodes, $PROGRAML_THREADS threads (default 2). Log:
+# $PROGRAML_CACHE/runs/poj104-levels.log.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/bootstrap.sh
 PROGRAML_SKIP_BUILD=1 source "$root/scripts/bootstrap.sh" </dev/null >/dev/null
 budget="${1:-60m}"
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
-run="$PROGRAML_CACHE/runs/poj104"
+run="$PROGRAML_CACHE/runs/poj104-levels"
 ship="$root/models/poj104"
-log="$PROGRAML_CACHE/runs/poj104.log"
+next="$ship/levels"
+log="$PROGRAML_CACHE/runs/poj104-levels.log"
 mkdir -p "$PROGRAML_CACHE/runs"
-common=(poj104 --out "$run" --levels O0 --epochs 12 --steps 6 --pool mean --lr 3e-3 --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
+common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs 24 --steps 6 --pool mean --lr 3e-3 --lr-schedule cosine
+    --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
 
 echo "[train-poj104] compiling ($(date +%H:%M:%S)); log $log"
 "$train" "${common[@]}" --compile-only --json >"$run.compile.json.tmp" 2>>"$log"
 mv "$run.compile.json.tmp" "$run.compile.json"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print("[train-poj104] %d programs, %d failed (%.2f%%)" % (c["programs"], c["failed"], 100*c["failure_rate"]))' "$run.compile.json"
 
-if [ ! -e "$run/checkpoint/state.json" ] && [ -e "$ship/checkpoint/state.json" ]; then
-    echo "[train-poj104] seeding $run from $ship/checkpoint (a run of an earlier session)"
-    mkdir -p "$run"
-    cp -r "$ship/checkpoint" "$run/checkpoint"
-    cp "$ship/log.csv" "$run/log.csv"
-    rm -rf "$run/model" && mkdir -p "$run/model"
-    cp "$ship/config.json" "$ship/weights.safetensors" "$ship/vocabulary.json" "$run/model/"
+# The committed run to continue: the one under way, else the shipped one
+# if it is this four-level run (a checkpoint of other settings is refused).
+levels_of() { python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))["settings"]["levels"]))' "$1" 2>/dev/null || true; }
+from=""
+if [ -e "$next/checkpoint/state.json" ]; then
+    from="$next"
+elif [ "$(levels_of "$ship/checkpoint/state.json")" = "O0,O1,O2,O3" ]; then
+    from="$ship"
+fi
+if [ ! -e "$run/checkpoint/state.json" ] && [ -n "$from" ]; then
+    echo "[train-poj104] seeding $run from $from/checkpoint (a run of an earlier session)"
+    rm -rf "$run" && mkdir -p "$run/model"
+    cp -r "$from/checkpoint" "$run/checkpoint"
+    cp "$from/log.csv" "$run/log.csv"
+    cp "$from/config.json" "$from/weights.safetensors" "$from/vocabulary.json" "$run/model/"
 fi
 echo "[train-poj104] training, budget $budget ($(date +%H:%M:%S))"
-"$train" "${common[@]}" --budget "$budget" >>"$log" 2>&1
-
-if [ -e "$run/model/config.json" ]; then
-    rm -rf "$ship.tmp"
-    cp -r "$run/model" "$ship.tmp"
-    cp -r "$run/checkpoint" "$ship.tmp/checkpoint"
-    cp "$run/log.csv" "$ship.tmp/"
-    cp "$run.compile.json" "$ship.tmp/compile.json"
-    [ -e "$run/results.json" ] && cp "$run/results.json" "$ship.tmp/"
-    rm -rf "$ship"
-    mv "$ship.tmp" "$ship"
-fi
+# --ship-if-better last: when it replaces models/poj104, the copy in
+# levels/ goes with the old directory (the shipped one is then the newest).
+"$train" "${common[@]}" --budget "$budget" --ship "$next" --ship-if-better "$ship" >>"$log" 2>&1
+grep -E 'shipped to|not shipped there' "$log" | tail -n 1 || true
 echo "[train-poj104] done ($(date +%H:%M:%S)); last epoch: $(tail -n 1 "$run/log.csv" 2>/dev/null)"
 [ -e "$run/results.json" ] && cat "$run/results.json" || echo "[train-poj104] not finished: run again to continue"

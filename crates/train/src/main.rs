@@ -406,6 +406,12 @@ enum Command {
         /// end (raising --epochs on a resumed run stretches the rest).
         #[arg(long, default_value = "constant")]
         lr_schedule: String,
+        /// The state width (`hyper.hidden`): an even number, the text
+        /// embedding's entries then the root selector's 2. SPEC.md §3's 34
+        /// (the default) trains on the CPU's fused loops, any other width
+        /// on libtorch's operations. A resumed run takes the same width.
+        #[arg(long)]
+        hidden: Option<i64>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Stop training after this long (45m, 2h, 90s); run again to continue.
@@ -428,6 +434,16 @@ enum Command {
         /// (for `eval --data DIR`).
         #[arg(long)]
         export_test: Option<PathBuf>,
+        /// When training stops (finished, or --budget spent), replace DIR
+        /// whole, atomically, with the run's best bundle, checkpoint/,
+        /// log.csv, compile.json and (once finished) results.json.
+        #[arg(long)]
+        ship: Option<PathBuf>,
+        /// The same as --ship, only when the run's best validation accuracy
+        /// beats the best in DIR/log.csv (or DIR has none): how a run
+        /// under way replaces the shipped bundle once it is better.
+        #[arg(long)]
+        ship_if_better: Option<PathBuf>,
         #[arg(long, default_value_t = 300.0)]
         checkpoint_every: f64,
         #[arg(long)]
@@ -685,6 +701,7 @@ fn run(cli: Cli) -> Result<()> {
             max_nodes,
             pool,
             lr_schedule,
+            hidden,
             seed,
             budget,
             compile_budget,
@@ -692,6 +709,8 @@ fn run(cli: Cli) -> Result<()> {
             test_only,
             per_class,
             export_test,
+            ship,
+            ship_if_better,
             checkpoint_every,
             json,
             quiet,
@@ -708,7 +727,7 @@ fn run(cli: Cli) -> Result<()> {
             let levels = levels.split(',').map(|l| l.trim().trim_start_matches('-').to_string()).filter(|l| !l.is_empty()).collect();
             let pool = parse_pool(&pool)?;
             let lr_schedule = graphtask::LrSchedule::parse(&lr_schedule)?;
-            let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed, lr_schedule };
+            let settings = poj104::Settings { levels, epochs, steps, lr, batch_nodes, max_nodes, pool, seed, lr_schedule, hidden };
             let options = poj104::Options {
                 data,
                 cache,
@@ -720,6 +739,8 @@ fn run(cli: Cli) -> Result<()> {
                 export_test,
                 checkpoint_every_s: checkpoint_every,
                 test_only,
+                ship,
+                ship_if_better,
                 json,
                 quiet,
             };

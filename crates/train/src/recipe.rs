@@ -397,7 +397,8 @@ fn ship(dir: &Path, recipe: &Recipe, runs: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies the tree `from` to `to` (created), files and directories.
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

@@ -107,9 +107,15 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert_eq!(std::fs::read_to_string(run.join("log.csv")).unwrap(), log, "--test-only trained nothing");
     // Several levels: each is tested on its own graphs.
     let levels = tmp.path().join("levels");
-    let out = train_cmd(&data, &cache, &levels, "1").args(["--levels", "O0,O2", "--json"]).output().unwrap();
+    let out = train_cmd(&data, &cache, &levels, "1").args(["--levels", "O0,O2", "--json", "--hidden", "10"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let both: serde_json::Value = serde_json::from_slice(&std::fs::read(levels.join("results.json")).unwrap()).unwrap();
+    // ... at the width asked for (libtorch's operations), recorded in the
+    // bundle; an odd width is refused by name.
+    assert_eq!(Bundle::load(&levels.join("model"), tch::Device::Cpu).unwrap().config.hyper.hidden, 10);
+    let out = train_cmd(&data, &cache, &tmp.path().join("odd"), "1").args(["--hidden", "7"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--hidden 7"), "{}", String::from_utf8_lossy(&out.stderr));
     for level in ["O0", "O2"] {
         let l = &both["by_level"][level];
         assert_eq!(l["examples"].as_u64(), both["examples"].as_u64(), "{both}");
@@ -124,14 +130,43 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
         assert!(Command::new("cp").arg("-r").arg(run.join(f)).arg(&copy).status().unwrap().success());
     }
     std::fs::copy(run.join("results.json"), copy.join("results.json")).unwrap();
-    let out = train_cmd(&data, &cache, &copy, "13").args(["--budget", "0.01s"]).output().unwrap();
+    // --ship: the run's record replaces a directory whole, while the run
+    // is under way (its checkpoint, to continue elsewhere) and once done.
+    let shipped = tmp.path().join("shipped");
+    std::fs::create_dir_all(&shipped).unwrap();
+    std::fs::write(shipped.join("stale.txt"), "from an older bundle").unwrap();
+    let out = train_cmd(&data, &cache, &copy, "13").args(["--budget", "0.01s"]).arg("--ship").arg(&shipped).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!copy.join("results.json").exists(), "a run in progress has no test figures");
-    let out = train_cmd(&data, &cache, &copy, "13").output().unwrap();
+    assert!(!shipped.join("stale.txt").exists() && !shipped.join("results.json").exists());
+    assert!(shipped.join("checkpoint/state.json").exists() && shipped.join("weights.safetensors").exists());
+    assert_eq!(std::fs::read_to_string(shipped.join("log.csv")).unwrap(), std::fs::read_to_string(copy.join("log.csv")).unwrap());
+    let compile: serde_json::Value = serde_json::from_slice(&std::fs::read(shipped.join("compile.json")).unwrap()).unwrap();
+    assert_eq!(compile["failed"], 1, "{compile}");
+    let out = train_cmd(&data, &cache, &copy, "13").arg("--ship").arg(&shipped).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let extended = std::fs::read_to_string(copy.join("log.csv")).unwrap();
     assert_eq!(extended.lines().count(), 14, "{extended}");
     assert!(extended.starts_with(&log), "the first 12 epochs are kept:\n{extended}");
+    assert_eq!(std::fs::read_to_string(shipped.join("log.csv")).unwrap(), extended);
+    assert_eq!(std::fs::read(shipped.join("results.json")).unwrap(), std::fs::read(copy.join("results.json")).unwrap());
+    assert_eq!(Bundle::load(&shipped, tch::Device::Cpu).unwrap().config.task, "poj104");
+    // --ship-if-better replaces a directory only with a better validation:
+    // not the same run's record again, but a directory with none.
+    std::fs::write(shipped.join("marker"), "kept").unwrap();
+    let better = tmp.path().join("better");
+    let out = train_cmd(&data, &cache, &copy, "13").arg("--ship-if-better").arg(&shipped).arg("--ship-if-better").arg(&better).output();
+    assert!(!out.unwrap().status.success(), "one --ship-if-better");
+    let out = train_cmd(&data, &cache, &copy, "13").arg("--ship-if-better").arg(&shipped).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not shipped there"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shipped.join("marker").exists());
+    let out = train_cmd(&data, &cache, &copy, "13").arg("--ship-if-better").arg(&better).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(better.join("log.csv")).unwrap(), extended);
+    let leftovers: Vec<_> =
+        std::fs::read_dir(tmp.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".shipped")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 
     // Interrupted by a budget again and again, a run ends where the
     // uninterrupted one did: same validation curve, same test figures.

@@ -303,6 +303,10 @@ pub struct Settings {
     /// Runs started before the schedule existed were constant.
     #[serde(default)]
     pub lr_schedule: graphtask::LrSchedule,
+    /// The state width (absent: SPEC.md §3's 34, as runs from before the
+    /// flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<i64>,
 }
 
 impl RunSettings for Settings {
@@ -379,8 +383,73 @@ pub struct Options {
     /// Test the run's current best bundle (RUN/model) at every level and
     /// stop, training nothing: figures for a run still under way.
     pub test_only: bool,
+    /// When training stops (finished, or its budget spent), replace this
+    /// directory whole with the run's record ([`ship`]).
+    pub ship: Option<PathBuf>,
+    /// The same, only when the run's best validation accuracy beats the
+    /// best in this directory's `log.csv` (or it has none).
+    pub ship_if_better: Option<PathBuf>,
     pub json: bool,
     pub quiet: bool,
+}
+
+/// The best validation accuracy in `dir/log.csv` (none: no such log).
+fn best_in_log(dir: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(dir.join("log.csv")).ok()?;
+    let mut lines = text.lines();
+    let column = lines.next()?.split(',').position(|c| c == "val_accuracy")?;
+    lines.filter_map(|l| l.split(',').nth(column)?.parse::<f64>().ok()).reduce(f64::max)
+}
+
+/// `--ship` and `--ship-if-better` at the end of a training session.
+fn ship_all(o: &Options, best_val: f64, compile: &serde_json::Value) -> Result<()> {
+    if let Some(dir) = &o.ship {
+        ship(&o.out, dir, compile)?;
+    }
+    if let Some(dir) = &o.ship_if_better {
+        match best_in_log(dir) {
+            Some(theirs) if theirs >= best_val => {
+                eprintln!("poj104: validation {best_val:.4} does not beat {}'s {theirs:.4}: not shipped there", dir.display())
+            }
+            theirs => {
+                ship(&o.out, dir, compile)?;
+                eprintln!("poj104: validation {best_val:.4} against {theirs:?}: shipped to {}", dir.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces `dir` as a whole (a reader or a kill sees the old directory or
+/// the new one, [`bundle::replace_dir`]) with the run's record: the best
+/// bundle, `checkpoint/`, `log.csv`, the compile report as `compile.json`,
+/// and `results.json` once every epoch is done. A run still under way
+/// ships too, so that another machine continues it from `dir/checkpoint`.
+pub fn ship(run: &Path, dir: &Path, compile: &serde_json::Value) -> Result<()> {
+    let model = run.join("model");
+    if !model.join(bundle::CONFIG_FILE).exists() {
+        bail!("--ship: {} has no bundle yet (no epoch has finished)", model.display());
+    }
+    bundle::replace_dir(dir, |staging| {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| bundle::BundleError::Io { path, source }
+        };
+        for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE] {
+            std::fs::copy(model.join(f), staging.join(f)).map_err(io(&model.join(f)))?;
+        }
+        for f in ["log.csv", "results.json"] {
+            if run.join(f).exists() {
+                std::fs::copy(run.join(f), staging.join(f)).map_err(io(&run.join(f)))?;
+            }
+        }
+        let ckpt = run.join("checkpoint");
+        crate::recipe::copy_dir(&ckpt, &staging.join("checkpoint")).map_err(io(&ckpt))?;
+        let path = staging.join("compile.json");
+        let text = serde_json::to_string_pretty(compile).expect("a report serialises") + "\n";
+        std::fs::write(&path, text).map_err(io(&path))
+    })?;
+    Ok(())
 }
 
 /// The program directory: `--data`, else the dataset's tarball unpacked
@@ -418,6 +487,11 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     }
     if s.epochs == 0 || s.steps < 1 || s.batch_nodes == 0 {
         bail!("--epochs, --steps and --batch-nodes must be at least 1");
+    }
+    if let Some(h) = s.hidden {
+        if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&h) || h % 2 != 0 {
+            bail!("--hidden {h} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
+        }
     }
     crate::engine::tune_allocator();
     let cache = o.cache.clone().unwrap_or_else(|| programl::fsutil::cache_dir().join("poj104"));
@@ -470,6 +544,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         state_dropout: 0.0,
         classes: corpus.classes.len() as i64,
         graph: Some(GraphHead { aux: Vec::new(), aux_hidden: 32, pool: s.pool, join: Default::default() }),
+        hidden: s.hidden.unwrap_or(programl_model::HIDDEN),
         ..Hyper::spec(vocabulary.len())
     };
     // Training examples: (program, level) with a graph, within max_nodes.
@@ -567,6 +642,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     let state = match ending {
         graphtask::Ending::Finished(state) => state,
         graphtask::Ending::Stopped(state) => {
+            ship_all(o, state.best_val, &report.json)?;
             eprintln!(
                 "poj104: the budget ran out at epoch {}, batch {} ({} examples); run the same command again to continue",
                 state.epoch + 1,
@@ -607,6 +683,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         programl::fsutil::Durability::Atomic,
         serde_json::to_string_pretty(&results).unwrap().as_bytes(),
     )?;
+    ship_all(o, state.best_val, &report.json)?;
     if o.json {
         println!("{results}");
     } else {
