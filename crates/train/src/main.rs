@@ -343,6 +343,12 @@ enum Command {
         /// graph's 2 pooled logits, upstream's; the default for mean and sum).
         #[arg(long)]
         join: Option<String>,
+        /// The state width (`hyper.hidden`): an even number, the text
+        /// embedding's entries then the root selector's 2. SPEC.md §3's 34
+        /// trains on the CPU's fused loops, any other on libtorch's
+        /// operations (about three times slower at 66).
+        #[arg(long, default_value_t = programl_model::HIDDEN)]
+        hidden: i64,
         /// Cross-validation only: train N models per split, differing only
         /// by their seed (the first is the single model's), and average
         /// their GPU probabilities. Each member's predictions are kept, so
@@ -627,10 +633,14 @@ fn run(cli: Cli) -> Result<()> {
             val_share,
             lr_schedule,
             join,
+            hidden,
             ensemble,
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
+            if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
+                bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
+            }
             if ensemble == 0 {
                 bail!("--ensemble 0: at least 1 model per split");
             }
@@ -672,6 +682,7 @@ fn run(cli: Cli) -> Result<()> {
                 // Without auxiliary inputs nothing joins: the settings (and
                 // the key kept splits resume by) say so.
                 join: if no_aux { programl_model::Join::Logits } else { join },
+                hidden,
             };
             let options = devmap::Options {
                 platform,

@@ -193,6 +193,29 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let weights = |b: &Path| std::fs::read(b.join("weights.safetensors")).unwrap();
     assert!(weights(&held) == weights(&short), "epoch {kept}'s weights: {line}");
+    // A wider state (--hidden), recorded in the bundle; a bundle of another
+    // width cannot seed it.
+    let wide = tmp.path().join("wide");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_programl-train"))
+            .arg("devmap")
+            .args(["--platform", "amd", "--epochs", "1", "--steps", "2", "--threads", "1", "--device", "cpu", "--quiet", "--hidden", "10"])
+            .args(["--input", "csv", "--data", d, "--cache", c, "--no-cv", "--out", wide.to_str().unwrap()])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(Bundle::load(&wide, tch::Device::Cpu).unwrap().config.hyper.hidden, 10);
+    let out = run(&["--init", short.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the bundle's state is 34 wide, this run's 10"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let again = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3"]);
     assert!((again["error"].as_f64().unwrap() - cpu as f64 / rows as f64).abs() < 1e-9, "{again}");
     // By default: the stratified and grouped protocols, not PERFOGRAPH's.
@@ -252,12 +275,27 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     let not_csv = Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", d]).output().unwrap();
     let err = String::from_utf8_lossy(&not_csv.stderr);
     assert!(!not_csv.status.success() && err.contains("needs the auxiliary inputs") && err.contains("noaux"), "{err}");
-    let missing = Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", "/no/such.csv"]).output().unwrap();
+    let missing =
+        Command::new(env!("CARGO_BIN_EXE_programl-train")).args(["eval", "--model", b, "--data", "/no/such.csv"]).output().unwrap();
     assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("evaluates a DevMap CSV"));
 
     // Without the auxiliary inputs, one protocol; the kernels come from the cache.
     let noaux = tmp.path().join("noaux");
-    let n = devmap(&["--input", "csv", "--data", d, "--cache", c, "--folds", "3", "--no-aux", "--protocol", "grouped", "--out", noaux.to_str().unwrap()]);
+    let n = devmap(&[
+        "--input",
+        "csv",
+        "--data",
+        d,
+        "--cache",
+        c,
+        "--folds",
+        "3",
+        "--no-aux",
+        "--protocol",
+        "grouped",
+        "--out",
+        noaux.to_str().unwrap(),
+    ]);
     assert_eq!(n["aux"].as_bool(), Some(false));
     assert!(n["error"].is_null() && n["error_grouped"].is_f64() && n["error_perfograph"].is_null(), "{n}");
     assert_eq!(n["protocols"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>()), Some(vec!["grouped".to_string()]), "{n}");
@@ -274,10 +312,15 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
         "float h(float x) { return x * 2.0f; }\n__kernel void a(__global float *p) { p[get_global_id(0)] = h(p[0]); }\n__kernel void b(__global int *q) { q[0] += 1; }\n",
     )
     .unwrap();
-    std::fs::write(kernels.join("cpu/one.cl"), "__kernel void c(__global int *q) { for (int i = 0; i < 64; i++) q[i] *= q[i]; }\n").unwrap();
+    std::fs::write(kernels.join("cpu/one.cl"), "__kernel void c(__global int *q) { for (int i = 0; i < 64; i++) q[i] *= q[i]; }\n")
+        .unwrap();
     std::fs::write(kernels.join("cpu/broken.cl"), "__kernel void d(__global int *q) { q[0] = ; }\n").unwrap();
     let e = eval_json(&noaux, &kernels, Some(&cache));
-    assert_eq!((e["input"].as_str(), e["files"].as_u64(), e["rows"].as_u64(), e["rows_failed"].as_u64()), (Some("directory"), Some(3), Some(4), Some(1)), "{e}");
+    assert_eq!(
+        (e["input"].as_str(), e["files"].as_u64(), e["rows"].as_u64(), e["rows_failed"].as_u64()),
+        (Some("directory"), Some(3), Some(4), Some(1)),
+        "{e}"
+    );
     assert_eq!(e["kernel_failures"]["expected expression"].as_u64(), Some(1), "{e}");
     // 2 GPU and 2 CPU examples: the static mapping is wrong on half.
     assert!((e["static_error"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{e}");
@@ -313,7 +356,8 @@ fn the_build_table_resolves_every_row_to_a_file() {
     let status = Command::new("tar").arg("-xJf").arg(shared.join("gpgpu-sources.tar.xz")).arg("-C").arg(tmp.path()).status().unwrap();
     assert!(status.success());
     let table: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/devmap-builds.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/devmap-builds.json")).unwrap())
+            .unwrap();
     let programs = table["programs"].as_array().unwrap();
     for platform in ["amd", "nvidia"] {
         let mut reader = csv::Reader::from_path(shared.join(format!("{platform}.csv"))).unwrap();
@@ -401,8 +445,12 @@ fn bad_arguments_and_data_are_errors_naming_them() {
     std::fs::write(tmp.path().join("amd.csv"), "benchmark,dataset,transfer,wgsize,oracle,src\nb,d,3,4,GPU,x\n").unwrap();
     bad(&["--platform", "amd", "--data", d, "--input", "llvm9"], "--input 'llvm9': expected sources, csv or ncc");
     bad(&["--platform", "amd", "--data", d, "--protocol", "loo"], "--protocol 'loo': expected stratified, grouped or perfograph");
-    bad(&["--platform", "amd", "--data", d, "--pool", "mean", "--join", "state"], "--join state joins the gated pooling's state: it needs --pool gated");
+    bad(
+        &["--platform", "amd", "--data", d, "--pool", "mean", "--join", "state"],
+        "--join state joins the gated pooling's state: it needs --pool gated",
+    );
     bad(&["--platform", "amd", "--data", d, "--join", "nodes"], "--join 'nodes': expected logits or state");
+    bad(&["--platform", "amd", "--data", d, "--hidden", "7"], "--hidden 7 is not an even width in 4..=");
     // Nothing unpacked in this cache, and no archive beside the CSV.
     let c = tmp.path().join("cache");
     let c = c.to_str().unwrap();

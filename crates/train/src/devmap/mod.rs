@@ -487,6 +487,8 @@ pub struct Settings {
     /// What the auxiliary inputs join: the pooled logits, or (gated
     /// pooling) the pooled state ([`Join`]).
     pub join: Join,
+    /// The state width (`hyper.hidden`): SPEC.md §3's 34 or a wider one.
+    pub hidden: i64,
 }
 
 impl Settings {
@@ -494,8 +496,8 @@ impl Settings {
     /// `Debug` text, less the fields added after splits were first kept
     /// where those are at their defaults (so such splits still resume).
     fn resume_key(&self) -> String {
-        const LATER_DEFAULTS: [&str; 5] =
-            [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false", ", join: Logits"];
+        const LATER_DEFAULTS: [&str; 6] =
+            [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false", ", join: Logits", ", hidden: 34"];
         LATER_DEFAULTS.iter().fold(format!("{self:?}"), |key, field| key.replace(field, ""))
     }
 }
@@ -626,7 +628,11 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         pool: s.pool,
         join: if s.aux { s.join } else { Join::Logits },
     };
-    let hyper = Hyper { steps: s.steps, state_dropout: s.state_dropout, graph: Some(head), ..Hyper::spec(vocabulary.len()) };
+    let hyper =
+        Hyper { steps: s.steps, state_dropout: s.state_dropout, graph: Some(head), hidden: s.hidden, ..Hyper::spec(vocabulary.len()) };
+    if let Some(b) = source.as_ref().filter(|b| b.config.hyper.hidden != s.hidden) {
+        bail!("--init: the bundle's state is {} wide, this run's {} (--hidden)", b.config.hyper.hidden, s.hidden);
+    }
     // libtorch's generator is the process's: splits trained at once seed
     // and initialise one at a time, so a model's start depends on its
     // seed only (nothing after initialisation draws from it).
@@ -1479,6 +1485,7 @@ mod tests {
             val_share: 0.0,
             cosine: true,
             join: Join::Logits,
+            hidden: 34,
         };
         let rates: Vec<f64> = (0..10).map(|e| epoch_lr(&s, e)).collect();
         assert_eq!(rates[0], 1e-3);
