@@ -19,9 +19,11 @@
 #    beats the shipped bundle's (both validate on the same programs at -O0).
 #    Each replacement is atomic (`--ship`, `--ship-if-better`): a kill
 #    leaves the old directory or the new one.
-# Settings: levels O0-O3 (validated and recorded at -O0), T = 6, the mean of
-# the node logits, 24 epochs on a cosine schedule from lr 3e-3, batches of
-# 5,000 nodes, $PROGRAML_THREADS threads (default 2). Log:
+# Settings: levels O0-O3 (validated and recorded at -O0), T = 6, a 66-wide
+# state (docs/perf/models.md, "A wider state"), the mean of the node
+# logits, 10 epochs on a cosine schedule from lr 3e-3, batches of 5,000
+# nodes, $PROGRAML_THREADS threads (default 2). An epoch is about 157,000
+# graphs, about 50 minutes on one thread of a 2-core Xeon. Log:
 # $PROGRAML_CACHE/runs/poj104-levels.log.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +36,7 @@ ship="$root/models/poj104"
 next="$ship/levels"
 log="$PROGRAML_CACHE/runs/poj104-levels.log"
 mkdir -p "$PROGRAML_CACHE/runs"
-common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs 24 --steps 6 --pool mean --lr 3e-3 --lr-schedule cosine
+common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs 10 --steps 6 --hidden 66 --pool mean --lr 3e-3 --lr-schedule cosine
     --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
 
 echo "[train-poj104] compiling ($(date +%H:%M:%S)); log $log"
