@@ -199,7 +199,7 @@ impl FlushDenormals {
     fn new() -> FlushDenormals {
         use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
         const FTZ_DAZ: u32 = 0x8040; // bit 15 flush-to-zero, bit 6 denormals-are-zero
-        // SAFETY: SSE is part of x86-64; only the two rounding-mode bits change.
+                                     // SAFETY: SSE is part of x86-64; only the two rounding-mode bits change.
         let saved = unsafe { _mm_getcsr() };
         unsafe { _mm_setcsr(saved | FTZ_DAZ) };
         FlushDenormals { saved }
@@ -219,6 +219,31 @@ impl Drop for FlushDenormals {
         unsafe {
             std::arch::x86_64::_mm_setcsr(self.saved)
         };
+    }
+}
+
+/// One training step's unroll and loss ([`Ggnn::gradients`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainStep {
+    /// The steps run, or with `until` their cap.
+    pub steps: i64,
+    /// Stop early where the states settle ([`Ggnn::settling_until`]).
+    pub until: Option<Until>,
+    /// What the backward keeps of the unroll.
+    pub tape: Tape,
+    /// Draw the model's state-dropout masks (training), or run without.
+    pub dropout: bool,
+    /// The positive class's weight in the loss.
+    pub pos_weight: f64,
+    /// The weight of the settling term ([`Ggnn::settling_loss_and_gradients`]).
+    pub stability: f64,
+}
+
+impl TrainStep {
+    /// `steps` steps on the full tape, no dropout, an unweighted loss and
+    /// no settling term: the fields to change from.
+    pub fn steps(steps: i64) -> TrainStep {
+        TrainStep { steps, until: None, tape: Tape::Full, dropout: false, pos_weight: 1.0, stability: 0.0 }
     }
 }
 
@@ -387,18 +412,8 @@ impl Ggnn {
     /// [`Tape::Segments`] gives the same gradients in memory for a few
     /// states per segment, at the cost of a second forward; it refuses
     /// dropout, whose masks a recomputed segment would draw again.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gradients(
-        &self,
-        input: &Prepared,
-        steps: i64,
-        until: Option<Until>,
-        tape: Tape,
-        dropout: bool,
-        pos_weight: f64,
-        stability: f64,
-    ) -> Gradients {
-        self.taped_with(input, steps, until, tape, dropout, pos_weight, stability, self.device() == tch::Device::Cpu)
+    pub fn gradients(&self, input: &Prepared, step: &TrainStep) -> Gradients {
+        self.taped_with(input, step, self.device() == tch::Device::Cpu)
     }
 
     /// [`Ggnn::settling_loss_and_gradients`] trained as adaptive depth
@@ -422,23 +437,13 @@ impl Ggnn {
         stability: f64,
         fused: bool,
     ) -> Gradients {
-        self.taped_with(input, steps, until, Tape::Full, dropout, pos_weight, stability, fused)
+        self.taped_with(input, &TrainStep { steps, until, tape: Tape::Full, dropout, pos_weight, stability }, fused)
     }
 
     /// [`Ggnn::gradients`] on either path, as [`Ggnn::loss_and_gradients_with`].
     #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn taped_with(
-        &self,
-        input: &Prepared,
-        steps: i64,
-        until: Option<Until>,
-        tape: Tape,
-        dropout: bool,
-        pos_weight: f64,
-        stability: f64,
-        fused: bool,
-    ) -> Gradients {
+    pub fn taped_with(&self, input: &Prepared, step: &TrainStep, fused: bool) -> Gradients {
+        let TrainStep { tape, dropout, stability, .. } = *step;
         assert!(stability >= 0.0 && stability.is_finite(), "stability {stability} is not a finite weight >= 0");
         if let Tape::Segments(n) = tape {
             assert!(n > 0, "a checkpointed tape's segments hold at least one step");
@@ -451,9 +456,9 @@ impl Ggnn {
         tch::no_grad(|| {
             if fused && self.is_spec_width() {
                 assert_eq!(self.device(), tch::Device::Cpu, "the fused training loops run on the CPU");
-                self.bptt_fused(input, steps, until, tape, dropout, pos_weight, stability)
+                self.bptt_fused(input, step)
             } else {
-                self.bptt(input, steps, until, tape, dropout, pos_weight, stability)
+                self.bptt(input, step)
             }
         })
     }
@@ -469,16 +474,8 @@ impl Ggnn {
     /// gradient by row and the gate table's by position, without
     /// per-edge tensors) and the `W` products. Dropout masks are drawn
     /// as in [`Ggnn::bptt`].
-    fn bptt_fused(
-        &self,
-        input: &Prepared,
-        steps: i64,
-        until: Option<Until>,
-        tape: Tape,
-        dropout: bool,
-        pos_weight: f64,
-        stability: f64,
-    ) -> Gradients {
+    fn bptt_fused(&self, input: &Prepared, step: &TrainStep) -> Gradients {
+        let TrainStep { steps, until, tape, dropout, pos_weight, stability } = *step;
         use crate::ggnn::{block_products, view_mut};
         use kernels::backward::{self, ByRow};
         use kernels::forward::{self, Edges, GruTape, Layout};
@@ -766,16 +763,8 @@ impl Ggnn {
         Gradients { loss, grads, steps: run.steps }
     }
 
-    fn bptt(
-        &self,
-        input: &Prepared,
-        steps: i64,
-        until: Option<Until>,
-        tape: Tape,
-        dropout: bool,
-        pos_weight: f64,
-        stability: f64,
-    ) -> Gradients {
+    fn bptt(&self, input: &Prepared, step: &TrainStep) -> Gradients {
+        let TrainStep { steps, until, tape, dropout, pos_weight, stability } = *step;
         let labels = input.labels.as_ref().expect("a training batch is labelled");
         let n = input.nodes;
         let device = self.device();

@@ -31,12 +31,12 @@ pub mod libtorch;
 mod widen;
 mod workspace;
 
-pub use bptt::{class_weights, Gradients, Tape, Until};
-pub use widen::widen;
+pub use bptt::{class_weights, Gradients, Tape, TrainStep, Until};
 pub use ggnn::{
-    hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Join, Pool, Prepared, EDGE_TYPES, HIDDEN, SELECTOR_DIM,
-    TEXT_DIM,
+    hand_products, sinusoids, with_library_products, Aggregation, Ggnn, GraphHead, Hyper, Join, Pool, Prepared, EDGE_TYPES, HIDDEN,
+    SELECTOR_DIM, TEXT_DIM,
 };
+pub use widen::widen;
 
 use std::fmt;
 use std::str::FromStr;

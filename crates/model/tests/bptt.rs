@@ -6,7 +6,7 @@
 use programl::batch::{Batch, GraphInput, Sample, SplitMix64};
 use programl::graph::{Edge, Flow};
 use programl::vocab::{Counts, Vocabulary};
-use programl_model::{Ggnn, Hyper, Prepared, Tape, Until};
+use programl_model::{Ggnn, Hyper, Prepared, Tape, TrainStep, Until};
 use tch::{Device, Tensor};
 
 fn vocabulary(texts: &[String]) -> Vocabulary {
@@ -343,6 +343,7 @@ fn a_checkpointed_tape_gives_the_full_tapes_gradients() {
     let _generator = generator();
     let (vocab, batch) = random_batch(7);
     let mean = Hyper::spec(vocab.len());
+    let weighted = |steps| TrainStep { pos_weight: 2.0, stability: 0.5, ..TrainStep::steps(steps) };
     for aggregation in [mean.aggregation, programl_model::Aggregation::Max] {
         let hyper = Hyper { aggregation, ..mean.clone() };
         tch::manual_seed(16);
@@ -351,10 +352,10 @@ fn a_checkpointed_tape_gives_the_full_tapes_gradients() {
         let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
         for fused in [true, false] {
             for until in [None, Some(Until { tolerance: 0.0, min_steps: 2 })] {
-                let full = model.taped_with(&prepared, 10, until, Tape::Full, false, 2.0, 0.5, fused);
+                let full = model.taped_with(&prepared, &TrainStep { until, ..weighted(10) }, fused);
                 assert_eq!(full.steps, 10);
                 for n in [1, 3, 10, 25] {
-                    let cut = model.taped_with(&prepared, 10, until, Tape::Segments(n), false, 2.0, 0.5, fused);
+                    let cut = model.taped_with(&prepared, &TrainStep { until, tape: Tape::Segments(n), ..weighted(10) }, fused);
                     let what = format!("{aggregation:?}, fused {fused}, until {until:?}, segments of {n}");
                     assert_eq!(cut.steps, full.steps, "{what}");
                     assert!(cut.loss.allclose(&full.loss, 1e-6, 1e-9, false), "{what}: the loss");
@@ -365,8 +366,8 @@ fn a_checkpointed_tape_gives_the_full_tapes_gradients() {
             }
             // The gradient reaching the embedding runs through every
             // step: it differs once the first segment's part is missing.
-            let short = model.taped_with(&prepared, 7, None, Tape::Full, false, 2.0, 0.5, fused);
-            let full = model.taped_with(&prepared, 10, None, Tape::Full, false, 2.0, 0.5, fused);
+            let short = model.taped_with(&prepared, &weighted(7), fused);
+            let full = model.taped_with(&prepared, &weighted(10), fused);
             assert!(!short.grads[0].allclose(&full.grads[0], 1e-4, 1e-7, false));
         }
     }
@@ -374,7 +375,7 @@ fn a_checkpointed_tape_gives_the_full_tapes_gradients() {
     let model = Ggnn::new(&hyper, Device::Cpu);
     let prepared = Prepared::new(&batch, &hyper, Device::Cpu);
     let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        model.taped_with(&prepared, 4, None, Tape::Segments(2), true, 1.0, 0.0, true)
+        model.taped_with(&prepared, &TrainStep { tape: Tape::Segments(2), dropout: true, ..TrainStep::steps(4) }, true)
     }));
     assert!(refused.is_err(), "dropout under a checkpointed tape");
 }

@@ -71,7 +71,7 @@ pub fn until_step(
     clip: f64,
 ) -> (f64, i64) {
     tune_allocator();
-    let mut g = model.gradients(input, steps, until, tape, true, pos_weight, stability);
+    let mut g = model.gradients(input, &programl_model::TrainStep { steps, until, tape, dropout: true, pos_weight, stability });
     if clip > 0.0 {
         let norm = g.grads.iter().map(|t| t.square().sum(Kind::Double).double_value(&[])).sum::<f64>().sqrt();
         if norm > clip {
