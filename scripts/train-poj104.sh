@@ -55,10 +55,14 @@ elif [ "$(levels_of "$ship/checkpoint/state.json")" = "O0,O1,O2,O3" ]; then
 fi
 if [ ! -e "$run/checkpoint/state.json" ] && [ -n "$from" ]; then
     echo "[train-poj104] seeding $run from $from/checkpoint (a run of an earlier session)"
-    rm -rf "$run" && mkdir -p "$run/model"
+    rm -rf "$run" && mkdir -p "$run"
     cp -r "$from/checkpoint" "$run/checkpoint"
-    cp "$from/log.csv" "$run/log.csv"
-    cp "$from/config.json" "$from/weights.safetensors" "$from/vocabulary.json" "$run/model/"
+    # Before its first epoch ends, a run has no log and no bundle yet.
+    [ -e "$from/log.csv" ] && cp "$from/log.csv" "$run/log.csv"
+    if [ -e "$from/config.json" ]; then
+        mkdir -p "$run/model"
+        cp "$from/config.json" "$from/weights.safetensors" "$from/vocabulary.json" "$run/model/"
+    fi
 fi
 echo "[train-poj104] training, budget $budget ($(date +%H:%M:%S))"
 # --ship-if-better last: when it replaces models/poj104, the copy in

@@ -164,6 +164,21 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     let out = train_cmd(&data, &cache, &copy, "13").arg("--ship-if-better").arg(&better).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(better.join("log.csv")).unwrap(), extended);
+    // Before its first epoch ends, a run ships its checkpoint alone (to be
+    // continued elsewhere), and is better than nothing nowhere.
+    let (early, early_shipped, nowhere) = (tmp.path().join("early"), tmp.path().join("early-shipped"), tmp.path().join("nowhere"));
+    let out = train_cmd(&data, &cache, &early, "2")
+        .args(["--budget", "0.01s"])
+        .arg("--ship")
+        .arg(&early_shipped)
+        .arg("--ship-if-better")
+        .arg(&nowhere)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!early.join("log.csv").exists(), "one batch is not an epoch");
+    assert!(early_shipped.join("checkpoint/state.json").exists() && !early_shipped.join("config.json").exists());
+    assert!(!nowhere.exists());
     let leftovers: Vec<_> =
         std::fs::read_dir(tmp.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".shipped")).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");

@@ -406,7 +406,7 @@ fn ship_all(o: &Options, best_val: f64, compile: &serde_json::Value) -> Result<(
     if let Some(dir) = &o.ship {
         ship(&o.out, dir, compile)?;
     }
-    if let Some(dir) = &o.ship_if_better {
+    if let Some(dir) = o.ship_if_better.as_ref().filter(|_| o.out.join("model").join(bundle::CONFIG_FILE).exists()) {
         match best_in_log(dir) {
             Some(theirs) if theirs >= best_val => {
                 eprintln!("poj104: validation {best_val:.4} does not beat {}'s {theirs:.4}: not shipped there", dir.display())
@@ -424,18 +424,17 @@ fn ship_all(o: &Options, best_val: f64, compile: &serde_json::Value) -> Result<(
 /// the new one, [`bundle::replace_dir`]) with the run's record: the best
 /// bundle, `checkpoint/`, `log.csv`, the compile report as `compile.json`,
 /// and `results.json` once every epoch is done. A run still under way
-/// ships too, so that another machine continues it from `dir/checkpoint`.
+/// ships too, so that another machine continues it from `dir/checkpoint`;
+/// before its first epoch ends it has no bundle, and ships without one.
 pub fn ship(run: &Path, dir: &Path, compile: &serde_json::Value) -> Result<()> {
     let model = run.join("model");
-    if !model.join(bundle::CONFIG_FILE).exists() {
-        bail!("--ship: {} has no bundle yet (no epoch has finished)", model.display());
-    }
+    let has_bundle = model.join(bundle::CONFIG_FILE).exists();
     bundle::replace_dir(dir, |staging| {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| bundle::BundleError::Io { path, source }
         };
-        for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE] {
+        for f in [bundle::CONFIG_FILE, bundle::WEIGHTS_FILE, bundle::VOCABULARY_FILE].into_iter().filter(|_| has_bundle) {
             std::fs::copy(model.join(f), staging.join(f)).map_err(io(&model.join(f)))?;
         }
         for f in ["log.csv", "results.json"] {
