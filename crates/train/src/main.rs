@@ -638,9 +638,7 @@ fn run(cli: Cli) -> Result<()> {
             runtime,
         } => {
             let device = runtime.apply_training("devmap")?;
-            if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
-                bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
-            }
+            train::check_hidden(hidden)?;
             if ensemble == 0 {
                 bail!("--ensemble 0: at least 1 model per split");
             }

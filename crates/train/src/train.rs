@@ -436,6 +436,14 @@ fn mean_or_absent(a: &Option<Aggregation>) -> bool {
     a.map_or(true, |a| a.is_mean())
 }
 
+/// `--hidden H` of any trainer: an even state width the bundle format takes.
+pub fn check_hidden(hidden: i64) -> Result<()> {
+    if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
+        bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
+    }
+    Ok(())
+}
+
 /// What scales a widened model's new weights (`--hidden` above an
 /// `--init` bundle's width): small enough that the model starts within a
 /// rounding of the bundle's predictions, large enough to break the
@@ -585,9 +593,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         bail!("--near-weight {} is not a positive number", args.near_weight);
     }
     let hidden = args.hidden.unwrap_or(programl_model::HIDDEN);
-    if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
-        bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
-    }
+    check_hidden(hidden)?;
     let hyper = Hyper {
         steps: args.steps,
         state_dropout: args.state_dropout,

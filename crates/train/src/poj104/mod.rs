@@ -488,9 +488,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         bail!("--epochs, --steps and --batch-nodes must be at least 1");
     }
     if let Some(h) = s.hidden {
-        if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&h) || h % 2 != 0 {
-            bail!("--hidden {h} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
-        }
+        crate::train::check_hidden(h)?;
     }
     crate::engine::tune_allocator();
     let cache = o.cache.clone().unwrap_or_else(|| programl::fsutil::cache_dir().join("poj104"));
