@@ -17,7 +17,7 @@
 #   unseen      5 C projects neither set holds (unseen-opaque-O0-O1-O2-O3)
 #   unseen-cxx  5 C++ projects neither set holds (unseen-cxx-opaque-O0-O1-O2-O3)
 #
-# The unseen sets are read as IR directories by `programl-train eval --dir`
+# The unseen sets are read as IR directories by `programl-train eval --data`
 # and scripts/errors.py; no store is built from them. JOBS (default: all
 # cores) is passed to scripts/corpus.sh and to the dataset build. On 2
 # cores with nothing cached, `c` takes about 25 minutes and `cxx` about an
