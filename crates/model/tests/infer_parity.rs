@@ -150,6 +150,66 @@ fn graph_heads_match_the_libtorch_forward_on_real_ir() {
     }
 }
 
+/// A 66-wide state (`hyper.hidden`, as POJ-104's four-level run and the
+/// wider device-mapping runs train) through both graph heads: device
+/// mapping's gated pooling of node states joining the auxiliary inputs,
+/// and POJ-104's mean of 104 node logits. Each starts from a fresh
+/// initialisation of the shipped bundle's config at width 66, saved as a
+/// bundle: the torch-free any-width step against the libtorch forward,
+/// FP32 within 1e-5 with the same decisions on every path this CPU runs,
+/// INT8 within the node heads' bound.
+#[test]
+fn wide_graph_heads_match_the_libtorch_forward_on_real_ir() {
+    set_matmul_precision(Precision::F32).unwrap();
+    let test = "infer_parity::wide_graph_heads_match_the_libtorch_forward_on_real_ir";
+    let paths = fp32_paths(test);
+    let int8: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni]
+        .into_iter()
+        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
+        .collect();
+    let kernel = graph_of(
+        "llvm-tests/Inputs/infer/kernel.cl",
+        &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1"],
+    );
+    let cases: Vec<(PathBuf, Vec<ProgramGraph>, Option<Vec<f32>>)> = vec![
+        (root().join("models/devmap-amd"), vec![kernel.clone(), kernel], Some(vec![4096.0, 64.0, 1.0e8, 256.0])),
+        (root().join("models/poj104"), units().into_iter().map(|(_, g)| g).collect(), None),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, (dir, graphs, aux)) in cases.into_iter().enumerate() {
+        let shipped = Bundle::load(&dir, tch::Device::Cpu).unwrap();
+        let mut config = shipped.config.clone();
+        config.hyper.hidden = 66;
+        tch::manual_seed(7 + i as i64);
+        let fresh = programl_model::Ggnn::new(&config.hyper, tch::Device::Cpu);
+        let wide = tmp.path().join(format!("wide{i}"));
+        Bundle::save(&wide, &config, &fresh, &shipped.vocabulary).unwrap();
+        let reference = Bundle::load(&wide, tch::Device::Cpu).unwrap();
+        assert_eq!(reference.model.hyper().hidden, 66);
+        let model = Model::open(&wide).unwrap();
+        let inputs: Vec<GraphInput> = graphs.iter().map(|g| GraphInput::new(g, &reference.vocabulary).unwrap()).collect();
+        let samples: Vec<Sample<'_>> = inputs.iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
+        let batch = Batch::from_samples(&samples).unwrap();
+        let want = graph_probabilities(&reference.model, &batch, aux.as_deref(), reference.model.hyper().steps);
+        let c = reference.config.classes.len();
+        // A fresh model's probabilities still differ between graphs and
+        // classes: the comparison is not of two constants.
+        let spread = want.iter().fold(f32::INFINITY, |a, &b| a.min(b)) - want.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        assert!(spread.abs() > 1e-3, "{}: the wide model's probabilities are all but constant", dir.display());
+        for &isa in &paths {
+            let got = model.graph_probabilities(&batch, aux.as_deref(), &opts(Dtype::F32, isa)).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 1e-5, "{} at 66 on {isa}: probabilities differ by {d}", dir.display());
+            assert_eq!(argmax_rows(&want, c), argmax_rows(&got.probabilities, c), "{} at 66, {isa}: decisions", dir.display());
+        }
+        for &isa in &int8 {
+            let got = model.graph_probabilities(&batch, aux.as_deref(), &opts(Dtype::Int8, isa)).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 0.1, "{} at 66, INT8 {isa}: probabilities differ by {d}", dir.display());
+        }
+    }
+}
+
 /// The bench's real units (`scripts/corpus.sh`'s sources of zlib, bzip2
 /// and Lua, compiled as `infer_overhead` compiles them): every shipped
 /// DeepDataFlow bundle at its sampled roots, and POJ-104's graph head, the
