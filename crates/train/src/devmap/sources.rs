@@ -192,7 +192,8 @@ pub fn sources_root(data: &Path, cache: &Path) -> Result<PathBuf> {
 
 /// What became of one unit's module.
 enum Module {
-    Ir(PathBuf),
+    /// The IR, and whether it needed a repair.
+    Ir(PathBuf, bool),
     Failed(String),
 }
 
@@ -225,42 +226,215 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path, f
     for f in flags {
         h.write(f.as_bytes());
     }
+    // The repairs' version: a module that failed before a repair existed
+    // is compiled again.
+    h.write(REPAIRS.as_bytes());
     let key = format!("{:016x}", h.finish());
-    // One round: the real sources are compiled as they are, never repaired.
+    // The real sources are compiled as they are: no call is dropped and no
+    // helper stubbed. The one repair moves a `__local` declaration that
+    // clang 16 refuses in an inner scope of a kernel to the kernel's
+    // outermost scope ([`hoist_local_declarations`]), which changes no
+    // storage: a kernel's local variables are the work-group's for its
+    // whole run wherever they are declared.
     struct Build<'a> {
         clang: &'a Path,
         flags: &'a [&'a str],
         dir: &'a Path,
         /// The program's file, or the embedded kernel's text.
         input: std::result::Result<&'a Path, &'a [u8]>,
+        /// The text clang reads (for a repair).
+        text: &'a [u8],
+        /// The repaired text, once there is one, and how many
+        /// declarations it moved.
+        repaired: Option<(Vec<u8>, usize)>,
         options: Vec<String>,
     }
     impl crate::harness::Repairs for Build<'_> {
         fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
-            let input = match self.input {
-                Ok(path) => path.to_path_buf(),
-                Err(bytes) => {
-                    let p = work.join("kernel.cl");
-                    std::fs::write(&p, bytes).with_context(|| format!("{}: cannot write", p.display()))?;
-                    p
-                }
+            let text = match (&self.repaired, self.input) {
+                (Some((text, _)), _) => Some(text.as_slice()),
+                (None, Err(bytes)) => Some(bytes),
+                (None, Ok(_)) => None,
             };
-            crate::harness::run_clang(self.clang, Some(self.dir), self.flags, &self.options, &work.join("kernel.ll"), &input)
+            let (input, mut options) = match (text, self.input) {
+                (None, Ok(path)) => (path.to_path_buf(), self.options.clone()),
+                (Some(text), _) => {
+                    let p = work.join("kernel.cl");
+                    std::fs::write(&p, text).with_context(|| format!("{}: cannot write", p.display()))?;
+                    (p, self.options.clone())
+                }
+                (None, Err(_)) => unreachable!("an embedded kernel has its text"),
+            };
+            if self.repaired.is_some() {
+                // The copy's `#include "..."` still finds the program's headers.
+                options.push(format!("-I{}", self.dir.display()));
+            }
+            crate::harness::run_clang(self.clang, Some(self.dir), self.flags, &options, &work.join("kernel.ll"), &input)
         }
-        fn repair(&mut self, _: &str) -> bool {
-            false
+        fn repair(&mut self, stderr: &str) -> bool {
+            let name = match (&self.repaired, self.input) {
+                (None, Ok(path)) => path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                _ => "kernel.cl".to_string(),
+            };
+            let text = self.repaired.as_ref().map_or(self.text, |(t, _)| t.as_slice());
+            match hoist_local_declarations(text, stderr, &name) {
+                Some((next, moved)) => {
+                    let before = self.repaired.as_ref().map_or(0, |r| r.1);
+                    self.repaired = Some((next, before + moved));
+                    true
+                }
+                None => false,
+            }
         }
         fn record(&self) -> String {
-            String::new()
+            let moved = self.repaired.as_ref().map_or(0, |r| r.1);
+            format!("moved {moved} __local declaration(s) from an inner scope to their kernel's outermost scope")
         }
     }
     let options: Vec<String> = unit.options.iter().map(|o| o.replace("{stubs}", &stubs.to_string_lossy())).collect();
-    let mut task =
-        Build { clang, flags, dir: &dir, input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) }, options };
-    Ok(match crate::harness::Cache::new(cache, false).compile(&key, 1, "kernel.ll", &mut task)? {
-        crate::harness::Compiled::Ir { path, .. } => Module::Ir(path),
+    let mut task = Build {
+        clang,
+        flags,
+        dir: &dir,
+        input: if unit.embedded { Err(bytes.as_slice()) } else { Ok(path.as_path()) },
+        text: &bytes,
+        repaired: None,
+        options,
+    };
+    Ok(match crate::harness::Cache::new(cache, false).compile(&key, 2, "kernel.ll", &mut task)? {
+        crate::harness::Compiled::Ir { path, repaired } => Module::Ir(path, repaired),
         crate::harness::Compiled::Failed { cause } => Module::Failed(cause),
     })
+}
+
+/// The repairs [`compile`] makes, by version (part of the compile key).
+const REPAIRS: &str = "repairs v1: inner __local declarations hoisted";
+
+/// clang's error for a `__local` variable declared in an inner scope of a
+/// kernel (OpenCL C 1.2 §6.5.2 puts them at kernel scope; the vendors'
+/// compilers of the dataset's day took them anywhere).
+const INNER_LOCAL: &str = "variables in the local address space can only be declared in the outermost scope of a kernel function";
+
+/// `text` with each declaration that clang's `stderr` reports as a
+/// `__local` variable in an inner scope (errors located in `file`) moved
+/// to the start of its kernel's body, and how many statements moved;
+/// `None` when no such error is reported or one cannot be placed.
+/// Comments, string and character literals are skipped when finding
+/// statements and braces; what this gets wrong still fails to compile
+/// and is counted by cause.
+fn hoist_local_declarations(text: &[u8], stderr: &str, file: &str) -> Option<(Vec<u8>, usize)> {
+    let mut at = Vec::new();
+    for line in stderr.lines() {
+        let Some((place, message)) = line.split_once(": error: ") else { continue };
+        if message.trim() != INNER_LOCAL {
+            continue;
+        }
+        let mut parts = place.rsplitn(3, ':');
+        let (column, line, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if !path.ends_with(file) {
+            continue;
+        }
+        let (line, column): (usize, usize) = (line.parse().ok()?, column.parse().ok()?);
+        let start: usize = text.split_inclusive(|&b| b == b'\n').take(line.checked_sub(1)?).map(<[u8]>::len).sum();
+        let offset = start + column.checked_sub(1)?;
+        if offset >= text.len() {
+            return None;
+        }
+        at.push(offset);
+    }
+    if at.is_empty() {
+        return None;
+    }
+    // One pass over the code (preprocessor lines skipped too): statement
+    // ends and braces, and at each reported place the kernel's body, the
+    // outermost open brace that follows a `)` (a function's; not an
+    // `extern "C" {` or a struct's).
+    at.sort_unstable();
+    let (mut bounds, mut semis) = (Vec::new(), Vec::new());
+    let mut open: Vec<(usize, bool)> = Vec::new();
+    let mut body_at = Vec::with_capacity(at.len());
+    let (mut i, mut last, mut line_start) = (0, 0u8, true);
+    while i < text.len() {
+        while body_at.len() < at.len() && at[body_at.len()] <= i {
+            body_at.push(open.iter().find(|o| o.1).map(|o| o.0));
+        }
+        let mut code = true;
+        match (text[i], text.get(i + 1).copied()) {
+            (b'#', _) if line_start => {
+                // To the line's end, over `\` continuations.
+                while i < text.len() && !(text[i] == b'\n' && text[i - 1] != b'\\') {
+                    i += 1;
+                }
+                code = false;
+            }
+            (b'/', Some(b'/')) => {
+                i = text[i..].iter().position(|&b| b == b'\n').map_or(text.len(), |n| i + n);
+                code = false;
+            }
+            (b'/', Some(b'*')) => {
+                i = text[i + 2..].windows(2).position(|w| w == b"*/").map_or(text.len(), |n| i + 2 + n + 1);
+                code = false;
+            }
+            (q @ (b'"' | b'\''), _) => {
+                i += 1;
+                while i < text.len() && text[i] != q && text[i] != b'\n' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            (b'{', _) => {
+                open.push((i, last == b')'));
+                bounds.push(i);
+            }
+            (b'}', _) => {
+                open.pop();
+                bounds.push(i);
+            }
+            (b';', _) => {
+                bounds.push(i);
+                semis.push(i);
+            }
+            _ => {}
+        }
+        if i < text.len() {
+            if code && !text[i].is_ascii_whitespace() {
+                last = text[i];
+            }
+            line_start = text[i] == b'\n' || (line_start && text[i].is_ascii_whitespace());
+        }
+        i += 1;
+    }
+    body_at.resize(at.len(), None);
+    // (statement start, end, the body's brace), each statement once.
+    let mut moves: Vec<(usize, usize, usize)> = Vec::new();
+    for (&p, body) in at.iter().zip(&body_at) {
+        let body = (*body)?;
+        let start = bounds.iter().rev().find(|&&b| b < p)? + 1;
+        let end = semis.iter().find(|&&s| s > p)? + 1;
+        if body + 1 >= start {
+            return None;
+        }
+        if !moves.iter().any(|m| m.0 == start) {
+            moves.push((start, end, body));
+        }
+    }
+    moves.sort_unstable();
+    let mut out = Vec::with_capacity(text.len() + 1);
+    let mut i = 0;
+    while i < text.len() {
+        if let Some(&(_, end, _)) = moves.iter().find(|m| m.0 == i) {
+            i = end;
+            continue;
+        }
+        out.push(text[i]);
+        for &(start, end, _) in moves.iter().filter(|m| m.2 == i) {
+            let statement = &text[start..end];
+            let lead = statement.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(statement.len());
+            out.push(b'\n');
+            out.extend_from_slice(&statement[lead..]);
+        }
+        i += 1;
+    }
+    Some((out, moves.len()))
 }
 
 /// The graph of `unit`'s module (compiled under `cache`) and its kernels'
@@ -272,12 +446,23 @@ pub fn module_graph(
     clang: &Path,
     flags: &[&str],
 ) -> Result<std::result::Result<(ProgramGraph, Vec<String>), String>> {
+    Ok(repaired_module_graph(unit, root, cache, clang, flags)?.map(|(g, names, _)| (g, names)))
+}
+
+/// [`module_graph`], and whether the module needed a repair.
+fn repaired_module_graph(
+    unit: &Unit,
+    root: &Path,
+    cache: &Path,
+    clang: &Path,
+    flags: &[&str],
+) -> Result<std::result::Result<(ProgramGraph, Vec<String>, bool), String>> {
     Ok(match compile(unit, root, cache, &cache.join("stubs"), clang, flags)? {
         Module::Failed(cause) => Err(cause),
-        Module::Ir(path) => {
+        Module::Ir(path, repaired) => {
             let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
             match build_file(&path, &BuildOptions::MODEL) {
-                Ok(g) => Ok((g, kernel_names(&text))),
+                Ok(g) => Ok((g, kernel_names(&text), repaired)),
                 Err(e) => Err(format!("IR does not load: {e}")),
             }
         }
@@ -347,27 +532,31 @@ impl Kernels {
             }
         }
         let progress = crate::harness::Progress::new("devmap", "modules", modules.len(), quiet);
-        let built: Vec<Result<std::result::Result<(ProgramGraph, Vec<String>), String>>> = modules
+        let built: Vec<Result<std::result::Result<(ProgramGraph, Vec<String>, bool), String>>> = modules
             .par_iter()
             .map(|m| {
                 let unit = Unit { kernel: m.kernel.clone(), ..m.clone() };
-                let out = module_graph(&unit, root, cache, clang, flags);
+                let out = repaired_module_graph(&unit, root, cache, clang, flags);
                 progress.tick();
                 out
             })
             .collect();
-        let mut module_of: HashMap<&Unit, std::result::Result<(ProgramGraph, Vec<String>), String>> = HashMap::new();
+        let mut module_of: HashMap<&Unit, std::result::Result<(ProgramGraph, Vec<String>, bool), String>> = HashMap::new();
         for (m, b) in modules.iter().zip(built) {
             module_of.insert(m, b?);
         }
         let mut graphs = Vec::with_capacity(units.len());
         let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+        let mut repaired = 0;
         for u in &units {
             let graph = match u {
                 Err(cause) => Err(cause.clone()),
                 Ok(u) => match &module_of[&module_key(u)] {
                     Err(cause) => Err(cause.clone()),
-                    Ok((g, names)) => kernel_subgraph(g, &u.kernel, names).ok_or_else(|| "kernel not defined in its module".to_string()),
+                    Ok((g, names, fixed)) => {
+                        repaired += *fixed as usize;
+                        kernel_subgraph(g, &u.kernel, names).ok_or_else(|| "kernel not defined in its module".to_string())
+                    }
                 },
             };
             match graph {
@@ -378,7 +567,7 @@ impl Kernels {
                 }
             }
         }
-        Ok(Kernels { graphs, row_kernel, failures, repaired: 0 })
+        Ok(Kernels { graphs, row_kernel, failures, repaired })
     }
 }
 
@@ -408,6 +597,62 @@ mod tests {
         assert!(b.unit_of(&row("npb-3.3-CG-nope", "A", 1.0)).unwrap_err().contains("kernel"));
         assert!(b.unit_of(&row("npb-3.3-CG-makea_3", "large", 1.0)).unwrap_err().contains("NPB class"));
         assert!(b.unit_of(&row("shoc-X-k", "default", 1.0)).unwrap_err().contains("program"));
+    }
+
+    /// A kernel that declares `__local` arrays inside an `if` (as
+    /// Rodinia's lavaMD does): clang 16 refuses it, and the declarations
+    /// moved to the kernel's outermost scope compile, the rest unchanged.
+    #[test]
+    fn inner_local_declarations_move_to_the_kernels_scope() {
+        // As lavaMD's: an `extern "C" {` that only C++ sees, and a macro
+        // with a brace.
+        let source = "#ifdef __cplusplus\nextern \"C\" {\n#endif\n#define EMPTY() \\\n  {}\n\
+            typedef struct { float x, y; } V;\n\
+            __kernel void k(__global float *out) {\n\
+            \tint i = get_local_id(0); /* { not a brace */\n\
+            \tif (i < 4) {\n\
+            \t\tchar br = '}'; (void)br;\n\
+            \t\t// the shared copy\n\
+            \t\t__local V a[4];\n\
+            \t\t__local float b[4], c[4];\n\
+            \t\ta[i].x = 1.0f; b[i] = 2.0f; c[i] = 3.0f;\n\
+            \t\tbarrier(CLK_LOCAL_MEM_FENCE);\n\
+            \t\tout[i] = a[i].x + b[3 - i] + c[i];\n\
+            \t}\n\
+            }\n\
+            #ifdef __cplusplus\n}\n#endif\n";
+        let dir = tempfile::tempdir().unwrap();
+        let clang = PathBuf::from(programl::LLVM_BINDIR).join("clang");
+        let run = |text: &[u8]| {
+            let file = dir.path().join("kernel.cl");
+            std::fs::write(&file, text).unwrap();
+            let out = std::process::Command::new(&clang)
+                .args(["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1", "-S", "-emit-llvm"])
+                .arg(&file)
+                .arg("-o")
+                .arg(dir.path().join("kernel.ll"))
+                .output()
+                .unwrap();
+            (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (ok, stderr) = run(source.as_bytes());
+        assert!(!ok && stderr.contains(INNER_LOCAL), "{stderr}");
+        let (fixed, moved) = hoist_local_declarations(source.as_bytes(), &stderr, "kernel.cl").unwrap();
+        assert_eq!(moved, 2, "one statement per declaration, b and c together");
+        let fixed = String::from_utf8(fixed).unwrap();
+        assert!(
+            fixed.contains(
+                "__kernel void k(__global float *out) {\n// the shared copy\n\t\t__local V a[4];\n__local float b[4], c[4];\n\tint i"
+            ),
+            "{fixed}"
+        );
+        assert_eq!(fixed.matches("__local").count(), 2, "{fixed}");
+        assert!(fixed.contains("'}'") && fixed.contains("/* { not a brace */"), "literals and comments untouched: {fixed}");
+        let (ok, stderr) = run(fixed.as_bytes());
+        assert!(ok, "{stderr}\n{fixed}");
+        // Nothing to move: another error, or the error in another file.
+        assert!(hoist_local_declarations(source.as_bytes(), "k.cl:3:1: error: use of undeclared identifier 'x'", "kernel.cl").is_none());
+        assert!(hoist_local_declarations(source.as_bytes(), &stderr.replace("kernel.cl", "other.h"), "kernel.cl").is_none());
     }
 
     #[test]
