@@ -76,6 +76,14 @@ fn fp32_paths(test: &str) -> Vec<Isa> {
     [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|&isa| cpu::run_test_on(isa, &format!("{test} [{isa}]"))).collect()
 }
 
+/// The INT8 paths this CPU runs (the others print `SKIP:`).
+fn int8_paths(test: &str) -> Vec<Isa> {
+    [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni]
+        .into_iter()
+        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
+        .collect()
+}
+
 fn opts(dtype: Dtype, isa: Isa) -> Options {
     Options { steps: None, threads: 1, dtype, isa: Some(isa) }
 }
@@ -86,10 +94,7 @@ fn node_heads_match_the_libtorch_forward_on_real_ir() {
     let units = units();
     let test = "infer_parity::node_heads_match_the_libtorch_forward_on_real_ir";
     let paths = fp32_paths(test);
-    let int8: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni]
-        .into_iter()
-        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
-        .collect();
+    let int8 = int8_paths(test);
     for task in ["reachability", "dominance", "datadep", "liveness", "subexpressions"] {
         let dir = root().join("models").join(task);
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
@@ -163,10 +168,7 @@ fn wide_graph_heads_match_the_libtorch_forward_on_real_ir() {
     set_matmul_precision(Precision::F32).unwrap();
     let test = "infer_parity::wide_graph_heads_match_the_libtorch_forward_on_real_ir";
     let paths = fp32_paths(test);
-    let int8: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Vnni]
-        .into_iter()
-        .filter(|&isa| cpu::run_test_on(isa, &format!("{test} [int8 {isa}]")))
-        .collect();
+    let int8 = int8_paths(test);
     let kernel = graph_of(
         "llvm-tests/Inputs/infer/kernel.cl",
         &["-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1"],

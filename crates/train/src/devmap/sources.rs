@@ -251,20 +251,18 @@ fn compile(unit: &Unit, root: &Path, cache: &Path, stubs: &Path, clang: &Path, f
     }
     impl crate::harness::Repairs for Build<'_> {
         fn attempt(&mut self, work: &Path) -> Result<std::process::Output> {
-            let text = match (&self.repaired, self.input) {
-                (Some((text, _)), _) => Some(text.as_slice()),
-                (None, Err(bytes)) => Some(bytes),
-                (None, Ok(_)) => None,
-            };
-            let (input, mut options) = match (text, self.input) {
-                (None, Ok(path)) => (path.to_path_buf(), self.options.clone()),
+            // A file to write: the repaired text, else an embedded kernel's.
+            let written = self.repaired.as_ref().map(|(t, _)| t.as_slice()).or(self.input.err());
+            let input = match (written, self.input) {
                 (Some(text), _) => {
                     let p = work.join("kernel.cl");
                     std::fs::write(&p, text).with_context(|| format!("{}: cannot write", p.display()))?;
-                    (p, self.options.clone())
+                    p
                 }
-                (None, Err(_)) => unreachable!("an embedded kernel has its text"),
+                (None, Ok(path)) => path.to_path_buf(),
+                (None, Err(_)) => unreachable!("an embedded kernel is written"),
             };
+            let mut options = self.options.clone();
             if self.repaired.is_some() {
                 // The copy's `#include "..."` still finds the program's headers.
                 options.push(format!("-I{}", self.dir.display()));
