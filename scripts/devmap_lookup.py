@@ -10,6 +10,12 @@ label of the training row of that kernel nearest in log(1 + transfer) +
 log(1 + wgsize); a row whose kernel has none takes the static mapping (the
 majority device). Prints, per platform and seed, the error, and for seed 0
 the rows whose kernel was unseen in training and the errors on each part.
+
+Then how separable each kernel's rows are by the auxiliary inputs, on all
+the rows (a training error, no held-out rows): labelling a kernel's rows
+by its majority label, and by the best single threshold on log(1 +
+transfer) or log(1 + wgsize) chosen per kernel. A classifier that sees the
+kernel and the sizes can fit its training rows at least that well.
 """
 import argparse
 import collections
@@ -59,6 +65,26 @@ def evaluate(rows, seed):
     return c
 
 
+def separability(rows):
+    """Rows wrong when each kernel's rows take its majority label, and when
+    they take the best single threshold on one log size (either side)."""
+    kernels = collections.defaultdict(list)
+    for r in rows:
+        kernels[r["src"]].append(r)
+    majority = threshold = 0
+    for same in kernels.values():
+        gpu = [r["oracle"] == "GPU" for r in same]
+        best = min(sum(gpu), len(gpu) - sum(gpu))
+        majority += best
+        for column in ("transfer", "wgsize"):
+            x = [math.log1p(float(r[column])) for r in same]
+            for t in set(x):
+                above = sum(1 for v, g in zip(x, gpu) if (v >= t) != g)
+                best = min(best, above, len(same) - above)
+        threshold += best
+    return majority, threshold
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "datasets", "devmap"))
@@ -79,6 +105,11 @@ def main():
             + ", ".join(f"{e:.3f}" for e in errors)
             + f" (seeds 0-{a.seeds - 1}); seed 0: {c['unseen']} test rows of kernels unseen in training,"
             f" {c['unseen_wrong']} wrong (static mapping); {c['seen']} of seen kernels, {c['seen_wrong']} wrong (nearest row)"
+        )
+        majority, threshold = separability(rows)
+        print(
+            f"{platform}: on all rows, each kernel's majority label: {majority} wrong ({majority / len(rows):.3f});"
+            f" the best threshold on one size per kernel: {threshold} wrong ({threshold / len(rows):.3f})"
         )
 
 

@@ -893,6 +893,24 @@ impl Ggnn {
         x.linear(&net.hidden_w, Some(&net.hidden_b)).relu().linear(&net.out_w, Some(&net.out_b))
     }
 
+    /// Sets the auxiliary classifier's normalisation statistics to those
+    /// of `rows` exactly (graph vectors \[R, W\] with their raw auxiliary
+    /// inputs \[R, A\]), as [`Ggnn::graph_logits`] joins them: the
+    /// running statistics training leaves behind follow the last few
+    /// batches of a model still moving. The variance is the biased one, by
+    /// which training normalises (not the unbiased one running statistics
+    /// keep), so the inference forward on `rows` reproduces the training
+    /// forward on them all at once. No-op without auxiliary inputs.
+    pub fn set_aux_statistics(&self, pooled: &Tensor, aux: &Tensor) {
+        let Some(net) = &self.aux else { return };
+        tch::no_grad(|| {
+            let x = Tensor::cat(&[pooled, &aux.to_kind(pooled.kind()).clamp_min(0.0).log1p()], 1);
+            let (mean, var) = (x.mean_dim([0i64].as_slice(), false, Kind::Float), x.var_dim([0i64].as_slice(), false, false));
+            net.running_mean.shallow_clone().copy_(&mean);
+            net.running_var.shallow_clone().copy_(&var);
+        });
+    }
+
     /// Every trainable parameter, in [`Hyper::parameter_shapes`] order.
     pub fn parameters(&self) -> Vec<&Tensor> {
         self.named_parameters().into_iter().map(|(_, t)| t).collect()

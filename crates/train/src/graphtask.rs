@@ -9,6 +9,8 @@
 //!   graph run once per batch whatever the number of its items;
 //! - [`probabilities`] (libtorch) and [`probabilities_cpu`] (the torch-free
 //!   inference the learned pass runs) predict them;
+//! - [`refit_head`] refits a trained model's auxiliary classifier on all
+//!   its training items at once, the graph vectors frozen;
 //! - [`fit`] is one run: epochs over the training items, a checkpoint
 //!   every few minutes and at each epoch's end ([`crate::checkpoint`]), a
 //!   resume from it, validation at each epoch's end, the best model by
@@ -136,6 +138,59 @@ pub fn train_step(model: &Ggnn, opt: &mut AdamW, params: &[&Tensor], data: &Exam
     loss.backward();
     opt.step(params);
     Ok(value)
+}
+
+/// The graph vectors of `items` \[R, W\] (distinct items, in their
+/// order) through the libtorch forward at `steps` steps, without
+/// gradients; each graph runs once.
+fn pooled_items(model: &Ggnn, data: &Examples, items: &[usize], steps: i64, batch_nodes: usize) -> Tensor {
+    let device = model.device();
+    let by = data.by_graph(items);
+    let graphs: Vec<usize> = by.keys().copied().collect();
+    let _guard = tch::no_grad_guard();
+    let (mut parts, mut order) = (Vec::new(), Vec::new());
+    for range in plan(graphs.iter().map(|&g| data.inputs[g].node_count()), batch_nodes) {
+        let batch_items: Vec<usize> = graphs[range].iter().flat_map(|g| by[g].iter().copied()).collect();
+        let (batch, rows) = assemble(data, &batch_items);
+        let prepared = Prepared::new(&batch, model.hyper(), device);
+        parts.push(model.pooled_inference(&prepared, steps).index_select(0, &Tensor::from_slice(&rows).to_device(device)));
+        order.extend(batch_items);
+    }
+    let position: std::collections::HashMap<usize, i64> = order.iter().enumerate().map(|(k, &i)| (i, k as i64)).collect();
+    let back: Vec<i64> = items.iter().map(|i| position[i]).collect();
+    Tensor::cat(&parts, 0).index_select(0, &Tensor::from_slice(&back).to_device(device))
+}
+
+/// Refits the classifier after the graph vector (the auxiliary head,
+/// `aux.*`) on `items`, the message passing and pooling frozen:
+/// `head_steps` AdamW steps at `lr`, each over every item at once, then
+/// the head's normalisation statistics set to those of the items exactly
+/// ([`Ggnn::set_aux_statistics`]). In training the head sees ~50 rows a
+/// batch for ~300 steps of a graph vector still moving; afterwards the
+/// vectors hold still and it can fit all the rows together. A model
+/// without auxiliary inputs is left as it is. Returns the last step's
+/// loss (None for 0 steps).
+pub fn refit_head(model: &Ggnn, data: &Examples, items: &[usize], lr: f64, head_steps: usize, batch_nodes: usize) -> Result<Option<f64>> {
+    let Some(aux) = aux_tensor(model, data, items) else { return Ok(None) };
+    let pooled = pooled_items(model, data, items, model.hyper().steps, batch_nodes);
+    let labels: Vec<i64> = items.iter().map(|&i| data.items[i].label as i64).collect();
+    let labels = Tensor::from_slice(&labels).to_device(model.device());
+    let params: Vec<&Tensor> = model.named_parameters().into_iter().filter(|(n, _)| n.starts_with("aux.")).map(|(_, t)| t).collect();
+    let mut opt = AdamW::new(&params, lr);
+    let mut last = None;
+    for step in 0..head_steps {
+        let loss = model.graph_logits(&pooled, Some(&aux), true).cross_entropy_for_logits(&labels);
+        let value = loss.double_value(&[]);
+        if !value.is_finite() {
+            bail!("refitting the head: the loss is {value} at step {}", step + 1);
+        }
+        AdamW::zero_grad(&params);
+        loss.backward();
+        opt.step(&params);
+        last = Some(value);
+    }
+    model.set_aux_statistics(&pooled, &aux);
+    Ok(last)
 }
 
 /// Class probabilities of `items` (in their order) through the libtorch
@@ -563,6 +618,36 @@ mod tests {
         let pooled = model.code_logits(&model.pooled_inference(&prepared, hyper.steps));
         let pooled: Vec<f32> = Vec::try_from(pooled.index_select(0, &Tensor::from_slice(&rows)).flatten(0, -1)).unwrap();
         assert!(pooled[0] > pooled[1] && pooled[3] > pooled[2], "the pooled logits alone give each graph its label: {pooled:?}");
+    }
+
+    /// Refitting the head moves the classifier after the graph vector and
+    /// nothing else, fits items that share a graph and differ only in their
+    /// auxiliary inputs, and leaves the normalisation statistics the items'
+    /// own: the inference forward then gives the training forward's logits.
+    #[test]
+    fn refitting_the_head_moves_only_the_head_and_fits_the_items() {
+        let (data, _, hyper, model) = gated_model(4, Join::State);
+        let all = [0, 1, 2, 3];
+        let before: Vec<(&str, Tensor)> = model.named_parameters().into_iter().map(|(n, t)| (n, t.detach().copy())).collect();
+        let first = refit_head(&model, &data, &all, 0.01, 1, 100_000).unwrap().expect("one step's loss");
+        let last = refit_head(&model, &data, &all, 0.01, 300, 100_000).unwrap().expect("the last step's loss");
+        assert!(last < 0.1 * first, "the loss falls: {first} then {last}");
+        for ((name, now), (_, was)) in model.named_parameters().into_iter().zip(&before) {
+            let moved = now.not_equal_tensor(was).any().int64_value(&[]) != 0;
+            assert_eq!(moved, name.starts_with("aux."), "{name} moved: {moved}");
+        }
+        let probs = probabilities(&model, &data, &all, hyper.steps, 100_000);
+        for (p, &i) in probs.iter().zip(&all) {
+            assert_eq!(argmax(p).0, data.items[i].label, "item {i}: {probs:?}");
+        }
+        let pooled = pooled_items(&model, &data, &all, hyper.steps, 100_000);
+        let aux = aux_tensor(&model, &data, &all).unwrap();
+        let _g = tch::no_grad_guard();
+        let inference = model.graph_logits(&pooled, Some(&aux), false);
+        let training = model.graph_logits(&pooled, Some(&aux), true);
+        let gap = (inference - training).abs().max().double_value(&[]);
+        assert!(gap < 1e-4, "running statistics are the items' own: logits differ by {gap}");
+        assert_eq!(refit_head(&model, &data, &all, 0.01, 0, 100_000).unwrap(), None, "0 steps: the statistics only");
     }
 
     #[test]

@@ -451,6 +451,7 @@ fn bad_arguments_and_data_are_errors_naming_them() {
     );
     bad(&["--platform", "amd", "--data", d, "--join", "nodes"], "--join 'nodes': expected logits or state");
     bad(&["--platform", "amd", "--data", d, "--hidden", "7"], "--hidden 7 is not an even width in 4..=");
+    bad(&["--platform", "amd", "--data", d, "--refit-head", "some"], "--refit-head 'some': expected a number of steps or off");
     // Nothing unpacked in this cache, and no archive beside the CSV.
     let c = tmp.path().join("cache");
     let c = c.to_str().unwrap();

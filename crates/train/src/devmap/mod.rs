@@ -489,6 +489,11 @@ pub struct Settings {
     pub join: Join,
     /// The state width (`hyper.hidden`): SPEC.md §3's 34 or a wider one.
     pub hidden: i64,
+    /// After training, refit the classifier after the graph vector on the
+    /// training rows with the rest frozen ([`graphtask::refit_head`]):
+    /// this many full-batch steps, then its normalisation statistics set
+    /// exactly (0: the statistics only). None: neither.
+    pub refit_head: Option<usize>,
 }
 
 impl Settings {
@@ -496,8 +501,15 @@ impl Settings {
     /// `Debug` text, less the fields added after splits were first kept
     /// where those are at their defaults (so such splits still resume).
     fn resume_key(&self) -> String {
-        const LATER_DEFAULTS: [&str; 6] =
-            [", code_loss: 0.0", ", state_dropout: 0.0", ", val_share: 0.0", ", cosine: false", ", join: Logits", ", hidden: 34"];
+        const LATER_DEFAULTS: [&str; 7] = [
+            ", code_loss: 0.0",
+            ", state_dropout: 0.0",
+            ", val_share: 0.0",
+            ", cosine: false",
+            ", join: Logits",
+            ", hidden: 34",
+            ", refit_head: None",
+        ];
         LATER_DEFAULTS.iter().fold(format!("{self:?}"), |key, field| key.replace(field, ""))
     }
 }
@@ -667,6 +679,9 @@ pub fn train_model(rows: &[Row], kernels: &Kernels, train: &[usize], s: &Setting
         }
     }
     let best_epoch = best.restore(&model);
+    if let Some(head_steps) = s.refit_head {
+        graphtask::refit_head(&model, &data, &items, s.lr, head_steps, s.batch_nodes).context("devmap: --refit-head")?;
+    }
     Ok(Trained { model, vocabulary, hyper, rows_seen, val_errors: best.errors, best_epoch })
 }
 
@@ -1379,6 +1394,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             "join": if s.aux && s.join == Join::State { "state" } else { "logits" },
             "state_dropout": s.state_dropout,
             "ensemble": o.ensemble,
+            "refit_head": s.refit_head,
             "wall_s": start.elapsed().as_secs_f64(),
         });
         println!("{out}");
@@ -1486,6 +1502,7 @@ mod tests {
             cosine: true,
             join: Join::Logits,
             hidden: 34,
+            refit_head: None,
         };
         let rates: Vec<f64> = (0..10).map(|e| epoch_lr(&s, e)).collect();
         assert_eq!(rates[0], 1e-3);
