@@ -690,7 +690,10 @@ fn run(cli: Cli) -> Result<()> {
                 // the key kept splits resume by) say so.
                 join: if no_aux { programl_model::Join::Logits } else { join },
                 hidden,
+                // Without auxiliary inputs there is nothing to refit: the
+                // settings (and the key kept splits resume by) say so.
                 refit_head: match refit_head.as_str() {
+                    _ if no_aux => None,
                     "off" => None,
                     n => Some(n.parse().map_err(|_| anyhow::anyhow!("--refit-head '{n}': expected a number of steps or off"))?),
                 },
