@@ -1418,8 +1418,10 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             );
             if let Some(e) = trained.best_epoch {
                 let curve: Vec<String> = trained.val_errors.iter().map(|v| format!("{v:.3}")).collect();
-                let refit = if s.refit_head.is_some() { " (before the classifier's refit)" } else { "" };
-                println!("held-out rows' error by epoch{refit}: {}; kept epoch {e}", curve.join(" "));
+                println!("held-out rows' error by epoch: {}; kept epoch {e}", curve.join(" "));
+                if s.refit_head.is_some() {
+                    println!("(measured before the classifier's refit on every training row, --refit-head)");
+                }
             }
         }
     }
