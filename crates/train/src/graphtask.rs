@@ -197,31 +197,21 @@ pub fn refit_head(model: &Ggnn, data: &Examples, items: &[usize], lr: f64, head_
     Ok(last)
 }
 
-/// Class probabilities of `items` (in their order) through the libtorch
-/// forward at `steps` message-passing steps; each graph runs once.
+/// Class probabilities of `items` (distinct items, in their order)
+/// through the libtorch forward at `steps` message-passing steps; each
+/// graph runs once ([`pooled_items`]), then the head runs on every row at
+/// once (inference normalisation is per row, so batching it is exact).
 pub fn probabilities(model: &Ggnn, data: &Examples, items: &[usize], steps: i64, batch_nodes: usize) -> Vec<Vec<f32>> {
-    let device = model.device();
-    let by = data.by_graph(items);
-    let graphs: Vec<usize> = by.keys().copied().collect();
-    let mut out: Vec<Vec<f32>> = vec![Vec::new(); items.len()];
-    let position: std::collections::HashMap<usize, usize> = items.iter().enumerate().map(|(k, &i)| (i, k)).collect();
-    let _guard = tch::no_grad_guard();
-    for range in plan(graphs.iter().map(|&g| data.inputs[g].node_count()), batch_nodes) {
-        let batch_items: Vec<usize> = graphs[range].iter().flat_map(|g| by[g].iter().copied()).collect();
-        let (batch, rows) = assemble(data, &batch_items);
-        let prepared = Prepared::new(&batch, model.hyper(), device);
-        let pooled = model.pooled_inference(&prepared, steps);
-        let index = Tensor::from_slice(&rows).to_device(device);
-        let aux = aux_tensor(model, data, &batch_items);
-        let logits = model.graph_logits(&pooled.index_select(0, &index), aux.as_ref(), false);
-        let probs = logits.softmax(1, Kind::Float).to_device(Device::Cpu);
-        let c = probs.size()[1] as usize;
-        let flat: Vec<f32> = Vec::try_from(probs.flatten(0, -1)).expect("probabilities");
-        for (k, &i) in batch_items.iter().enumerate() {
-            out[position[&i]] = flat[k * c..(k + 1) * c].to_vec();
-        }
+    if items.is_empty() {
+        return Vec::new();
     }
-    out
+    let pooled = pooled_items(model, data, items, steps, batch_nodes);
+    let aux = aux_tensor(model, data, items);
+    let _guard = tch::no_grad_guard();
+    let probs = model.graph_logits(&pooled, aux.as_ref(), false).softmax(1, Kind::Float).to_device(Device::Cpu);
+    let c = probs.size()[1] as usize;
+    let flat: Vec<f32> = Vec::try_from(probs.flatten(0, -1)).expect("probabilities");
+    flat.chunks_exact(c).map(<[f32]>::to_vec).collect()
 }
 
 /// [`probabilities`] through the torch-free CPU inference, the learned
