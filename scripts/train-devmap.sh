@@ -19,12 +19,14 @@
 #    clang 16 makes of a user's kernel).
 # Settings: T = 6 message-passing steps, gated pooling of the final node
 # states joining the auxiliary inputs whole, 10 epochs, lr 1e-3 on a
-# cosine schedule, 1 thread; a 34-wide state on AMD and a 66-wide one on
-# NVIDIA (chosen on two seeds of the stratified protocol: 66 channels cut
-# NVIDIA's error from 23.5% to 20.0% and tie on AMD at 17.3%,
-# docs/perf/models.md "A wider state"; at 66 a training takes about three
-# times as long, so NVIDIA's script takes about four hours from a cold
-# cache on one thread). HIDDEN overrides the width. After training, each
+# cosine schedule, 1 thread, a 34-wide state on both platforms. A
+# 66-wide state (HIDDEN=66) is more accurate on NVIDIA (stratified 10.4%
+# against 13.2%, grouped by kernel 21.9%) but makes the learned pass cost
+# about twice as much per kernel, over the release-mode budget (median
+# +14.6% of clang's compile of a kernel file against +6.9%,
+# scripts/devmap-pass-cost.py; docs/perf/models.md "A wider state"), and
+# takes about three times as long to train (about four hours for NVIDIA's
+# script on one thread). HIDDEN overrides the width. After training, each
 # model's classifier is refit on all its training rows at once, the
 # message passing frozen (`--refit-head 300`: on AMD 5.4-5.7 points lower
 # error over two seeds, docs/perf/models.md "Refitting the classifier").
@@ -38,8 +40,7 @@ platform="${1:?usage: train-devmap.sh amd|nvidia}"
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 out="$PROGRAML_CACHE/devmap"
 mkdir -p "$out"
-case "$platform" in nvidia) width=66 ;; *) width=34 ;; esac
-width="${HIDDEN:-$width}"
+width="${HIDDEN:-34}"
 common=(devmap --platform "$platform" --folds 10 --epochs 10 --steps 6 --lr 1e-3 --lr-schedule cosine --pool gated --join state --hidden "$width" --refit-head 300 --seed 0 --threads 1 --device cpu)
 log="$out/$platform.log"
 echo "[train-devmap] $platform: cross-validation with aux ($(date +%H:%M:%S)); log $log"
