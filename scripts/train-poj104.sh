@@ -36,7 +36,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROGRAML_SKIP_BUILD=1 source "$root/scripts/bootstrap.sh" </dev/null >/dev/null
 budget="${1:-60m}"
 promote=()
-[ "${2:-}" = "--promote" ] && promote=(--ship-if-better "$root/models/poj104")
+case "${2:-}" in
+    "") ;;
+    --promote) promote=(--ship-if-better "$root/models/poj104") ;;
+    *) echo "train-poj104.sh: unknown second argument '$2' (the only one is --promote)" >&2; exit 2 ;;
+esac
 train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 run="$PROGRAML_CACHE/runs/poj104-levels"
 ship="$root/models/poj104"
