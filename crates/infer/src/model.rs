@@ -474,7 +474,7 @@ impl Model {
                 (None, None, None) => Depth::Fixed(self.config.hyper.steps.max(0) as usize),
             };
             // The 34-wide kernels run any depth at any precision; the
-            // general step (another width) is FP32.
+            // general step (another width) FP32 or INT8 (BF16 asks run FP32).
             let general = self.fast.is_none();
             // INT8's accuracy bound (models/README.md) was measured on the
             // mean's and the max's bundles; a sum or mean-max bundle's
@@ -484,7 +484,8 @@ impl Model {
             let auto_f32 = opts.dtype == Dtype::Auto
                 && (aggregation.is_sum() || aggregation == Aggregation::MeanMax || self.config.auto_dtype == Some(AutoDtype::F32));
             let precision = match Model::precision_for(opts.dtype) {
-                _ if general || auto_f32 => Precision::F32,
+                _ if auto_f32 => Precision::F32,
+                Precision::Bf16 if general => Precision::F32,
                 p => p,
             };
             let mut input = Input::new(batch, self.config.hyper.vocab_size, self.config.hyper.positions);
@@ -518,7 +519,13 @@ impl Model {
             };
             // The path the products took: INT8's own (AVX-VNNI under an
             // `avx512` cap), else the float kernels'.
-            let isa = if precision == Precision::Int8 { int8::path() } else { cpu::active_float() };
+            let isa = match (precision, general, int8::path()) {
+                // The general step's INT8 products: VNNI's tiles, else the
+                // scalar sums compiled for AVX2 (also under AVX-VNNI).
+                (Precision::Int8, true, Isa::AvxVnni) => Isa::Avx2,
+                (Precision::Int8, _, path) => path,
+                _ => cpu::active_float(),
+            };
             Run { logits, precision, isa, steps_per_graph }
         })
     }
@@ -643,7 +650,7 @@ impl Model {
                     graphs: &input.graphs,
                     reduce: self.config.hyper.aggregation.reduce(),
                 };
-                wide.run(&edges, &h0, &gates, depth, threads)
+                wide.run(&edges, &h0, &gates, depth, precision == Precision::Int8, threads)
             }
         };
         let out = match &self.pool {

@@ -5,16 +5,20 @@
 //! the same arithmetic with the width a run-time value:
 //!
 //! ```text
-//! F  = h · [W_msg; W_hh]ᵀ                          [N, 9h]  (every block for every node)
+//! F  = h · [W_msg; W_hh]ᵀ                          [N, 9h]  (each node only the blocks it needs)
 //! M  = mean over incoming edges of (F[source, type] + b_type) ⊙ p(position)
 //! GI = M · W_ihᵀ                                    [N, 3h]
 //! r  = σ(GI_r + F_hr + b_ir + b_hr)   z = σ(GI_z + F_hz + b_iz + b_hz)
 //! n  = tanh(GI_n + b_in + r ⊙ (F_hn + b_hn))        h' = n + z ⊙ (h − n)
 //! ```
 //!
-//! The products are the kernels' ([`gemm`], any inner width); the gated
-//! mean and the cell are plain loops (the transcendentals the kernels'
-//! branch-free ones), compiled for AVX2+FMA where the CPU has it.
+//! The products are the kernels' ([`gemm`], any inner width), each node's
+//! row of `F` from the first block it needs as on the 34-wide kernels
+//! ([`forward::first_needed`]: the edge types that fewest nodes send
+//! first, the GRU's blocks last; a node that sends no call edges skips
+//! the call blocks); the gated mean and the cell are plain loops (the
+//! transcendentals the kernels' branch-free ones), compiled for AVX-512 or AVX2+FMA
+//! where the CPU has it.
 //!
 //! Adaptive depth ([`crate::depth`]) as on the 34-wide kernels, but a
 //! graph that has converged is no longer computed: only the runs of
@@ -22,12 +26,15 @@
 
 use programl_kernels::cpu::{self, Isa};
 use programl_kernels::elem::{sigmoid_by, tanh_by};
-use programl_kernels::forward::Reduce;
-use programl_kernels::gemm;
+use programl_kernels::forward::{self, Reduce};
+use programl_kernels::gemm::{self, RowGroups};
+use programl_kernels::int8::any as int8;
 use programl_kernels::threads::{par_ranges, Rows};
 use programl_kernels::EDGE_TYPES;
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use crate::depth::{Depth, Settle};
 use crate::weights::Weights;
@@ -35,14 +42,26 @@ use crate::weights::Weights;
 /// The weights of the step, packed once.
 pub(crate) struct Wide {
     h: usize,
-    /// `[W_msg (six blocks in type order); W_hh]ᵀ`, \[h, 9h\].
-    fused: gemm::Packed,
-    /// `W_ihᵀ`, \[h, 3h\].
+    /// `W_msg` (six \[h, h\] blocks in type order) and `W_hh` \[3h, h\],
+    /// as the bundle holds them.
+    w_msg: Vec<f32>,
+    w_hh: Vec<f32>,
+    /// `[W_msg (six blocks in slot order); W_hh]ᵀ`, \[h, 9h\], per block
+    /// order (`slot[type]`; a handful occur) and precision (INT8 or not).
+    packs: Mutex<HashMap<([u8; EDGE_TYPES], bool), Arc<Fused>>>,
+    /// `W_ihᵀ`, \[h, 3h\]: FP32, and quantised for INT8.
     w_ih: gemm::Packed,
+    w_ih8: int8::Packed,
     /// \[6, h\].
     msg_bias: Vec<f32>,
     /// The cell's biases: `b_ir + b_hr`, `b_iz + b_hz`, `b_in`, `b_hn`.
     bias: [Vec<f32>; 4],
+}
+
+/// The fused product's right-hand side at one precision.
+enum Fused {
+    F32(gemm::Packed),
+    Int8(int8::Packed),
 }
 
 /// A batch as the step reads it (see `model::Input`): node count, edges by
@@ -61,8 +80,6 @@ pub(crate) struct Edges<'a> {
 
 impl Wide {
     pub fn new(weights: &Weights, h: usize) -> Wide {
-        let mut fused = weights.get("messages.weight").to_vec();
-        fused.extend_from_slice(weights.get("gru.weight_hh"));
         let (b_ih, b_hh) = (weights.get("gru.bias_ih"), weights.get("gru.bias_hh"));
         let bias = [
             (0..h).map(|j| b_ih[j] + b_hh[j]).collect(),
@@ -72,31 +89,90 @@ impl Wide {
         ];
         Wide {
             h,
-            fused: gemm::Packed::from_weight(&fused, 9 * h, h, false),
+            w_msg: weights.get("messages.weight").to_vec(),
+            w_hh: weights.get("gru.weight_hh").to_vec(),
+            packs: Mutex::new(HashMap::new()),
             w_ih: gemm::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h, false),
+            w_ih8: int8::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h),
             msg_bias: weights.get("messages.bias").to_vec(),
             bias,
         }
     }
 
+    /// The fused product's packing for the block order `slot`, quantised
+    /// for INT8 where `int8`.
+    fn packing(&self, slot: &[usize; EDGE_TYPES], int8: bool) -> Arc<Fused> {
+        let h = self.h;
+        let key = (slot.map(|s| s as u8), int8);
+        let mut packs = self.packs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = packs.get(&key) {
+            return p.clone();
+        }
+        let block = h * h;
+        let mut ordered = vec![0f32; EDGE_TYPES * block];
+        for (t, &b) in slot.iter().enumerate() {
+            ordered[b * block..(b + 1) * block].copy_from_slice(&self.w_msg[t * block..(t + 1) * block]);
+        }
+        ordered.extend_from_slice(&self.w_hh);
+        // A few orders occur; a pathological stream of graphs cannot grow
+        // the cache without bound.
+        if packs.len() >= 64 {
+            packs.clear();
+        }
+        let packed = Arc::new(if int8 {
+            Fused::Int8(int8::Packed::from_weight(&ordered, 9 * h, h))
+        } else {
+            Fused::F32(gemm::Packed::from_weight(&ordered, 9 * h, h, false))
+        });
+        packs.insert(key, packed.clone());
+        packed
+    }
+
     /// The states after the steps, from `h0` (\[N, h\] row-major), with
-    /// `gates` the position gate table (\[rows, h\]); and the steps each
-    /// graph ran.
-    pub fn run(&self, e: &Edges<'_>, h0: &[f32], gates: &[f32], depth: Depth<'_>, threads: usize) -> (Vec<f32>, Vec<i64>) {
+    /// `gates` the position gate table (\[rows, h\]), the products in INT8
+    /// where `int8` ([`int8`]: the states and the aggregated messages
+    /// quantised per node, the weights per column) and FP32 elsewhere; and
+    /// the steps each graph ran.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(&self, e: &Edges<'_>, h0: &[f32], gates: &[f32], depth: Depth<'_>, int8: bool, threads: usize) -> (Vec<f32>, Vec<i64>) {
         let (n, h) = (e.nodes, self.h);
+        let (slot, first) = forward::first_needed(e.sources, n, h);
+        let fused = self.packing(&slot, int8);
+        let (mut hq, mut mq) = (int8::Quantised::default(), int8::Quantised::default());
+        // Each edge's message: its source's row of `F`, its type's block.
+        let offsets: Vec<usize> =
+            e.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * 9 * h + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();
         let mut cur = h0.to_vec();
         let mut next = vec![0f32; n * h];
         let (mut f, mut m, mut gi) = (vec![0f32; n * 9 * h], vec![0f32; n * h], vec![0f32; n * 3 * h]);
         let mut settle = Settle::new(e.graphs, depth);
+        // The row groups of each run of graphs still going, made again
+        // only when the runs change.
+        let mut runs: Vec<(Range<usize>, RowGroups)> = Vec::new();
         for step in 0..depth.cap() {
             // Only the graphs still running are computed (a graph's edges
             // stay inside its own rows): runs of consecutive ones at a time.
-            for rows in active_runs(e.graphs, settle.done(), n) {
+            let now = active_runs(e.graphs, settle.done(), n);
+            if runs.len() != now.len() || runs.iter().zip(&now).any(|((r, _), n)| r != n) {
+                runs = now.into_iter().map(|r| (r.clone(), RowGroups::by_first_column(&first[r]))).collect();
+            }
+            for (rows, groups) in &runs {
                 let (x, len) = (rows.start, rows.len());
-                gemm::product::<f32>(&cur[x * h..], h, len, &self.fused, &mut f[x * 9 * h..], 9 * h, threads);
-                self.aggregate(e, rows.clone(), &f, gates, &mut m, threads);
-                gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
-                self.cells(rows, &gi, &f, &cur, &mut next, threads);
+                match &*fused {
+                    Fused::F32(w) => gemm::product_rows::<f32>(&cur[x * h..], h, groups, w, &mut f[x * 9 * h..], 9 * h, threads),
+                    Fused::Int8(w) => {
+                        hq.rows(&cur[x * h..], h, len, h, threads);
+                        int8::product_rows(&hq, groups, w, &mut f[x * 9 * h..], 9 * h, threads);
+                    }
+                }
+                self.aggregate(e, &offsets, rows.clone(), &f, gates, &mut m, threads);
+                if int8 {
+                    mq.rows(&m[x * h..], h, len, h, threads);
+                    int8::product_rows(&mq, &RowGroups::whole(len), &self.w_ih8, &mut gi[x * 3 * h..], 3 * h, threads);
+                } else {
+                    gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
+                }
+                self.cells(rows.clone(), &gi, &f, &cur, &mut next, threads);
             }
             let all = settle.after_step_rows(step, h, &cur, &mut next);
             std::mem::swap(&mut cur, &mut next);
@@ -109,21 +185,27 @@ impl Wide {
 
     /// `m[v] = (1/indeg v) Σ_e (F[source e, type e] + b_type) ⊙ gates[pos e]`,
     /// for the nodes `nodes`.
-    fn aggregate(&self, e: &Edges<'_>, nodes: Range<usize>, f: &[f32], gates: &[f32], m: &mut [f32], threads: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn aggregate(&self, e: &Edges<'_>, offsets: &[usize], nodes: Range<usize>, f: &[f32], gates: &[f32], m: &mut [f32], threads: usize) {
         let h = self.h;
         let out = Rows::new(m);
-        let fma = cpu::allows(Isa::Avx2);
+        let (fma, wide) = (cpu::allows(Isa::Avx2), cpu::allows(Isa::Avx512));
         par_ranges(nodes.len(), threads, |range| {
             let range = nodes.start + range.start..nodes.start + range.end;
             // SAFETY: each range writes its own rows of `m`.
             let rows = unsafe { out.get(range.start * h, range.len() * h) };
             #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: the CPU has AVX-512 F (and FMA).
+                return unsafe { aggregate_avx512(self, e, offsets, f, gates, range.start, rows) };
+            }
+            #[cfg(target_arch = "x86_64")]
             if fma {
                 // SAFETY: the CPU has AVX2 and FMA.
-                return unsafe { aggregate_avx2(self, e, f, gates, range.start, rows) };
+                return unsafe { aggregate_avx2(self, e, offsets, f, gates, range.start, rows) };
             }
-            let _ = fma;
-            aggregate_rows(self, e, f, gates, range.start, rows)
+            let _ = (fma, wide);
+            aggregate_rows(self, e, offsets, f, gates, range.start, rows)
         });
     }
 
@@ -132,17 +214,22 @@ impl Wide {
     fn cells(&self, nodes: Range<usize>, gi: &[f32], f: &[f32], cur: &[f32], next: &mut [f32], threads: usize) {
         let h = self.h;
         let out = Rows::new(next);
-        let fma = cpu::allows(Isa::Avx2);
+        let (fma, wide) = (cpu::allows(Isa::Avx2), cpu::allows(Isa::Avx512));
         par_ranges(nodes.len(), threads, |range| {
             let range = nodes.start + range.start..nodes.start + range.end;
             // SAFETY: each range writes its own rows of `next`.
             let rows = unsafe { out.get(range.start * h, range.len() * h) };
             #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: the CPU has AVX-512 F (and FMA).
+                return unsafe { cell_avx512(self, gi, f, cur, range.start, rows) };
+            }
+            #[cfg(target_arch = "x86_64")]
             if fma {
                 // SAFETY: the CPU has AVX2 and FMA.
                 return unsafe { cell_avx2(self, gi, f, cur, range.start, rows) };
             }
-            let _ = fma;
+            let _ = (fma, wide);
             cell_rows::<false>(self, gi, f, cur, range.start, rows)
         });
     }
@@ -171,7 +258,7 @@ fn active_runs(graphs: &[usize], done: &[bool], n: usize) -> Vec<Range<usize>> {
 /// channel-wise max along those that do ([`Reduce::takes_max`]), the two
 /// added under `mean-max`; zero without edges.
 #[inline(always)]
-fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
+fn aggregate_rows(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
     let h = w.h;
     let mut most = vec![0f32; if e.reduce.has_max() { h } else { 0 }];
     for (i, row) in out.chunks_exact_mut(h).enumerate() {
@@ -181,8 +268,8 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
         most.fill(f32::NEG_INFINITY);
         let (mut summed, mut maxed) = (false, false);
         for k in start..end {
-            let (source, t) = ((e.sources[k] / EDGE_TYPES as i64) as usize, e.types[k] as usize);
-            let msg = &f[source * 9 * h + t * h..][..h];
+            let t = e.types[k] as usize;
+            let msg = &f[offsets[k]..][..h];
             let b = &w.msg_bias[t * h..][..h];
             let g = &gates[e.positions[k] as usize * h..][..h];
             if e.reduce.takes_max(t as i64) {
@@ -211,24 +298,35 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usiz
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn aggregate_avx2(w: &Wide, e: &Edges<'_>, f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
-    aggregate_rows(w, e, f, gates, first, out)
+unsafe fn aggregate_avx2(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
+    aggregate_rows(w, e, offsets, f, gates, first, out)
 }
 
+/// The cell, a row at a time: every operand sliced to `h` before the loop
+/// over the channels and walked in step (`zip`), so that the loop has no
+/// bounds checks and vectorises (indexed, it ran scalar: half of a 66-wide
+/// step's time).
 #[inline(always)]
 fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
     let h = w.h;
     let [br, bz, bin, bhn] = &w.bias;
+    let (br, bz, bin, bhn) = (&br[..h], &bz[..h], &bin[..h], &bhn[..h]);
     for (i, row) in out.chunks_exact_mut(h).enumerate() {
         let v = first + i;
         let x = &gi[v * 3 * h..][..3 * h];
+        let (xr, rest) = x.split_at(h);
+        let (xz, xn) = rest.split_at(h);
         let g = &f[v * 9 * h + 6 * h..][..3 * h];
+        let (gr, rest) = g.split_at(h);
+        let (gz, gn) = rest.split_at(h);
         let old = &cur[v * h..][..h];
-        for j in 0..h {
-            let r = sigmoid_by::<FMA>(x[j] + g[j] + br[j]);
-            let z = sigmoid_by::<FMA>(x[h + j] + g[h + j] + bz[j]);
-            let n = tanh_by::<FMA>(x[2 * h + j] + bin[j] + r * (g[2 * h + j] + bhn[j]));
-            row[j] = n + z * (old[j] - n);
+        let gates = xr.iter().zip(gr).zip(br).zip(xz.iter().zip(gz).zip(bz));
+        let news = xn.iter().zip(gn).zip(bin.iter().zip(bhn));
+        for ((y, o), ((((xr, gr), br), ((xz, gz), bz)), ((xn, gn), (bin, bhn)))) in row.iter_mut().zip(old).zip(gates.zip(news)) {
+            let r = sigmoid_by::<FMA>(xr + gr + br);
+            let z = sigmoid_by::<FMA>(xz + gz + bz);
+            let n = tanh_by::<FMA>(xn + bin + r * (gn + bhn));
+            *y = n + z * (o - n);
         }
     }
 }
@@ -237,4 +335,16 @@ fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], firs
 #[target_feature(enable = "avx2,fma")]
 unsafe fn cell_avx2(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
     cell_rows::<true>(w, gi, f, cur, first, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn cell_avx512(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
+    cell_rows::<true>(w, gi, f, cur, first, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn aggregate_avx512(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
+    aggregate_rows(w, e, offsets, f, gates, first, out)
 }

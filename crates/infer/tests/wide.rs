@@ -1,6 +1,6 @@
 //! Bundles of other shapes than the shipped ones run without new kernels:
 //! a state of any width (`hyper.hidden`) and adaptive depth (`hyper.stop`),
-//! on the general FP32 step. Checked against a plain f64 GGNN written out
+//! on the general step (FP32, and INT8 products). Checked against a plain f64 GGNN written out
 //! here from SPEC.md §3 (itself checked against the shipped 34-wide bundle
 //! on the specialised kernels), on real IR.
 
@@ -234,9 +234,10 @@ fn the_reference_is_the_shipped_models_arithmetic() {
     assert!(d < 1e-4, "shipped reachability against the reference: {d}");
 }
 
-/// States 18 and 66 wide run on the general step (FP32 whatever the
-/// request), at 1 and 2 threads and on every path the CPU runs, within
-/// 1e-4 of the reference.
+/// States 18 and 66 wide run on the general step at 1 and 2 threads and
+/// on every path the CPU runs: FP32 within 1e-4 of the reference, INT8
+/// (its products, `programl_kernels::int8::any`) within INT8's bound, as
+/// the 34-wide INT8 step's (0.05), and the two not the same numbers.
 #[test]
 fn any_width_runs_and_matches_the_reference() {
     for (hidden, seed) in [(18i64, 7u64), (66, 11)] {
@@ -247,16 +248,21 @@ fn any_width_runs_and_matches_the_reference() {
         let want = reference(&hyper, &tensors, &batch, 8);
         let spread = want.chunks_exact(2).map(|p| p[1]).fold((1f64, 0f64), |(lo, hi), p| (lo.min(p), hi.max(p)));
         assert!(spread.1 - spread.0 > 0.01, "hidden {hidden}: the random model's probabilities barely vary ({spread:?})");
-        for isa in [Isa::Portable, Isa::Avx2] {
-            if !programl_infer::cpu::run_test_on(isa, &format!("any_width_runs_and_matches_the_reference [{isa}]")) {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Vnni] {
+            if !programl_infer::cpu::run_test_on(isa, &format!("any_width_runs_and_matches_the_reference [{hidden} {isa}]")) {
                 continue;
             }
             for threads in [1, 2] {
-                let opts = Options { steps: None, threads, dtype: Dtype::Int8, isa: Some(isa) };
+                let opts = Options { steps: None, threads, dtype: Dtype::F32, isa: Some(isa) };
                 let got = model.node_probabilities(&batch, &opts).unwrap();
                 assert_eq!((got.precision, got.steps, got.steps_per_graph.clone()), (Precision::F32, 8, vec![8; 3]), "hidden {hidden}");
                 let d = max_diff(&got.probabilities, &want);
                 assert!(d < 1e-4, "hidden {hidden}, {isa}, {threads} threads: {d} from the reference");
+                let int8 = model.node_probabilities(&batch, &Options { dtype: Dtype::Int8, ..opts }).unwrap();
+                assert_eq!((int8.precision, int8.steps), (Precision::Int8, 8), "hidden {hidden}, {isa}: an int8 request");
+                let d = max_diff(&int8.probabilities, &want);
+                assert!(d < 0.05, "hidden {hidden}, {isa}, {threads} threads, INT8: {d} from the reference");
+                assert!(int8.probabilities != got.probabilities, "hidden {hidden}, {isa}: INT8 gave FP32's numbers");
             }
         }
     }
@@ -265,9 +271,9 @@ fn any_width_runs_and_matches_the_reference() {
 /// Summed and max messages (`hyper.aggregation: sum|max`) on the 34-wide
 /// kernels and on the general step (18 wide), FP32, on every path the CPU
 /// runs: within 1e-4 of the reference, and not the mean's probabilities.
-/// A max bundle asked for INT8 runs the INT8 step on the 34-wide kernels
-/// (its max of whole messages), within INT8's bound of the reference, and
-/// FP32 on the general step, as every bundle.
+/// A max bundle asked for INT8 runs INT8 products on both steps (the
+/// 34-wide kernels' max of whole messages; the general step's FP32 max of
+/// its INT8 products' messages), within INT8's bound of the reference.
 #[test]
 fn summed_and_max_messages_match_the_reference_on_both_steps() {
     let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
@@ -291,10 +297,13 @@ fn summed_and_max_messages_match_the_reference_on_both_steps() {
                 if aggregation != Aggregation::Sum {
                     let int8 =
                         model.node_probabilities(&batch, &Options { steps: None, threads: 2, dtype: Dtype::Int8, isa: Some(isa) }).unwrap();
-                    let (want_precision, bound) = if hidden == 34 { (Precision::Int8, 0.05) } else { (Precision::F32, 1e-4) };
-                    assert_eq!(int8.precision, want_precision, "{aggregation:?}, hidden {hidden}, {isa}: the precision of an int8 request");
+                    assert_eq!(
+                        int8.precision,
+                        Precision::Int8,
+                        "{aggregation:?}, hidden {hidden}, {isa}: the precision of an int8 request"
+                    );
                     let d = max_diff(&int8.probabilities, &want);
-                    assert!(d < bound, "{aggregation:?}, hidden {hidden}, {isa}, INT8: {d} from the reference");
+                    assert!(d < 0.05, "{aggregation:?}, hidden {hidden}, {isa}, INT8: {d} from the reference");
                 }
             }
         }

@@ -535,6 +535,14 @@ unsafe fn gru_train_rows<T: Elem, const FMA: bool>(
 /// control blocks, and a constant needs one data block: about a quarter
 /// of the product's columns go.
 pub fn needed_blocks(sources: &[i64], nodes: usize) -> ([usize; EDGE_TYPES], RowGroups) {
+    let (slot, first) = first_needed(sources, nodes, H);
+    (slot, RowGroups::by_first_column(&first))
+}
+
+/// [`needed_blocks`] for blocks of `h` columns (a state of any width):
+/// each edge type's block, and each node's first needed column (`6 · h`
+/// for a node that sends nothing: the GRU's blocks only).
+pub fn first_needed(sources: &[i64], nodes: usize, h: usize) -> ([usize; EDGE_TYPES], Vec<usize>) {
     const TYPES: usize = EDGE_TYPES;
     let mut sends = vec![0u8; nodes];
     for &s in sources {
@@ -547,10 +555,9 @@ pub fn needed_blocks(sources: &[i64], nodes: usize) -> ([usize; EDGE_TYPES], Row
     for (b, &t) in order.iter().enumerate() {
         slot[t] = b;
     }
-    let h = H;
     let first: Vec<usize> =
         sends.iter().map(|&m| (0..TYPES).filter(|&t| m >> t & 1 == 1).map(|t| slot[t]).min().unwrap_or(TYPES) * h).collect();
-    (slot, RowGroups::by_first_column(&first))
+    (slot, first)
 }
 
 #[cfg(test)]

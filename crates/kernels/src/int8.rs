@@ -50,6 +50,7 @@ use crate::gemm::RowGroups;
 use crate::threads::{par_ranges, Rows};
 use crate::HIDDEN;
 
+pub mod any;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 pub(crate) mod portable;

@@ -1,0 +1,478 @@
+//! INT8 products for an inner dimension of any width, row-major on both
+//! sides: `out[r, c] = x[r, ..k] · B[.., c]`, what the step of a state
+//! other than 34 wide runs at `dtype=int8` (`programl-infer`'s general
+//! step). The 34-wide step ([`super`]) lays its states out node-major for
+//! its fixed width; this one keeps the general step's row-major buffers
+//! and replaces only its two products.
+//!
+//! The same quantisation as the 34-wide step ([`quantise`],
+//! [`quantiser`]): the first `qk` entries of every left-hand row (a state
+//! or an aggregated message) as signed bytes with one scale per row, the
+//! same entries of every weight column with a scale per column, sums
+//! exact in 32-bit integers; the last `k - qk` entries (at least two: the
+//! root selector's, 0 or 50 in the initial state against values within
+//! ±1 in the rest) stay FP32 on both sides. `qk` is the largest multiple
+//! of 4 that leaves two ([`split`]): 64 of 66, 32 of 34.
+//!
+//! Two paths, the same integer sums and the same FP32 epilogue (`y =
+//! Σ · (scale_c · scale_r)`, then each FP32 entry's product added, fused
+//! where the path has FMA):
+//! - AVX-512 VNNI: `vpdpbusd` on a register tile of up to 6 rows by 4
+//!   vectors of 16 columns, the row's bytes unsigned (`q + 128`) and each
+//!   sum started at minus `128 · Σ q(w)` to take the offset back out, as
+//!   [`super::messages`] does;
+//! - portable (the scalar sums; compiled again for AVX2 and FMA, and taken
+//!   on every path below VNNI: `dtype=auto` picks INT8 on VNNI alone,
+//!   [`super::preferred`]).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::{quantise, quantiser};
+use crate::cpu::Isa;
+use crate::elem::madd;
+use crate::gemm::RowGroups;
+use crate::threads::{par_ranges, Rows};
+
+const LANES: usize = 16;
+const TILE_ROWS: usize = 6;
+const TILE_VECS: usize = 4;
+
+/// The quantised entries of a row of `k`, and the FP32 ones after them:
+/// `qk` is the largest multiple of 4 with at least two entries left.
+pub fn split(k: usize) -> (usize, usize) {
+    let qk = k.saturating_sub(2) / 4 * 4;
+    (qk, k - qk)
+}
+
+/// A right-hand side `wᵀ` from a weight `w[cols, k]` (as a linear layer
+/// holds it), quantised per column and packed for a tile whose vectors run
+/// along the columns (each row of the packing `[stride]`, zero past
+/// `cols`).
+pub struct Packed {
+    k: usize,
+    qk: usize,
+    cols: usize,
+    stride: usize,
+    /// `[qk / 4][stride]`: byte `j` of quad `q` of column `c` is
+    /// `q(w[c, 4q + j])`, signed.
+    quads: Vec<u32>,
+    scale: Vec<f32>,
+    /// `128 · Σ_k q(w[c, k])` (the left-hand bytes are `q + 128`).
+    offset: Vec<i32>,
+    /// `[k - qk][stride]`: the FP32 entries.
+    tail: Vec<f32>,
+    /// `[cols][qk]`: the bytes as signed values (the portable sums').
+    bytes: Vec<i8>,
+}
+
+impl Packed {
+    pub fn from_weight(w: &[f32], cols: usize, k: usize) -> Packed {
+        assert_eq!(w.len(), cols * k, "a [{cols}, {k}] weight");
+        let (qk, tail) = split(k);
+        let stride = cols.div_ceil(LANES) * LANES;
+        let mut p = Packed {
+            k,
+            qk,
+            cols,
+            stride,
+            quads: vec![0; qk / 4 * stride],
+            scale: vec![0.0; stride],
+            offset: vec![0; stride],
+            tail: vec![0.0; tail * stride],
+            bytes: vec![0; cols * qk],
+        };
+        for c in 0..cols {
+            let row = &w[c * k..(c + 1) * k];
+            let (inv, s) = quantiser(row[..qk].iter().fold(0f32, |m, x| m.max(x.abs())));
+            p.scale[c] = s;
+            for (j, &x) in row[..qk].iter().enumerate() {
+                let q = quantise(x, inv);
+                p.bytes[c * qk + j] = q as i8;
+                p.offset[c] += 128 * q;
+                p.quads[j / 4 * stride + c] |= ((q as i8 as u8) as u32) << (8 * (j % 4));
+            }
+            for t in 0..tail {
+                p.tail[t * stride + c] = row[qk + t];
+            }
+        }
+        p
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+}
+
+/// Left-hand rows quantised ([`Quantised::rows`]): row `r`'s quads of
+/// unsigned bytes (`q + 128`) at `quads[r · qk / 4..]`, its scale, its FP32
+/// entries at `tails[r · (k - qk)..]`. Buffers grow and are reused.
+#[derive(Default)]
+pub struct Quantised {
+    k: usize,
+    rows: usize,
+    quads: Vec<u32>,
+    scales: Vec<f32>,
+    tails: Vec<f32>,
+}
+
+impl Quantised {
+    /// Quantises `rows` rows of `k` entries of `x` (row stride `lda`),
+    /// each with its own [`quantiser`], split over `threads`.
+    pub fn rows(&mut self, x: &[f32], lda: usize, rows: usize, k: usize, threads: usize) {
+        assert!(rows == 0 || (lda >= k && x.len() >= (rows - 1) * lda + k), "left-hand side too short");
+        let (qk, tail) = split(k);
+        let quads = qk / 4;
+        self.k = k;
+        self.rows = rows;
+        grow(&mut self.quads, rows * quads, 0);
+        grow(&mut self.scales, rows, 0.0);
+        grow(&mut self.tails, rows * tail, 0.0);
+        let (q, s, t) = (Rows::new(&mut self.quads), Rows::new(&mut self.scales), Rows::new(&mut self.tails));
+        let vnni = super::path() == Isa::Vnni;
+        par_ranges(rows, threads, |range| {
+            // SAFETY: each range writes its own rows of the three buffers.
+            let (q, s, t) = unsafe {
+                (
+                    q.get(range.start * quads, range.len() * quads),
+                    s.get(range.start, range.len()),
+                    t.get(range.start * tail, range.len() * tail),
+                )
+            };
+            let x = &x[range.start * lda..];
+            #[cfg(target_arch = "x86_64")]
+            if vnni {
+                // SAFETY: the VNNI path's CPU has AVX-512 F and BW.
+                return unsafe { quantise_rows_avx512(x, lda, k, q, s, t) };
+            }
+            let _ = vnni;
+            quantise_rows(x, lda, k, q, s, t)
+        });
+    }
+}
+
+fn grow<T: Copy>(v: &mut Vec<T>, len: usize, zero: T) {
+    if v.len() < len {
+        v.resize(len, zero);
+    }
+}
+
+/// The scalar quantisation of rows: as many rows as `scales` holds.
+#[inline(always)]
+fn quantise_rows(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mut [f32], tails: &mut [f32]) {
+    let (qk, tail) = split(k);
+    for (r, s) in scales.iter_mut().enumerate() {
+        let row = &x[r * lda..][..k];
+        // Sixteen running maxima, so that the loop vectorises (a float
+        // `max` fold does not reorder).
+        let mut most = [0f32; LANES];
+        for chunk in row[..qk].chunks(LANES) {
+            for (m, v) in most.iter_mut().zip(chunk) {
+                *m = m.max(v.abs());
+            }
+        }
+        let (inv, scale) = quantiser(most.iter().fold(0f32, |m, &x| m.max(x)));
+        *s = scale;
+        for (q, four) in quads[r * qk / 4..][..qk / 4].iter_mut().zip(row[..qk].chunks_exact(4)) {
+            *q = (0..4).fold(0u32, |d, j| d | (((quantise(four[j], inv) + 128) as u32) << (8 * j)));
+        }
+        tails[r * tail..][..tail].copy_from_slice(&row[qk..]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mut [f32], tails: &mut [f32]) {
+    quantise_rows(x, lda, k, quads, scales, tails)
+}
+
+/// `out[r, c] = x_r · B[.., c]` for the rows of `groups` (row `r` of `x`
+/// and of `out`), each from its group's first column rounded down to a
+/// vector of 16 (a few columns before it may be written too; a group past
+/// the last column computes nothing); `out` row stride `ldo`.
+pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
+    let extent = groups.len();
+    assert_eq!(x.k, b.k, "the rows' width and the weight's");
+    assert!(extent <= x.rows, "rows not quantised");
+    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    let path = super::path();
+    let shared = Rows::new(out);
+    par_ranges(extent, threads, |range| {
+        for (first, share) in groups.shares(range) {
+            if first >= b.cols {
+                continue;
+            }
+            let out = shared.ptr();
+            let at = |i: usize| {
+                let r = groups.row(share.start + i);
+                // SAFETY: every row is below `extent`, checked above.
+                (r, unsafe { out.add(r * ldo) })
+            };
+            let first = first / LANES * LANES;
+            // SAFETY: each range writes its own rows (disjoint shares); the
+            // path's instructions are the CPU's.
+            unsafe {
+                match path {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => rows_vnni(x, &at, share.len(), b, first),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 | Isa::AvxVnni => rows_avx2(x, &at, share.len(), b, first),
+                    _ => rows_portable(x, &at, share.len(), b, first),
+                }
+            }
+        }
+    });
+}
+
+/// The scalar rows: row `i` (its index and output at `at(i)`) from column
+/// `first` on, `FMA` the epilogue's fused multiply-adds.
+///
+/// # Safety
+/// Every row's output holds `b.cols` values.
+#[inline(always)]
+unsafe fn rows_scalar<const FMA: bool>(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    let (qk, tail) = (b.qk, b.k - b.qk);
+    let mut a = vec![0i32; qk];
+    for i in 0..rows {
+        let (r, out) = at(i);
+        for (j, v) in a.iter_mut().enumerate() {
+            *v = ((x.quads[r * qk / 4 + j / 4] >> (8 * (j % 4))) & 0xff) as i32 - 128;
+        }
+        let xs = x.scales[r];
+        let xt = &x.tails[r * tail..][..tail];
+        for c in first..b.cols {
+            let wb = &b.bytes[c * qk..][..qk];
+            let sum: i32 = a.iter().zip(wb).map(|(a, &w)| a * w as i32).sum();
+            let mut y = sum as f32 * (b.scale[c] * xs);
+            for (t, &v) in xt.iter().enumerate() {
+                y = madd::<FMA>(v, b.tail[t * b.stride + c], y);
+            }
+            *out.add(c) = y;
+        }
+    }
+}
+
+/// # Safety
+/// As [`rows_scalar`].
+unsafe fn rows_portable(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    rows_scalar::<false>(x, at, rows, b, first)
+}
+
+/// # Safety
+/// As [`rows_scalar`], on a CPU with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    rows_scalar::<true>(x, at, rows, b, first)
+}
+
+/// # Safety
+/// As [`rows_scalar`], on a CPU with AVX-512 VNNI; `first` a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_vnni(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    let vectors = b.stride / LANES;
+    let live = |v: usize| {
+        let n = b.cols.saturating_sub(v * LANES).min(LANES);
+        if n == LANES {
+            u16::MAX
+        } else {
+            (1u16 << n) - 1
+        }
+    };
+    let mut i = 0;
+    while i < rows {
+        let tile = (rows - i).min(TILE_ROWS);
+        let mut rows_at = [(0usize, std::ptr::null_mut::<f32>()); TILE_ROWS];
+        for (t, slot) in rows_at.iter_mut().enumerate().take(tile) {
+            *slot = at(i + t);
+        }
+        let mut v0 = first / LANES;
+        while v0 < vectors {
+            let vecs = (vectors - v0).min(TILE_VECS);
+            let masks: [u16; TILE_VECS] = std::array::from_fn(|v| if v < vecs { live(v0 + v) } else { 0 });
+            macro_rules! tile {
+                ($($r:literal)*) => {
+                    match (tile, vecs) {
+                        $(
+                            ($r, 4) => tile_vnni::<$r, 4>(x, &rows_at, b, v0, &masks),
+                            ($r, 3) => tile_vnni::<$r, 3>(x, &rows_at, b, v0, &masks),
+                            ($r, 2) => tile_vnni::<$r, 2>(x, &rows_at, b, v0, &masks),
+                            ($r, 1) => tile_vnni::<$r, 1>(x, &rows_at, b, v0, &masks),
+                        )*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            tile!(1 2 3 4 5 6);
+            v0 += vecs;
+        }
+        i += tile;
+    }
+}
+
+/// One register tile: `R` rows by `V` vectors of columns from vector `v0`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn tile_vnni<const R: usize, const V: usize>(
+    x: &Quantised,
+    rows: &[(usize, *mut f32); TILE_ROWS],
+    b: &Packed,
+    v0: usize,
+    masks: &[u16; TILE_VECS],
+) {
+    let first = v0 * LANES;
+    let quads = b.qk / 4;
+    let tail = b.k - b.qk;
+    let start: [__m512i; V] = std::array::from_fn(|v| {
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(b.offset.as_ptr().add(first + v * LANES) as *const _))
+    });
+    let mut acc = [start; R];
+    let row_quads: [*const u32; R] = std::array::from_fn(|r| x.quads.as_ptr().add(rows[r].0 * quads));
+    for q in 0..quads {
+        let w = b.quads.as_ptr().add(q * b.stride + first);
+        let bv: [__m512i; V] = std::array::from_fn(|v| _mm512_loadu_si512(w.add(v * LANES) as *const _));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_epi32(*row_quads[r].add(q) as i32);
+            for v in 0..V {
+                acc[v] = _mm512_dpbusd_epi32(acc[v], a, bv[v]);
+            }
+        }
+    }
+    for v in 0..V {
+        let c = first + v * LANES;
+        let col_scale = _mm512_loadu_ps(b.scale.as_ptr().add(c));
+        for (r, acc) in acc.iter().enumerate() {
+            let (row, out) = rows[r];
+            let mut y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[v]), _mm512_mul_ps(col_scale, _mm512_set1_ps(*x.scales.get_unchecked(row))));
+            for t in 0..tail {
+                let w = _mm512_loadu_ps(b.tail.as_ptr().add(t * b.stride + c));
+                y = _mm512_fmadd_ps(_mm512_set1_ps(*x.tails.get_unchecked(row * tail + t)), w, y);
+            }
+            _mm512_mask_storeu_ps(out.add(c), masks[v], y);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu;
+
+    /// Seeded values in (-1, 1), scaled.
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    /// Rows that need columns from several starts (some past every column).
+    fn groups(rows: usize, cols: usize) -> RowGroups {
+        let first: Vec<usize> = (0..rows).map(|r| [0, 17, cols / 2, cols, 5][r % 5].min(cols)).collect();
+        RowGroups::by_first_column(&first)
+    }
+
+    fn run(isa: Isa, x: &[f32], rows: usize, k: usize, w: &[f32], cols: usize, g: &RowGroups) -> Vec<f32> {
+        cpu::with_cap(isa, || {
+            let b = Packed::from_weight(w, cols, k);
+            let mut q = Quantised::default();
+            q.rows(x, k, rows, k, 1);
+            let mut out = vec![f32::NAN; rows * cols];
+            product_rows(&q, g, &b, &mut out, cols, 2);
+            out
+        })
+    }
+
+    const SHAPES: [(usize, usize, usize); 6] = [(1, 66, 9), (13, 66, 594), (7, 34, 102), (20, 50, 150), (9, 3, 40), (6, 130, 33)];
+
+    /// The product against the FP32 one: within the quantisation's bound,
+    /// `|x| |w|` over 127 per side (the entries past `qk` exact), with the
+    /// selector-like large entries in the FP32 tail; columns before a
+    /// row's group are left alone, those from its vector on written.
+    #[test]
+    fn products_are_within_the_quantisation_bound() {
+        for (rows, k, cols) in SHAPES {
+            let mut x = values(rows * k, 7 + k as u64, 1.0);
+            for r in 0..rows {
+                x[r * k + k - 1] = 50.0 * (r % 2) as f32;
+            }
+            let w = values(cols * k, 11 + cols as u64, 0.3);
+            let g = groups(rows, cols);
+            let out = run(Isa::Portable, &x, rows, k, &w, cols, &g);
+            let (qk, _) = split(k);
+            for (first, members) in g.groups() {
+                // A group at or past the last column computes nothing.
+                let from = if first >= cols { cols } else { first / LANES * LANES };
+                for r in members {
+                    let r = r as usize;
+                    for c in 0..cols {
+                        let y = out[r * cols + c];
+                        if c < from {
+                            assert!(y.is_nan(), "column {c} before row {r}'s group written");
+                            continue;
+                        }
+                        let exact: f64 = (0..k).map(|j| x[r * k + j] as f64 * w[c * k + j] as f64).sum();
+                        let xm = x[r * k..r * k + qk].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                        let wm = w[c * k..c * k + qk].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                        let bound = qk as f64 * xm * wm * (1.0 / 127.0) + 1e-4;
+                        assert!((y as f64 - exact).abs() <= bound, "[{rows}, {k}] · [{k}, {cols}] row {r} column {c}: {y} against {exact}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// VNNI's tiles against the scalar sums compiled for FMA (the same
+    /// integer sums, the same epilogue, fused): bit for bit.
+    #[test]
+    fn vnni_matches_the_scalar_sums() {
+        if !cpu::run_test_on(Isa::Vnni, "int8::any::tests::vnni_matches_the_scalar_sums") {
+            return;
+        }
+        for (rows, k, cols) in SHAPES {
+            let x = values(rows * k, 3 + k as u64, 1.5);
+            let w = values(cols * k, 5 + cols as u64, 0.4);
+            let g = groups(rows, cols);
+            let vnni = run(Isa::Vnni, &x, rows, k, &w, cols, &g);
+            let scalar = run(Isa::Avx2, &x, rows, k, &w, cols, &g);
+            let (a, b): (Vec<u32>, Vec<u32>) = (vnni.iter().map(|v| v.to_bits()).collect(), scalar.iter().map(|v| v.to_bits()).collect());
+            assert_eq!(a, b, "[{rows}, {k}] · [{k}, {cols}]");
+        }
+    }
+
+    /// The portable path (no FMA) and the AVX2 build agree to the
+    /// epilogue's rounding: the integer sums are the same on every path.
+    #[test]
+    fn paths_share_the_integer_sums() {
+        for (rows, k, cols) in SHAPES {
+            let x = values(rows * k, 13 + k as u64, 1.0);
+            let w = values(cols * k, 17 + cols as u64, 0.5);
+            let g = groups(rows, cols);
+            let portable = run(Isa::Portable, &x, rows, k, &w, cols, &g);
+            let best = run(cpu::active(), &x, rows, k, &w, cols, &g);
+            for (p, b) in portable.iter().zip(&best) {
+                assert!(p.is_nan() && b.is_nan() || (p - b).abs() <= 1e-5 * (1.0 + p.abs()), "{p} against {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_split_leaves_two_entries_at_least() {
+        assert_eq!(split(66), (64, 2));
+        assert_eq!(split(34), (32, 2));
+        assert_eq!(split(40), (36, 4));
+        assert_eq!(split(3), (0, 3));
+        assert_eq!(split(1), (0, 1));
+    }
+}
