@@ -29,7 +29,7 @@
 use std::arch::x86_64::*;
 
 use super::{quantise, quantiser};
-use crate::cpu::Isa;
+use crate::cpu::{self, Isa};
 use crate::elem::madd;
 use crate::gemm::RowGroups;
 use crate::threads::{par_ranges, Rows};
@@ -133,7 +133,7 @@ impl Quantised {
         grow(&mut self.scales, rows, 0.0);
         grow(&mut self.tails, rows * tail, 0.0);
         let (q, s, t) = (Rows::new(&mut self.quads), Rows::new(&mut self.scales), Rows::new(&mut self.tails));
-        let vnni = super::path() == Isa::Vnni;
+        let wide = cpu::allows(Isa::Avx512);
         par_ranges(rows, threads, |range| {
             // SAFETY: each range writes its own rows of the three buffers.
             let (q, s, t) = unsafe {
@@ -145,11 +145,11 @@ impl Quantised {
             };
             let x = &x[range.start * lda..];
             #[cfg(target_arch = "x86_64")]
-            if vnni {
-                // SAFETY: the VNNI path's CPU has AVX-512 F and BW.
+            if wide {
+                // SAFETY: the CPU has AVX-512 F, BW and VL (the path's flags).
                 return unsafe { quantise_rows_avx512(x, lda, k, q, s, t) };
             }
-            let _ = vnni;
+            let _ = wide;
             quantise_rows(x, lda, k, q, s, t)
         });
     }
@@ -184,10 +184,43 @@ fn quantise_rows(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mu
     }
 }
 
+/// [`quantise_rows`] in AVX-512, 16 entries an instruction: the largest
+/// magnitude by `vmaxps`, the bytes by `vcvtps2dq` (nearest even, as
+/// [`quantise`]; `|x| · 127 / max |x|` rounds to at most 127, so no clamp)
+/// and `vpmovdb`, as the 34-wide step's `rows_to_nodes`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mut [f32], tails: &mut [f32]) {
-    quantise_rows(x, lda, k, quads, scales, tails)
+    let (qk, tail) = split(k);
+    let chunks = qk.div_ceil(LANES);
+    let mask = |c: usize| -> u16 {
+        let n = (qk - c * LANES).min(LANES);
+        if n == LANES {
+            u16::MAX
+        } else {
+            (1u16 << n) - 1
+        }
+    };
+    let bias = _mm512_set1_epi32(128);
+    for (r, s) in scales.iter_mut().enumerate() {
+        let row = x[r * lda..][..k].as_ptr();
+        let mut most = _mm512_setzero_ps();
+        for c in 0..chunks {
+            most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask(c), row.add(c * LANES))));
+        }
+        let (inv, scale) = quantiser(_mm512_reduce_max_ps(most));
+        *s = scale;
+        let inv = _mm512_set1_ps(inv);
+        let out = quads[r * qk / 4..][..qk / 4].as_mut_ptr();
+        for c in 0..chunks {
+            let m = mask(c);
+            let a = _mm512_maskz_loadu_ps(m, row.add(c * LANES));
+            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)), bias));
+            // `qk` is whole quads: a chunk's live lanes are whole quads.
+            _mm_mask_storeu_epi8(out.add(c * LANES / 4) as *mut i8, m, bytes);
+        }
+        tails[r * tail..][..tail].copy_from_slice(&x[r * lda + qk..][..tail]);
+    }
 }
 
 /// `out[r, c] = x_r · B[.., c]` for the rows of `groups` (row `r` of `x`
@@ -362,7 +395,6 @@ unsafe fn tile_vnni<const R: usize, const V: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu;
 
     /// Seeded values in (-1, 1), scaled.
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -464,6 +496,27 @@ mod tests {
             for (p, b) in portable.iter().zip(&best) {
                 assert!(p.is_nan() && b.is_nan() || (p - b).abs() <= 1e-5 * (1.0 + p.abs()), "{p} against {b}");
             }
+        }
+    }
+
+    /// The AVX-512 quantiser and the scalar one: the same bytes, scales
+    /// and FP32 entries.
+    #[test]
+    fn avx512_quantises_as_the_scalar_loop() {
+        if !cpu::run_test_on(Isa::Avx512, "int8::any::tests::avx512_quantises_as_the_scalar_loop") {
+            return;
+        }
+        for (rows, k, _) in SHAPES {
+            let mut x = values(rows * (k + 3), 23 + k as u64, 2.0);
+            x[k / 2] = 0.5 / 127.0 * 3.0; // a value at a rounding tie's scale
+            let rows_of = |isa: Isa| {
+                cpu::with_cap(isa, || {
+                    let mut q = Quantised::default();
+                    q.rows(&x, k + 3, rows, k, 1);
+                    (q.quads, q.scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), q.tails)
+                })
+            };
+            assert_eq!(rows_of(Isa::Vnni), rows_of(Isa::Portable), "[{rows}, {k}]");
         }
     }
 
