@@ -317,17 +317,21 @@ unsafe fn rows_vnni(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows
             (1u16 << n) - 1
         }
     };
-    let mut i = 0;
-    while i < rows {
-        let tile = (rows - i).min(TILE_ROWS);
-        let mut rows_at = [(0usize, std::ptr::null_mut::<f32>()); TILE_ROWS];
-        for (t, slot) in rows_at.iter_mut().enumerate().take(tile) {
-            *slot = at(i + t);
-        }
-        let mut v0 = first / LANES;
-        while v0 < vectors {
-            let vecs = (vectors - v0).min(TILE_VECS);
-            let masks: [u16; TILE_VECS] = std::array::from_fn(|v| if v < vecs { live(v0 + v) } else { 0 });
+    // Columns outer: a block of 4 vectors' weights (`qk / 4` quads of 64
+    // columns: 4 KB at 64 entries) stays in L1 while the rows stream past
+    // it, as in the FP32 products (`gemm`); the whole right-hand side of a
+    // 66-wide step's fused product (39 KB) would not.
+    let mut v0 = first / LANES;
+    while v0 < vectors {
+        let vecs = (vectors - v0).min(TILE_VECS);
+        let masks: [u16; TILE_VECS] = std::array::from_fn(|v| if v < vecs { live(v0 + v) } else { 0 });
+        let mut i = 0;
+        while i < rows {
+            let tile = (rows - i).min(TILE_ROWS);
+            let mut rows_at = [(0usize, std::ptr::null_mut::<f32>()); TILE_ROWS];
+            for (t, slot) in rows_at.iter_mut().enumerate().take(tile) {
+                *slot = at(i + t);
+            }
             macro_rules! tile {
                 ($($r:literal)*) => {
                     match (tile, vecs) {
@@ -342,9 +346,9 @@ unsafe fn rows_vnni(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows
                 };
             }
             tile!(1 2 3 4 5 6);
-            v0 += vecs;
+            i += tile;
         }
-        i += tile;
+        v0 += vecs;
     }
 }
 
