@@ -1,24 +1,30 @@
-//! The FP32 step for a state of any width: what a bundle runs on whose
+//! The step for a state of any width: what a bundle runs on whose
 //! `hyper.hidden` is not 34, at a fixed T or with a stopping rule
-//! (`hyper.stop`). The shipped width, 34, runs on the kernels specialised
-//! for it ([`crate::model`]) at every precision and depth; this step is
-//! the same arithmetic with the width a run-time value:
+//! (`hyper.stop`), with FP32 or INT8 products. The shipped width, 34, runs
+//! on the kernels specialised for it ([`crate::model`]) at every precision
+//! and depth; this step is the same arithmetic with the width a run-time
+//! value:
 //!
 //! ```text
-//! F  = h · [W_msg; W_hh]ᵀ                          [N, 9h]  (each node only the blocks it needs)
+//! F  = h · W_msgᵀ                                   [N, 6h]  (each node only the blocks it needs)
 //! M  = mean over incoming edges of (F[source, type] + b_type) ⊙ p(position)
-//! GI = M · W_ihᵀ                                    [N, 3h]
-//! r  = σ(GI_r + F_hr + b_ir + b_hr)   z = σ(GI_z + F_hz + b_iz + b_hz)
-//! n  = tanh(GI_n + b_in + r ⊙ (F_hn + b_hn))        h' = n + z ⊙ (h − n)
+//! GI = M · W_ihᵀ    GH = h · W_hhᵀ                  [B, 3h] each, a block of B nodes at a time
+//! r  = σ(GI_r + GH_r + b_ir + b_hr)   z = σ(GI_z + GH_z + b_iz + b_hz)
+//! n  = tanh(GI_n + b_in + r ⊙ (GH_n + b_hn))        h' = n + z ⊙ (h − n)
 //! ```
 //!
-//! The products are the kernels' ([`gemm`], any inner width), each node's
-//! row of `F` from the first block it needs as on the 34-wide kernels
-//! ([`forward::first_needed`]: the edge types that fewest nodes send
-//! first, the GRU's blocks last; a node that sends no call edges skips
-//! the call blocks); the gated mean and the cell are plain loops (the
-//! transcendentals the kernels' branch-free ones), compiled for AVX-512 or AVX2+FMA
-//! where the CPU has it.
+//! The products are the kernels' ([`gemm`] in FP32, [`int8`] in INT8, any
+//! inner width). Each node's row of `F` starts at the first block it needs,
+//! as on the 34-wide kernels ([`forward::first_needed`]: the edge types
+//! that fewest nodes send first; a node that sends no call edges skips the
+//! call blocks, one that sends nothing the whole row). Only `F` and `M`
+//! span the graph: the gates' products are made a block of [`BLOCK`]
+//! nodes at a time and go straight into the cell, so that a large graph's
+//! step buffers are 7 floats of state width a node, not 15 (a 12,000-node
+//! unit's at 66 channels: 23 MB, not 48 MB, written and read each step).
+//! The gated mean and the cell are plain loops (the transcendentals the
+//! kernels' branch-free ones), compiled for AVX-512 or AVX2+FMA where the
+//! CPU has it.
 //!
 //! Adaptive depth ([`crate::depth`]) as on the 34-wide kernels, but a
 //! graph that has converged is no longer computed: only the runs of
@@ -42,16 +48,16 @@ use crate::weights::Weights;
 /// The weights of the step, packed once.
 pub(crate) struct Wide {
     h: usize,
-    /// `W_msg` (six \[h, h\] blocks in type order) and `W_hh` \[3h, h\],
-    /// as the bundle holds them.
+    /// `W_msg`, six \[h, h\] blocks in type order, as the bundle holds it.
     w_msg: Vec<f32>,
-    w_hh: Vec<f32>,
-    /// `[W_msg (six blocks in slot order); W_hh]ᵀ`, \[h, 9h\], per block
-    /// order (`slot[type]`; a handful occur) and precision (INT8 or not).
+    /// `W_msgᵀ` (six blocks in slot order), \[h, 6h\], per block order
+    /// (`slot[type]`; a handful occur) and precision (INT8 or not).
     packs: Mutex<HashMap<([u8; EDGE_TYPES], bool), Arc<Fused>>>,
-    /// `W_ihᵀ`, \[h, 3h\]: FP32, and quantised for INT8.
+    /// `W_ihᵀ` and `W_hhᵀ`, \[h, 3h\] each: FP32, and quantised for INT8.
     w_ih: gemm::Packed,
     w_ih8: int8::Packed,
+    w_hh_f32: gemm::Packed,
+    w_hh8: int8::Packed,
     /// \[6, h\].
     msg_bias: Vec<f32>,
     /// The cell's biases: `b_ir + b_hr`, `b_iz + b_hz`, `b_in`, `b_hn`.
@@ -90,10 +96,11 @@ impl Wide {
         Wide {
             h,
             w_msg: weights.get("messages.weight").to_vec(),
-            w_hh: weights.get("gru.weight_hh").to_vec(),
             packs: Mutex::new(HashMap::new()),
             w_ih: gemm::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h, false),
             w_ih8: int8::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h),
+            w_hh_f32: gemm::Packed::from_weight(weights.get("gru.weight_hh"), 3 * h, h, false),
+            w_hh8: int8::Packed::from_weight(weights.get("gru.weight_hh"), 3 * h, h),
             msg_bias: weights.get("messages.bias").to_vec(),
             bias,
         }
@@ -113,16 +120,15 @@ impl Wide {
         for (t, &b) in slot.iter().enumerate() {
             ordered[b * block..(b + 1) * block].copy_from_slice(&self.w_msg[t * block..(t + 1) * block]);
         }
-        ordered.extend_from_slice(&self.w_hh);
         // A few orders occur; a pathological stream of graphs cannot grow
         // the cache without bound.
         if packs.len() >= 64 {
             packs.clear();
         }
         let packed = Arc::new(if int8 {
-            Fused::Int8(int8::Packed::from_weight(&ordered, 9 * h, h))
+            Fused::Int8(int8::Packed::from_weight(&ordered, 6 * h, h))
         } else {
-            Fused::F32(gemm::Packed::from_weight(&ordered, 9 * h, h, false))
+            Fused::F32(gemm::Packed::from_weight(&ordered, 6 * h, h, false))
         });
         packs.insert(key, packed.clone());
         packed
@@ -141,10 +147,10 @@ impl Wide {
         let (mut hq, mut mq) = (int8::Quantised::default(), int8::Quantised::default());
         // Each edge's message: its source's row of `F`, its type's block.
         let offsets: Vec<usize> =
-            e.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * 9 * h + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();
+            e.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * 6 * h + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();
         let mut cur = h0.to_vec();
         let mut next = vec![0f32; n * h];
-        let (mut f, mut m, mut gi) = (vec![0f32; n * 9 * h], vec![0f32; n * h], vec![0f32; n * 3 * h]);
+        let (mut f, mut m) = (vec![0f32; n * 6 * h], vec![0f32; n * h]);
         let mut settle = Settle::new(e.graphs, depth);
         // The row groups of each run of graphs still going, made again
         // only when the runs change.
@@ -159,20 +165,18 @@ impl Wide {
             for (rows, groups) in &runs {
                 let (x, len) = (rows.start, rows.len());
                 match &*fused {
-                    Fused::F32(w) => gemm::product_rows::<f32>(&cur[x * h..], h, groups, w, &mut f[x * 9 * h..], 9 * h, threads),
+                    Fused::F32(w) => gemm::product_rows::<f32>(&cur[x * h..], h, groups, w, &mut f[x * 6 * h..], 6 * h, threads),
                     Fused::Int8(w) => {
                         hq.rows(&cur[x * h..], h, len, h, threads);
-                        int8::product_rows(&hq, groups, w, &mut f[x * 9 * h..], 9 * h, threads);
+                        int8::product_rows(&hq, groups, w, &mut f[x * 6 * h..], 6 * h, threads);
                     }
                 }
                 self.aggregate(e, &offsets, rows.clone(), &f, gates, &mut m, threads);
-                if int8 {
+                let quantised = int8.then(|| {
                     mq.rows(&m[x * h..], h, len, h, threads);
-                    int8::product_rows(&mq, &RowGroups::whole(len), &self.w_ih8, &mut gi[x * 3 * h..], 3 * h, threads);
-                } else {
-                    gemm::product::<f32>(&m[x * h..], h, len, &self.w_ih, &mut gi[x * 3 * h..], 3 * h, threads);
-                }
-                self.cells(rows.clone(), &gi, &f, &cur, &mut next, threads);
+                    (&mq, &hq)
+                });
+                self.cells(rows.clone(), &m, &cur, quantised, &mut next, threads);
             }
             let all = settle.after_step_rows(step, h, &cur, &mut next);
             std::mem::swap(&mut cur, &mut next);
@@ -209,31 +213,64 @@ impl Wide {
         });
     }
 
-    /// The GRU cell of the nodes `nodes`: `gi` \[N, 3h\], the hidden gates
-    /// in blocks 6..9 of `f` \[N, 9h\], the state `cur`; into `next`.
-    fn cells(&self, nodes: Range<usize>, gi: &[f32], f: &[f32], cur: &[f32], next: &mut [f32], threads: usize) {
+    /// The GRU cell of the nodes `nodes` (a run starting at `nodes.start`)
+    /// into `next`, from the mean messages `m` and the states `cur`, a
+    /// block of [`BLOCK`] nodes at a time: the block's two gate products
+    /// (INT8 from the run's quantised rows where `quantised`, `(messages,
+    /// states)`, else FP32), then the cell on them.
+    fn cells(
+        &self,
+        nodes: Range<usize>,
+        m: &[f32],
+        cur: &[f32],
+        quantised: Option<(&int8::Quantised, &int8::Quantised)>,
+        next: &mut [f32],
+        threads: usize,
+    ) {
         let h = self.h;
         let out = Rows::new(next);
         let (fma, wide) = (cpu::allows(Isa::Avx2), cpu::allows(Isa::Avx512));
-        par_ranges(nodes.len(), threads, |range| {
-            let range = nodes.start + range.start..nodes.start + range.end;
-            // SAFETY: each range writes its own rows of `next`.
-            let rows = unsafe { out.get(range.start * h, range.len() * h) };
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                // SAFETY: the CPU has AVX-512 F (and FMA).
-                return unsafe { cell_avx512(self, gi, f, cur, range.start, rows) };
+        par_ranges(nodes.len().div_ceil(BLOCK), threads, |blocks| {
+            let (mut gi, mut gh) = (vec![0f32; BLOCK * 3 * h], vec![0f32; BLOCK * 3 * h]);
+            for b in blocks {
+                // The block's rows, within the run and within the batch.
+                let local = b * BLOCK..((b + 1) * BLOCK).min(nodes.len());
+                let (a, len) = (nodes.start + local.start, local.len());
+                match quantised {
+                    Some((mq, hq)) => {
+                        int8::product_block(mq, local.clone(), &self.w_ih8, &mut gi, 3 * h);
+                        int8::product_block(hq, local.clone(), &self.w_hh8, &mut gh, 3 * h);
+                    }
+                    None => {
+                        gemm::product::<f32>(&m[a * h..], h, len, &self.w_ih, &mut gi, 3 * h, 1);
+                        gemm::product::<f32>(&cur[a * h..], h, len, &self.w_hh_f32, &mut gh, 3 * h, 1);
+                    }
+                }
+                // SAFETY: each block writes its own rows of `next`.
+                let rows = unsafe { out.get(a * h, len * h) };
+                let old = &cur[a * h..(a + len) * h];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the CPU has AVX-512 F (and FMA).
+                    unsafe { cell_avx512(self, &gi, &gh, old, rows) };
+                    continue;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if fma {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    unsafe { cell_avx2(self, &gi, &gh, old, rows) };
+                    continue;
+                }
+                let _ = (fma, wide);
+                cell_rows::<false>(self, &gi, &gh, old, rows)
             }
-            #[cfg(target_arch = "x86_64")]
-            if fma {
-                // SAFETY: the CPU has AVX2 and FMA.
-                return unsafe { cell_avx2(self, gi, f, cur, range.start, rows) };
-            }
-            let _ = (fma, wide);
-            cell_rows::<false>(self, gi, f, cur, range.start, rows)
         });
     }
 }
+
+/// Nodes per block of the cell: its two gate products, \[B, 3h\] each,
+/// stay in cache (50 KB at 66 channels) between the products and the cell.
+const BLOCK: usize = 32;
 
 /// The node ranges of the graphs not `done`, consecutive graphs merged
 /// (all `n` nodes when the batch has no graph boundaries).
@@ -302,24 +339,23 @@ unsafe fn aggregate_avx2(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], 
     aggregate_rows(w, e, offsets, f, gates, first, out)
 }
 
-/// The cell, a row at a time: every operand sliced to `h` before the loop
-/// over the channels and walked in step (`zip`), so that the loop has no
-/// bounds checks and vectorises (indexed, it ran scalar: half of a 66-wide
-/// step's time).
+/// The cell, a row at a time: `gi` and `gh` the rows' gate products
+/// (\[rows, 3h\] each, from row 0), `old` their states; every operand
+/// sliced to `h` before the loop over the channels and walked in step
+/// (`zip`), so that the loop has no bounds checks and vectorises (indexed,
+/// it ran scalar: half of a 66-wide step's time).
 #[inline(always)]
-fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
+fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
     let h = w.h;
     let [br, bz, bin, bhn] = &w.bias;
     let (br, bz, bin, bhn) = (&br[..h], &bz[..h], &bin[..h], &bhn[..h]);
-    for (i, row) in out.chunks_exact_mut(h).enumerate() {
-        let v = first + i;
+    for (v, (row, old)) in out.chunks_exact_mut(h).zip(old.chunks_exact(h)).enumerate() {
         let x = &gi[v * 3 * h..][..3 * h];
         let (xr, rest) = x.split_at(h);
         let (xz, xn) = rest.split_at(h);
-        let g = &f[v * 9 * h + 6 * h..][..3 * h];
+        let g = &gh[v * 3 * h..][..3 * h];
         let (gr, rest) = g.split_at(h);
         let (gz, gn) = rest.split_at(h);
-        let old = &cur[v * h..][..h];
         let gates = xr.iter().zip(gr).zip(br).zip(xz.iter().zip(gz).zip(bz));
         let news = xn.iter().zip(gn).zip(bin.iter().zip(bhn));
         for ((y, o), ((((xr, gr), br), ((xz, gz), bz)), ((xn, gn), (bin, bhn)))) in row.iter_mut().zip(old).zip(gates.zip(news)) {
@@ -333,14 +369,14 @@ fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], firs
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn cell_avx2(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
-    cell_rows::<true>(w, gi, f, cur, first, out)
+unsafe fn cell_avx2(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
+    cell_rows::<true>(w, gi, gh, old, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn cell_avx512(w: &Wide, gi: &[f32], f: &[f32], cur: &[f32], first: usize, out: &mut [f32]) {
-    cell_rows::<true>(w, gi, f, cur, first, out)
+unsafe fn cell_avx512(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
+    cell_rows::<true>(w, gi, gh, old, out)
 }
 
 #[cfg(target_arch = "x86_64")]

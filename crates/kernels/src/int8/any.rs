@@ -261,6 +261,29 @@ pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f3
     });
 }
 
+/// `out[i, c] = x_{rows.start + i} · B[.., c]` for every column, on the
+/// calling thread: a block of rows into a buffer of its own (row stride
+/// `ldo`), as the general step's cell takes its gates' products.
+pub fn product_block(x: &Quantised, rows: std::ops::Range<usize>, b: &Packed, out: &mut [f32], ldo: usize) {
+    assert_eq!(x.k, b.k, "the rows' width and the weight's");
+    assert!(rows.end <= x.rows, "rows not quantised");
+    assert!(rows.is_empty() || (out.len() >= (rows.len() - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    let ptr = out.as_mut_ptr();
+    // SAFETY: every output row is within `out`, checked above.
+    let at = |i: usize| (rows.start + i, unsafe { ptr.add(i * ldo) });
+    // SAFETY: the rows are quantised and the outputs in bounds (checked
+    // above); the path's instructions are the CPU's.
+    unsafe {
+        match super::path() {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => rows_vnni(x, &at, rows.len(), b, 0),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::AvxVnni => rows_avx2(x, &at, rows.len(), b, 0),
+            _ => rows_portable(x, &at, rows.len(), b, 0),
+        }
+    }
+}
+
 /// The scalar rows: row `i` (its index and output at `at(i)`) from column
 /// `first` on, `FMA` the epilogue's fused multiply-adds.
 ///
@@ -521,6 +544,32 @@ mod tests {
                 })
             };
             assert_eq!(rows_of(Isa::Vnni), rows_of(Isa::Portable), "[{rows}, {k}]");
+        }
+    }
+
+    /// A block of rows into a buffer of its own: the same numbers as the
+    /// rows' product over every row, bit for bit.
+    #[test]
+    fn a_block_is_the_same_rows_product() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Vnni] {
+            if !cpu::run_test_on(isa, &format!("int8::any::tests::a_block_is_the_same_rows_product [{isa}]")) {
+                continue;
+            }
+            for (rows, k, cols) in SHAPES {
+                let x = values(rows * k, 29 + k as u64, 1.0);
+                let w = values(cols * k, 31 + cols as u64, 0.5);
+                cpu::with_cap(isa, || {
+                    let b = Packed::from_weight(&w, cols, k);
+                    let mut q = Quantised::default();
+                    q.rows(&x, k, rows, k, 1);
+                    let mut all = vec![0f32; rows * cols];
+                    product_rows(&q, &RowGroups::whole(rows), &b, &mut all, cols, 1);
+                    let start = rows / 3;
+                    let mut block = vec![0f32; (rows - start) * cols];
+                    product_block(&q, start..rows, &b, &mut block, cols);
+                    assert_eq!(block, all[start * cols..], "[{rows}, {k}] · [{k}, {cols}], {isa}");
+                });
+            }
         }
     }
 
