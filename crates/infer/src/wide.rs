@@ -40,7 +40,7 @@ use programl_kernels::EDGE_TYPES;
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::depth::{Depth, Settle};
 use crate::weights::Weights;
@@ -53,11 +53,14 @@ pub(crate) struct Wide {
     /// `W_msgᵀ` (six blocks in slot order), \[h, 6h\], per block order
     /// (`slot[type]`; a handful occur) and precision (INT8 or not).
     packs: Mutex<HashMap<([u8; EDGE_TYPES], bool), Arc<Fused>>>,
-    /// `W_ihᵀ` and `W_hhᵀ`, \[h, 3h\] each: FP32, and quantised for INT8.
-    w_ih: gemm::Packed,
-    w_ih8: int8::Packed,
-    w_hh_f32: gemm::Packed,
-    w_hh8: int8::Packed,
+    /// `W_ih` and `W_hh`, \[3h, h\] each, as the bundle holds them.
+    w_ih: Vec<f32>,
+    w_hh: Vec<f32>,
+    /// `(W_ihᵀ, W_hhᵀ)`, \[h, 3h\] each, packed for FP32 and quantised
+    /// for INT8 on first use: a process runs one precision, and a compiler
+    /// opens the bundle once per translation unit.
+    gates_f32: OnceLock<(gemm::Packed, gemm::Packed)>,
+    gates_int8: OnceLock<(int8::Packed, int8::Packed)>,
     /// \[6, h\].
     msg_bias: Vec<f32>,
     /// The cell's biases: `b_ir + b_hr`, `b_iz + b_hz`, `b_in`, `b_hn`.
@@ -97,13 +100,27 @@ impl Wide {
             h,
             w_msg: weights.get("messages.weight").to_vec(),
             packs: Mutex::new(HashMap::new()),
-            w_ih: gemm::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h, false),
-            w_ih8: int8::Packed::from_weight(weights.get("gru.weight_ih"), 3 * h, h),
-            w_hh_f32: gemm::Packed::from_weight(weights.get("gru.weight_hh"), 3 * h, h, false),
-            w_hh8: int8::Packed::from_weight(weights.get("gru.weight_hh"), 3 * h, h),
+            w_ih: weights.get("gru.weight_ih").to_vec(),
+            w_hh: weights.get("gru.weight_hh").to_vec(),
+            gates_f32: OnceLock::new(),
+            gates_int8: OnceLock::new(),
             msg_bias: weights.get("messages.bias").to_vec(),
             bias,
         }
+    }
+
+    /// `(W_ihᵀ, W_hhᵀ)` packed for FP32, on first use.
+    fn gates_f32(&self) -> &(gemm::Packed, gemm::Packed) {
+        let h = self.h;
+        self.gates_f32.get_or_init(|| {
+            (gemm::Packed::from_weight(&self.w_ih, 3 * h, h, false), gemm::Packed::from_weight(&self.w_hh, 3 * h, h, false))
+        })
+    }
+
+    /// `(W_ihᵀ, W_hhᵀ)` quantised for INT8, on first use.
+    fn gates_int8(&self) -> &(int8::Packed, int8::Packed) {
+        let h = self.h;
+        self.gates_int8.get_or_init(|| (int8::Packed::from_weight(&self.w_ih, 3 * h, h), int8::Packed::from_weight(&self.w_hh, 3 * h, h)))
     }
 
     /// The fused product's packing for the block order `slot`, quantised
@@ -238,12 +255,14 @@ impl Wide {
                 let (a, len) = (nodes.start + local.start, local.len());
                 match quantised {
                     Some((mq, hq)) => {
-                        int8::product_block(mq, local.clone(), &self.w_ih8, &mut gi, 3 * h);
-                        int8::product_block(hq, local.clone(), &self.w_hh8, &mut gh, 3 * h);
+                        let (w_ih, w_hh) = self.gates_int8();
+                        int8::product_block(mq, local.clone(), w_ih, &mut gi, 3 * h);
+                        int8::product_block(hq, local.clone(), w_hh, &mut gh, 3 * h);
                     }
                     None => {
-                        gemm::product::<f32>(&m[a * h..], h, len, &self.w_ih, &mut gi, 3 * h, 1);
-                        gemm::product::<f32>(&cur[a * h..], h, len, &self.w_hh_f32, &mut gh, 3 * h, 1);
+                        let (w_ih, w_hh) = self.gates_f32();
+                        gemm::product::<f32>(&m[a * h..], h, len, w_ih, &mut gi, 3 * h, 1);
+                        gemm::product::<f32>(&cur[a * h..], h, len, w_hh, &mut gh, 3 * h, 1);
                     }
                 }
                 // SAFETY: each block writes its own rows of `next`.
