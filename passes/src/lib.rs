@@ -46,7 +46,7 @@ pub mod logger;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use llvm_plugin::inkwell::module::Module;
-use llvm_plugin::{LlvmModulePass, ModuleAnalysisManager, PassBuilder, PipelineParsing, PreservedAnalyses};
+use llvm_plugin::{LlvmModulePass, ModuleAnalysisManager, OptimizationLevel, PassBuilder, PipelineParsing, PreservedAnalyses};
 
 /// Set once a pipeline names `programl-graph`: the extension-point instance
 /// then stands down, so a module never gets two graphs.
@@ -84,12 +84,13 @@ fn plugin_registrar(builder: &mut PassBuilder) {
             }
         }
     });
-    builder.add_optimizer_last_ep_callback(|manager, _level| {
+    // The pipeline's level says whether the IR the pass sees is optimised.
+    builder.add_optimizer_last_ep_callback(|manager, level| {
         manager.add_pass(GraphAtOptimizerLast);
-        manager.add_pass(InferFromEnvironment(infer::Site::OptimizerLast));
+        manager.add_pass(InferFromEnvironment(infer::Site::OptimizerLast, Some(!matches!(level, OptimizationLevel::O0))));
     });
-    builder.add_full_lto_last_ep_callback(|manager, _level| {
-        manager.add_pass(InferFromEnvironment(infer::Site::FullLto));
+    builder.add_full_lto_last_ep_callback(|manager, level| {
+        manager.add_pass(InferFromEnvironment(infer::Site::FullLto, Some(!matches!(level, OptimizationLevel::O0))));
     });
 }
 
@@ -126,7 +127,7 @@ struct InferPass(infer::params::Params);
 impl LlvmModulePass for InferPass {
     fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
         // SAFETY: the pass manager hands over a valid module for this call.
-        unsafe { infer::run_pass(module.as_mut_ptr(), &self.0, infer::Site::Pipeline) };
+        unsafe { infer::run_pass(module.as_mut_ptr(), &self.0, infer::Site::Pipeline, None) };
         PreservedAnalyses::None
     }
 }
@@ -135,7 +136,8 @@ impl LlvmModulePass for InferPass {
 /// (clang at every -O level, opt's default pipelines) and at the full-LTO
 /// extension point (lld's `-flto` link, opt's `lto<...>`). Does nothing
 /// unless the variable is set, or when the pipeline names the pass itself.
-struct InferFromEnvironment(infer::Site);
+/// The second field: whether the pipeline optimises (its level above -O0).
+struct InferFromEnvironment(infer::Site, Option<bool>);
 
 impl LlvmModulePass for InferFromEnvironment {
     fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
@@ -146,7 +148,7 @@ impl LlvmModulePass for InferFromEnvironment {
             None => PreservedAnalyses::All,
             Some(Ok(params)) => {
                 // SAFETY: as above.
-                unsafe { infer::run_pass(module.as_mut_ptr(), &params, self.0) };
+                unsafe { infer::run_pass(module.as_mut_ptr(), &params, self.0, self.1) };
                 PreservedAnalyses::None
             }
             Some(Err(error)) => {

@@ -85,6 +85,31 @@ pub struct SourceCompile {
     /// bundle without it was trained on `csv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
+    /// The optimisation levels of the training IR (`O0` to `O3`) where the
+    /// sources were compiled at several (POJ-104's four-level run: `flags`
+    /// then names the first); absent: the one level in `flags`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub levels: Option<Vec<String>>,
+}
+
+impl SourceCompile {
+    /// The levels the training IR was compiled at: [`SourceCompile::levels`],
+    /// else the `-O` flag in `flags` (`-O2` gives `O2`); empty when
+    /// neither says (NCC's IR, compiled by its authors).
+    pub fn trained_levels(&self) -> Vec<String> {
+        match &self.levels {
+            Some(levels) => levels.clone(),
+            None => self.flags.iter().filter_map(|f| f.strip_prefix('-').filter(|l| l.starts_with('O'))).map(String::from).collect(),
+        }
+    }
+
+    /// Whether the training IR included optimised IR (a level other than
+    /// `O0`) and unoptimised IR (`O0`): `(unoptimised, optimised)`, both
+    /// false when the levels are unknown.
+    pub fn trained_on(&self) -> (bool, bool) {
+        let levels = self.trained_levels();
+        (levels.iter().any(|l| l == "O0"), levels.iter().any(|l| l != "O0"))
+    }
 }
 
 /// What the model predicts on.
@@ -206,4 +231,35 @@ pub fn check_config(dir: &Path, config: &Config) -> Result<(), BundleError> {
         stop.check("hyper.stop").map_err(|detail| invalid(&path, detail))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(flags: &[&str], levels: Option<&[&str]>) -> SourceCompile {
+        SourceCompile {
+            compiler: "clang-16".into(),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            prelude: None,
+            input: None,
+            levels: levels.map(|l| l.iter().map(|x| x.to_string()).collect()),
+        }
+    }
+
+    /// The levels a bundle was trained at: its `levels` where it has them,
+    /// else the `-O` flag it compiled with; the shipped bundles' configs
+    /// say what they were trained on.
+    #[test]
+    fn trained_levels_come_from_levels_else_the_flag() {
+        assert_eq!(source(&["-x", "c++", "-O0", "-S"], None).trained_on(), (true, false));
+        assert_eq!(source(&["-target", "spir64", "-O1"], None).trained_on(), (false, true));
+        assert_eq!(source(&["-O0"], Some(&["O0", "O1", "O2", "O3"])).trained_on(), (true, true));
+        assert_eq!(source(&[], None).trained_on(), (false, false));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        let shipped = |dir: &str| read_config(&root.join(dir)).unwrap().source.unwrap();
+        assert_eq!(shipped("poj104").trained_levels(), ["O0"]);
+        assert_eq!(shipped("poj104/levels").trained_levels(), ["O0", "O1", "O2", "O3"]);
+        assert_eq!(shipped("devmap-amd").trained_on(), (false, true));
+    }
 }

@@ -708,7 +708,7 @@ mod tests {
 
         // The torch-free inference (the learned pass's) gives the same.
         let dir = tempfile::tempdir().unwrap();
-        let config = crate::poj104::bundle_config(&["cpu".into(), "gpu".into()], &hyper, Vec::new(), "test", 0, 0.0);
+        let config = crate::poj104::bundle_config(&["cpu".into(), "gpu".into()], &hyper, Vec::new(), &[], "test", 0, 0.0);
         programl_model::bundle::Bundle::save(dir.path(), &config, &model, &vocabulary).unwrap();
         let cpu = programl_infer::Model::open(dir.path()).unwrap();
         let options = programl_infer::Options { dtype: programl_infer::Dtype::F32, ..Default::default() };

@@ -29,6 +29,11 @@ pub struct Config {
     pub classes: Vec<String>,
     pub hyper: Hyper,
     pub provenance: Provenance,
+    /// How the training sources were compiled (graph-level bundles): the
+    /// pass reads the levels, to say when a module's IR is of a level the
+    /// bundle never saw.
+    #[serde(default)]
+    pub source: Option<programl_infer::bundle::SourceCompile>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -87,10 +87,12 @@ pub struct Timings {
 ///
 /// # Safety
 /// `module` is a valid module the caller lets this function modify.
-pub unsafe fn run_pass(module: LLVMModuleRef, params: &Params, site: Site) {
+/// `optimised`: whether the pipeline that runs the pass optimises (`None`
+/// when it is not known: a pass named in `opt -passes=`).
+pub unsafe fn run_pass(module: LLVMModuleRef, params: &Params, site: Site, optimised: Option<bool>) {
     crate::logger::init();
     let name = module_name(module);
-    match crate::guard::catch(|| run(module, params, site)) {
+    match crate::guard::catch(|| run(module, params, site, optimised)) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::warn!(target: PASS_NAME, "{name}: {e}; module unchanged"),
         Err(panic) => log::warn!(target: PASS_NAME, "{name}: internal error: {panic}; module unchanged"),
@@ -182,7 +184,7 @@ struct RootResult {
 
 /// # Safety
 /// `module` is valid and may be modified.
-unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), String> {
+unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<bool>) -> Result<(), String> {
     if std::env::var_os(ENV_PANIC_FOR_TESTING).is_some() {
         panic!("{ENV_PANIC_FOR_TESTING} is set");
     }
@@ -194,7 +196,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site) -> Result<(), Strin
     let bundle = read_matching(module, &p.model)?;
     let config = &bundle.config;
     if config.head == "graph" {
-        return run_graph(module, p, site, bundle, start, t);
+        return run_graph(module, p, site, optimised, bundle, start, t);
     }
     if config.head != "node" {
         return Err(format!("bundle {shown}: head '{}' is neither node nor graph", config.head));
@@ -353,8 +355,9 @@ unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::
 fn step_bound(p: &Params, config: &bundle::Config) -> u64 {
     let steps = match (p.steps, &config.hyper.stop) {
         (Some(steps), _) => steps,
-        (None, Some(rule)) => serde_json::from_value::<programl_infer::config::Stop>(rule.clone())
-            .map_or(programl_infer::bundle::MAX_STEPS, |s| s.max_steps),
+        (None, Some(rule)) => {
+            serde_json::from_value::<programl_infer::config::Stop>(rule.clone()).map_or(programl_infer::bundle::MAX_STEPS, |s| s.max_steps)
+        }
         (None, None) => config.hyper.steps,
     };
     steps.max(1) as u64
@@ -451,7 +454,11 @@ unsafe fn kernels(module: LLVMModuleRef) -> Vec<(LLVMValueRef, String)> {
         .map(|f| {
             let mut len = 0usize;
             let p = LLVMGetValueName2(f, &mut len);
-            let name = if p.is_null() { String::new() } else { String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned() };
+            let name = if p.is_null() {
+                String::new()
+            } else {
+                String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
+            };
             (f, name)
         })
         .collect()
@@ -487,10 +494,12 @@ fn kernel_graphs(graph: &ProgramGraph, kernels: &[(LLVMValueRef, String)]) -> Op
 ///
 /// # Safety
 /// `module` is valid and may be modified.
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_graph(
     module: LLVMModuleRef,
     p: &Params,
     site: Site,
+    optimised: Option<bool>,
     bundle: std::sync::Arc<bundle::Bundle>,
     start: Instant,
     mut t: Timings,
@@ -517,6 +526,11 @@ unsafe fn run_graph(
         }
     };
     let config = &bundle.config;
+    // -O0 IR as clang makes it marks every defined function `optnone`.
+    let optimised = optimised.or_else(|| has_optnone(module).then_some(false));
+    if let (Some(optimised), Some(source)) = (optimised, &config.source) {
+        warn_unseen_level(&name, &bundle.dir, source, optimised);
+    }
 
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { skip_full_text: true, ..BuildOptions::MODEL });
@@ -527,8 +541,11 @@ unsafe fn run_graph(
     t.graph = ms(clock);
     let clock = Instant::now();
     let graphs: Vec<&ProgramGraph> = per_kernel.as_ref().map_or_else(|| vec![&graph], |g| g.iter().collect());
-    let inputs: Vec<GraphInput> =
-        graphs.iter().map(|g| GraphInput::new(g, &bundle.vocabulary)).collect::<Result<_, _>>().map_err(|e| format!("not model input: {e}"))?;
+    let inputs: Vec<GraphInput> = graphs
+        .iter()
+        .map(|g| GraphInput::new(g, &bundle.vocabulary))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not model input: {e}"))?;
     let samples: Vec<Sample<'_>> = inputs.iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
     let batch = Batch::from_samples(&samples).map_err(|e| e.to_string())?;
     t.features = ms(clock);
@@ -600,6 +617,57 @@ unsafe fn run_graph(
         t.total
     );
     Ok(())
+}
+
+/// Whether a function defined in `module` has the `optnone` attribute
+/// (clang -O0 gives it to every function it defines, unless told not to).
+///
+/// # Safety
+/// `module` is a valid module.
+unsafe fn has_optnone(module: LLVMModuleRef) -> bool {
+    let name = "optnone";
+    let kind = LLVMGetEnumAttributeKindForName(name.as_ptr().cast(), name.len());
+    let mut f = LLVMGetFirstFunction(module);
+    while !f.is_null() {
+        if LLVMIsDeclaration(f) == 0
+            && !LLVMGetEnumAttributeAtIndex(f, llvm_plugin::inkwell::llvm_sys::LLVMAttributeFunctionIndex, kind).is_null()
+        {
+            return true;
+        }
+        f = LLVMGetNextFunction(f);
+    }
+    false
+}
+
+/// Warns, once a process for each bundle, when a graph-level bundle meets
+/// IR of a kind its training never had: optimised IR for a bundle trained
+/// on -O0 IR alone, or -O0 IR for one trained on optimised IR alone
+/// (`config.json`'s `source`: its `levels`, else its `-O` flag). Measured
+/// on POJ-104: its -O0 bundle classifies -O1 to -O3 IR at 0.10, against
+/// 0.83 at -O0 (models/README.md, "POJ-104"). The decision is still made.
+fn warn_unseen_level(name: &str, dir: &Path, source: &programl_infer::bundle::SourceCompile, optimised: bool) {
+    static WARNED: std::sync::Mutex<BTreeSet<std::path::PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
+    let (unoptimised_seen, optimised_seen) = source.trained_on();
+    if (!unoptimised_seen && !optimised_seen) || (optimised && optimised_seen) || (!optimised && unoptimised_seen) {
+        return;
+    }
+    if !WARNED.lock().unwrap_or_else(|p| p.into_inner()).insert(dir.to_path_buf()) {
+        return;
+    }
+    let levels = source.trained_levels().iter().map(|l| format!("-{l}")).collect::<Vec<_>>().join(", ");
+    if optimised {
+        log::warn!(
+            target: PASS_NAME,
+            "{name}: bundle {} was trained on IR compiled at {levels} only, and this module is optimised IR (the pipeline's level is above -O0): its decision may be far off (POJ-104's -O0 bundle classifies optimised IR at 0.10, against 0.83 at -O0); use a bundle trained on optimised IR (for POJ-104: models/poj104/levels)",
+            dir.display()
+        );
+    } else {
+        log::warn!(
+            target: PASS_NAME,
+            "{name}: bundle {} was trained on IR compiled at {levels} only, and this module is -O0 IR: its decision is outside what the bundle was trained and measured on",
+            dir.display()
+        );
+    }
 }
 
 /// The roots of this run, ascending.

@@ -161,7 +161,10 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             };
             continue;
         }
-        if !matches!(key, "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "isa" | "max_roots" | "sidecar" | "transfer" | "wgsize") {
+        if !matches!(
+            key,
+            "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "isa" | "max_roots" | "sidecar" | "transfer" | "wgsize"
+        ) {
             return Err(ParamError::Unknown { name: key.to_string() });
         }
         let value = value.filter(|v| !v.is_empty()).ok_or_else(|| ParamError::MissingValue { name: key.to_string() })?;

@@ -233,7 +233,11 @@ fn models() -> &'static Mutex<HashMap<ModelKey, Result<Arc<Model>, String>>> {
 /// The bundle `dir` (canonical) opened on `device` (resolved: CPU or
 /// CUDA), once per process: on the CPU in this process, on CUDA in the
 /// runtime `load` opens. `Ok((model, true))` if this call opened it.
-pub fn open_model(dir: &Path, device: Device, load: impl FnOnce() -> Result<&'static Runtime, String>) -> Result<(Arc<Model>, bool), String> {
+pub fn open_model(
+    dir: &Path,
+    device: Device,
+    load: impl FnOnce() -> Result<&'static Runtime, String>,
+) -> Result<(Arc<Model>, bool), String> {
     let key = (dir.to_path_buf(), device);
     let mut cache = models().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = cache.get(&key) {
@@ -360,7 +364,15 @@ impl Model {
 
     /// Class probabilities of every graph of `batch` under a graph-level
     /// bundle, row-major \[G × C\]; `aux` row-major \[G × A\].
-    pub fn predict_graph(&self, batch: &Batch, aux: &[f32], steps: i64, threads: i32, dtype: Dtype, isa: Option<programl_infer::Isa>) -> Result<Vec<f32>, String> {
+    pub fn predict_graph(
+        &self,
+        batch: &Batch,
+        aux: &[f32],
+        steps: i64,
+        threads: i32,
+        dtype: Dtype,
+        isa: Option<programl_infer::Isa>,
+    ) -> Result<Vec<f32>, String> {
         match &self.backend {
             Backend::Local(model) => {
                 let aux = (!aux.is_empty()).then_some(aux);
@@ -379,7 +391,14 @@ impl Model {
     }
 
     /// Class probabilities of every node of `batch`, row-major \[N × C\].
-    pub fn predict(&self, batch: &Batch, steps: i64, threads: i32, dtype: Dtype, isa: Option<programl_infer::Isa>) -> Result<Vec<f32>, String> {
+    pub fn predict(
+        &self,
+        batch: &Batch,
+        steps: i64,
+        threads: i32,
+        dtype: Dtype,
+        isa: Option<programl_infer::Isa>,
+    ) -> Result<Vec<f32>, String> {
         match &self.backend {
             Backend::Local(model) => {
                 let out = model.node_probabilities(batch, &self.options(steps, threads, dtype, isa))?;

@@ -1153,6 +1153,7 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input:
             },
             prelude: None,
             input: Some(input.name().into()),
+            levels: None,
         }),
         auto_dtype: None,
     };

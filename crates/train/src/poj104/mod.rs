@@ -334,8 +334,20 @@ fn data_hash(corpus: &Corpus, train: &[usize]) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// The bundle config of a POJ-104 model.
-pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>, data_hash: &str, examples: u64, wall_s: f64) -> Config {
+/// The bundle config of a POJ-104 model trained on the IR of `levels`
+/// (`level_flags`: the first level's flags, what `eval` and `predict`
+/// compile new sources with; the levels are recorded where there are
+/// several, so that the learned pass knows the bundle's IR).
+#[allow(clippy::too_many_arguments)]
+pub fn bundle_config(
+    classes: &[String],
+    hyper: &Hyper,
+    level_flags: Vec<String>,
+    levels: &[String],
+    data_hash: &str,
+    examples: u64,
+    wall_s: f64,
+) -> Config {
     Config {
         format: bundle::FORMAT.into(),
         version: bundle::VERSION,
@@ -362,6 +374,7 @@ pub fn bundle_config(classes: &[String], hyper: &Hyper, level_flags: Vec<String>
             flags: level_flags,
             prelude: Some(compile::PRELUDE.into()),
             input: None,
+            levels: (levels.len() > 1).then(|| levels.to_vec()),
         }),
         auto_dtype: None,
     }
@@ -631,7 +644,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
             accuracy(&predicted, &val_labels)
         },
         |m, state| {
-            let config = bundle_config(&corpus.classes, &hyper, level_flags.clone(), &hash, state.examples_seen, state.wall_s);
+            let config = bundle_config(&corpus.classes, &hyper, level_flags.clone(), &s.levels, &hash, state.examples_seen, state.wall_s);
             Bundle::save(&o.out.join("model"), &config, m, &vocabulary)?;
             Ok(())
         },
