@@ -230,6 +230,12 @@ enum Command {
         /// (applied before --limit).
         #[arg(long)]
         longer_than: Option<u32>,
+        /// POJ-104: compile the sources at this -O level (O0, O1, O2, O3,
+        /// Os or Oz) in place of the level the bundle records, to see how
+        /// it classifies IR of other levels (its `source.levels` says
+        /// which it was trained on).
+        #[arg(long)]
+        level: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -554,9 +560,12 @@ fn run(cli: Cli) -> Result<()> {
             let options = recipe::Options { data, runs, fresh, threads: tch::get_num_threads(), quiet };
             recipe::run(&dir, &options, device)
         }
-        Command::Eval { model, data, subset, steps, stop, split, seed, batch_nodes, limit, longer_than, json, runtime } => {
+        Command::Eval { model, data, subset, steps, stop, split, seed, batch_nodes, limit, longer_than, level, json, runtime } => {
             let device = runtime.apply_inference()?;
             let config = programl_infer::bundle::read_config(&model)?;
+            if level.is_some() && config.task != poj104::TASK {
+                bail!("--level: {} is a {} bundle; --level compiles POJ-104 sources", model.display(), config.task);
+            }
             if stop.is_some() || config.hyper.stop.is_some() {
                 // A stopping rule runs on the torch-free inference only (the
                 // libtorch model refuses such bundles).
@@ -590,7 +599,7 @@ fn run(cli: Cli) -> Result<()> {
                     Some(m) => Some((m, runtime.infer_options()?)),
                     None => None,
                 };
-                return poj104::eval_dir(&bundle, cpu, &data, None, steps, batch_nodes, json);
+                return poj104::eval_dir(&bundle, cpu, &data, None, steps, batch_nodes, level.as_deref(), json);
             }
             if bundle.config.task.starts_with("devmap") {
                 if !runtime.on_cpu(device) {

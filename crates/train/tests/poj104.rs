@@ -241,6 +241,28 @@ fn trains_a_bundle_resumes_and_evaluates_unseen_programs() {
     assert!((all - (1.0 - acc * 18.0 / 19.0)).abs() < 1e-9, "{e}");
     // Three algorithms this different are told apart after 12 epochs.
     assert!(acc >= 0.66, "accuracy {acc} on unseen programs: {e}");
+    assert_eq!(e["level"], "O0", "the level the bundle records: {e}");
+
+    // --level compiles at another level (the same programs compile), and
+    // a level that is none is refused by name.
+    let at = |level: &str| {
+        Command::new(env!("CARGO_BIN_EXE_programl-train"))
+            .args(["eval", "--json", "--threads", "1", "--device", "cpu", "--level", level, "--model"])
+            .arg(run.join("model"))
+            .arg("--data")
+            .arg(&unseen)
+            .env("PROGRAML_CLANG", Path::new(programl::LLVM_BINDIR).join("clang"))
+            .env("PROGRAML_CACHE", &cache)
+            .output()
+            .unwrap()
+    };
+    let out = at("O2");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let o2: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&o2["level"], &o2["examples"], &o2["compile_failures"]), (&"O2".into(), &18.into(), &1.into()), "{o2}");
+    let out = at("O5");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--level O5: not one of O0 O1 O2 O3 Os Oz"));
 
     // A class the bundle does not know is an error naming it.
     std::fs::create_dir_all(unseen.join("105")).unwrap();

@@ -70,6 +70,10 @@ pub const PRELUDE: &str = "\
 using namespace std;
 ";
 
+/// The optimisation levels a run compiles at (`--levels`) and `eval
+/// --level` takes.
+pub const LEVELS: [&str; 6] = ["O0", "O1", "O2", "O3", "Os", "Oz"];
+
 /// The flags for optimisation level `level` (`O0`, `O1`, `O2`, `O3`, `Os`,
 /// `Oz`), without the prelude and the output.
 pub fn flags(level: &str) -> Vec<String> {

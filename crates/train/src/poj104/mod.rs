@@ -493,8 +493,8 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
         bail!("--levels: at least one -O level");
     }
     for l in &s.levels {
-        if !matches!(l.as_str(), "O0" | "O1" | "O2" | "O3" | "Os" | "Oz") {
-            bail!("--levels: '{l}' is not one of O0 O1 O2 O3 Os Oz");
+        if !compile::LEVELS.contains(&l.as_str()) {
+            bail!("--levels: '{l}' is not one of {}", compile::LEVELS.join(" "));
         }
     }
     if s.epochs == 0 || s.steps < 1 || s.batch_nodes == 0 {
@@ -787,7 +787,9 @@ fn compile_report(corpus: &Corpus, levels: &[String]) -> Report {
 /// DIR's subdirectories are class names holding sources; each is compiled
 /// as the bundle records and classified.
 /// `cpu`: the torch-free model and its options (eval on the CPU: the
-/// learned pass's figures); `None`: the bundle's libtorch model.
+/// learned pass's figures); `None`: the bundle's libtorch model. `level`:
+/// compile at this -O level in place of the bundle's.
+#[allow(clippy::too_many_arguments)]
 pub fn eval_dir(
     bundle: &Bundle,
     cpu: Option<(&programl_infer::Model, programl_infer::Options)>,
@@ -795,6 +797,7 @@ pub fn eval_dir(
     cache: Option<&Path>,
     steps: Option<i64>,
     batch_nodes: usize,
+    level: Option<&str>,
     json: bool,
 ) -> Result<()> {
     let source = bundle
@@ -802,6 +805,12 @@ pub fn eval_dir(
         .source
         .as_ref()
         .with_context(|| format!("{}: the bundle records no compiler and flags (config.json `source`)", bundle.dir.display()))?;
+    if let Some(l) = level.filter(|l| !compile::LEVELS.contains(l)) {
+        bail!("--level {l}: not one of {}", compile::LEVELS.join(" "));
+    }
+    let flags = at_level(&source.flags, level);
+    let compiled_at =
+        flags.iter().rev().find_map(|f| f.strip_prefix('-').filter(|l| compile::LEVELS.contains(l))).unwrap_or("").to_string();
     let (classes, programs) = list(dir)?;
     let mut class_of = Vec::with_capacity(classes.len());
     for c in &classes {
@@ -816,7 +825,7 @@ pub fn eval_dir(
     }
     let cache = cache.map_or_else(|| programl::fsutil::cache_dir().join("poj104"), Path::to_path_buf);
     let clang = std::env::var_os("PROGRAML_CLANG").map_or_else(|| PathBuf::from(&source.compiler), PathBuf::from);
-    let harness = Harness::new(&clang, &source.flags, source.prelude.as_deref().unwrap_or(""), &cache.join("ir"))?;
+    let harness = Harness::new(&clang, &flags, source.prelude.as_deref().unwrap_or(""), &cache.join("ir"))?;
     let corpus = Corpus::build(classes, programs, std::slice::from_ref(&harness), None, json)?;
     let ok: Vec<usize> = (0..corpus.programs.len()).filter(|&p| corpus.graph(0, p).is_some()).collect();
     let inputs: Vec<GraphInput> = ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &bundle.vocabulary)).collect();
@@ -843,13 +852,13 @@ pub fn eval_dir(
         println!(
             "{}",
             serde_json::json!({
-                "task": bundle.config.task, "steps": steps, "programs": n, "examples": ok.len(), "compile_failures": failed,
+                "task": bundle.config.task, "level": compiled_at, "steps": steps, "programs": n, "examples": ok.len(), "compile_failures": failed,
                 "accuracy": acc, "error": 1.0 - acc, "error_all": error_all, "failure_causes": corpus.failures(0),
             })
         );
     } else {
         println!(
-            "{} at T={steps}: {} of {n} programs classified, accuracy {:.4}, error {:.4}; {failed} did not compile (error counting them {:.4})",
+            "{} at T={steps}, -{compiled_at}: {} of {n} programs classified, accuracy {:.4}, error {:.4}; {failed} did not compile (error counting them {:.4})",
             bundle.config.task,
             ok.len(),
             acc,
@@ -863,9 +872,30 @@ pub fn eval_dir(
     Ok(())
 }
 
+/// `flags` with its -O level replaced by `level` (added where it has
+/// none); unchanged without one.
+fn at_level(flags: &[String], level: Option<&str>) -> Vec<String> {
+    let Some(level) = level else { return flags.to_vec() };
+    let is_level = |f: &String| f.strip_prefix('-').is_some_and(|l| compile::LEVELS.contains(&l));
+    let mut out: Vec<String> = flags.iter().map(|f| if is_level(f) { format!("-{level}") } else { f.clone() }).collect();
+    if !flags.iter().any(is_level) {
+        out.push(format!("-{level}"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `eval --level` compiles at the level asked, every other flag kept.
+    #[test]
+    fn a_level_replaces_the_recorded_one() {
+        let flags: Vec<String> = ["-x", "c++", "-O0", "-S"].iter().map(|f| f.to_string()).collect();
+        assert_eq!(at_level(&flags, Some("O2")), ["-x", "c++", "-O2", "-S"]);
+        assert_eq!(at_level(&flags, None), flags);
+        assert_eq!(at_level(&flags[..2], Some("Os")), ["-x", "c++", "-Os"]);
+    }
 
     /// A checkpoint written before the schedule existed (no `lr_schedule`
     /// in its settings) resumes as the constant rate it ran at, and a
