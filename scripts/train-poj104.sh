@@ -20,8 +20,8 @@
 #    same programs at -O0). Not by default: this run's state is 66 wide,
 #    and a 66-wide graph costs the learned pass about twice the shipped
 #    34-wide one's (the general step, crates/infer/src/wide.rs: over 62 C
-#    units its inference is a median 10.1% of the -O2 compile against
-#    4.7%, at the budget's 10%), so promoting it weighs accuracy (the
+#    units its inference is a median 9.1% of the -O2 compile against
+#    4.7%, the whole process 11.1% against 6.3%: at the budget's 10%), so promoting it weighs accuracy (the
 #    shipped -O0 bundle classifies -O1 to -O3 IR at 0.10-0.11, the run's
 #    epoch 5 at 0.87-0.88) against the release-mode budget, not a
 #    validation figure alone (docs/perf/models.md, "POJ-104").

@@ -6,7 +6,7 @@
 //! value:
 //!
 //! ```text
-//! F  = h · W_msgᵀ                                   [N, 6h]  (each node only the blocks it needs)
+//! F  = h · W_msgᵀ                                   ≤ [N, 6h] (each node only the blocks it needs, packed)
 //! M  = mean over incoming edges of (F[source, type] + b_type) ⊙ p(position)
 //! GI = M · W_ihᵀ    GH = h · W_hhᵀ                  [B, 3h] each, a block of B nodes at a time
 //! r  = σ(GI_r + GH_r + b_ir + b_hr)   z = σ(GI_z + GH_z + b_iz + b_hz)
@@ -21,7 +21,9 @@
 //! span the graph: the gates' products are made a block of [`BLOCK`]
 //! nodes at a time and go straight into the cell, so that a large graph's
 //! step buffers are 7 floats of state width a node, not 15 (a 12,000-node
-//! unit's at 66 channels: 23 MB, not 48 MB, written and read each step).
+//! unit's at 66 channels: 23 MB, not 48 MB, written and read each step),
+//! and `F`'s rows are packed, each node's only as long as the blocks it
+//! needs.
 //! The gated mean and the cell are plain loops (the transcendentals the
 //! kernels' branch-free ones), compiled for AVX-512 or AVX2+FMA where the
 //! CPU has it.
@@ -162,12 +164,27 @@ impl Wide {
         let (slot, first) = forward::first_needed(e.sources, n, h);
         let fused = self.packing(&slot, int8);
         let (mut hq, mut mq) = (int8::Quantised::default(), int8::Quantised::default());
+        // `F` packed: each node's row holds only the blocks it needs, from
+        // its first needed column rounded down to 16 (where the products
+        // start writing) to the end; a node that sends nothing has none.
+        // `row0[v]` is where node v's column 0 would sit (the products'
+        // reference point); a leading pad of one full row keeps each inside
+        // the buffer. About half of `[N, 6h]` on real graphs, so half the
+        // pages to touch and the gathers closer together.
+        let width = 6 * h;
+        let mut row0 = Vec::with_capacity(n);
+        let mut end = width;
+        for &c in &first {
+            let start = if c >= width { width } else { c / gemm::LANES * gemm::LANES };
+            row0.push(end - start);
+            end += width - start;
+        }
         // Each edge's message: its source's row of `F`, its type's block.
         let offsets: Vec<usize> =
-            e.sources.iter().map(|&s| (s / EDGE_TYPES as i64) as usize * 6 * h + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();
+            e.sources.iter().map(|&s| row0[(s / EDGE_TYPES as i64) as usize] + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();
         let mut cur = h0.to_vec();
         let mut next = vec![0f32; n * h];
-        let (mut f, mut m) = (vec![0f32; n * 6 * h], vec![0f32; n * h]);
+        let (mut f, mut m) = (vec![0f32; end], vec![0f32; n * h]);
         let mut settle = Settle::new(e.graphs, depth);
         // The row groups of each run of graphs still going, made again
         // only when the runs change.
@@ -181,11 +198,12 @@ impl Wide {
             }
             for (rows, groups) in &runs {
                 let (x, len) = (rows.start, rows.len());
+                let at = &row0[x..x + len];
                 match &*fused {
-                    Fused::F32(w) => gemm::product_rows::<f32>(&cur[x * h..], h, groups, w, &mut f[x * 6 * h..], 6 * h, threads),
+                    Fused::F32(w) => gemm::product_rows_at(&cur[x * h..], h, groups, w, &mut f, at, threads),
                     Fused::Int8(w) => {
                         hq.rows(&cur[x * h..], h, len, h, threads);
-                        int8::product_rows(&hq, groups, w, &mut f[x * 6 * h..], 6 * h, threads);
+                        int8::product_rows_at(&hq, groups, w, &mut f, at, threads);
                     }
                 }
                 self.aggregate(e, &offsets, rows.clone(), &f, gates, &mut m, threads);

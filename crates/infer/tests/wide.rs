@@ -310,7 +310,7 @@ fn summed_and_max_messages_match_the_reference_on_both_steps() {
     }
 }
 
-/// Adaptive depth: each graph stops when its states stop moving (within
+/// Adaptive depth (FP32 and INT8): each graph stops when its states stop moving (within
 /// the tolerance), at most `max_steps`; a graph's probabilities and step
 /// count are those of the same graph alone, and those of a fixed run of
 /// that many steps, bit for bit; a zero tolerance runs the cap.
@@ -323,23 +323,29 @@ fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
     let model = Model::open(dir.path()).unwrap();
     let inputs = inputs(&model.vocabulary);
     let batch = batch_of(&inputs);
-    let got = model.node_probabilities(&batch, &fp32(None)).unwrap();
-    eprintln!("steps per graph: {:?}", got.steps_per_graph);
-    assert_eq!(got.steps_per_graph.len(), 3);
-    assert!(got.steps_per_graph.iter().all(|&s| (1..60).contains(&s)), "{:?}: none converged", got.steps_per_graph);
-    assert_eq!(got.steps, *got.steps_per_graph.iter().max().unwrap());
     let bits = |p: &[f32]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let offsets = batch.offsets().to_vec();
-    for (g, input) in inputs.iter().enumerate() {
-        let rows = offsets[g] as usize * 2..offsets[g + 1] as usize * 2;
-        let root = Some((g as u32 * 11) % input.node_count() as u32);
-        let alone = Batch::from_samples(&[Sample { graph: input, root, positives: None }]).unwrap();
-        let one = model.node_probabilities(&alone, &fp32(None)).unwrap();
-        assert_eq!(one.steps_per_graph, vec![got.steps_per_graph[g]], "graph {g}: steps alone");
-        assert_eq!(bits(&one.probabilities), bits(&got.probabilities[rows.clone()]), "graph {g} alone");
-        let fixed = model.node_probabilities(&alone, &fp32(Some(got.steps_per_graph[g]))).unwrap();
-        assert_eq!(bits(&fixed.probabilities), bits(&one.probabilities), "graph {g}: a fixed run of its steps");
+    // FP32 and the general step's INT8 products alike (their quantisation
+    // is per node, so a graph's arithmetic is its own in any batch).
+    for dtype in [Dtype::F32, Dtype::Int8] {
+        let opts = |steps: Option<i64>| Options { steps, threads: 1, dtype, isa: None };
+        let got = model.node_probabilities(&batch, &opts(None)).unwrap();
+        eprintln!("{dtype}: steps per graph: {:?}", got.steps_per_graph);
+        assert_eq!(got.steps_per_graph.len(), 3);
+        assert!(got.steps_per_graph.iter().all(|&s| (1..60).contains(&s)), "{dtype}: {:?}: none converged", got.steps_per_graph);
+        assert_eq!(got.steps, *got.steps_per_graph.iter().max().unwrap());
+        for (g, input) in inputs.iter().enumerate() {
+            let rows = offsets[g] as usize * 2..offsets[g + 1] as usize * 2;
+            let root = Some((g as u32 * 11) % input.node_count() as u32);
+            let alone = Batch::from_samples(&[Sample { graph: input, root, positives: None }]).unwrap();
+            let one = model.node_probabilities(&alone, &opts(None)).unwrap();
+            assert_eq!(one.steps_per_graph, vec![got.steps_per_graph[g]], "{dtype}, graph {g}: steps alone");
+            assert_eq!(bits(&one.probabilities), bits(&got.probabilities[rows.clone()]), "{dtype}, graph {g} alone");
+            let fixed = model.node_probabilities(&alone, &opts(Some(got.steps_per_graph[g]))).unwrap();
+            assert_eq!(bits(&fixed.probabilities), bits(&one.probabilities), "{dtype}, graph {g}: a fixed run of its steps");
+        }
     }
+    let got = model.node_probabilities(&batch, &fp32(None)).unwrap();
     // `steps` caps the rule: no graph runs more, one that stops earlier
     // still stops where it did.
     let least = *got.steps_per_graph.iter().min().unwrap();

@@ -177,28 +177,55 @@ impl RowGroups {
 
 /// [`product`] for the rows of `groups`, each from its group's first
 /// column (rounded down to a whole vector of 16: a few columns before it
-/// may be written too); the other columns of `out` are left as they are.
+/// may be written too; a group at or past the last column computes
+/// nothing); the other columns of `out` are left as they are.
 /// Every group is split evenly over the threads, so that each thread gets
 /// the same mix of long and short rows.
 pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
+    let extent = groups.len();
+    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    product_rows_by(a, lda, groups, b, out, |r| r * ldo, threads)
+}
+
+/// [`product_rows`] with each row's output placed on its own: row `r`'s
+/// column `c` at `out[row0[r] + c]`. A row whose group starts at column
+/// `f` writes only from `f` rounded down to 16, so rows may be packed
+/// shorter than the right-hand side (the general step's messages: each
+/// node only the blocks it needs, `row0[r]` that much before its place).
+pub fn product_rows_at(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
+    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(|&r| r + b.cols <= out.len()), "output too short");
+    product_rows_by(a, lda, groups, b, out, |r| row0[r], threads)
+}
+
+/// [`product_rows`], row `r`'s column 0 at `out[col0(r)]` (checked by the
+/// callers to hold the row's columns).
+fn product_rows_by<O: Elem>(
+    a: &[f32],
+    lda: usize,
+    groups: &RowGroups,
+    b: &Packed,
+    out: &mut [O],
+    col0: impl Fn(usize) -> usize + Sync,
+    threads: usize,
+) {
     assert!(!b.bf16 || available(true), "BF16 products need AVX512-BF16");
     let narrow = std::mem::size_of::<O>() == 2;
     assert!(!narrow || b.bf16, "BF16 results come from BF16 products only");
     // The groups hold every row below their length once.
     let extent = groups.len();
     assert!(extent == 0 || (a.len() >= (extent - 1) * lda + b.k && lda >= b.k), "left-hand side too short");
-    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     if !available(false) {
         // FP32 below AVX-512: AVX2+FMA or portable (no BF16 results).
         assert!(!narrow, "BF16 results need AVX512-BF16");
         let isa = cpu::active();
         let shared = Rows::new(out);
         par_ranges(groups.len(), threads, |range| {
-            for (first, share) in groups.shares(range) {
+            // A group past the last column computes nothing.
+            for (first, share) in groups.shares(range).filter(|(first, _)| *first < b.cols) {
                 let at = |i: usize| {
                     let r = groups.row(share.start + i);
                     // SAFETY: each range writes its own rows (as below).
-                    unsafe { (a.as_ptr().add(r * lda), (shared.ptr() as *mut f32).add(r * ldo)) }
+                    unsafe { (a.as_ptr().add(r * lda), (shared.ptr() as *mut f32).add(col0(r))) }
                 };
                 // SAFETY: rows below `extent`, checked against both buffers.
                 unsafe { portable::rows(isa, at, share.end - share.start, b, first / LANES) };
@@ -221,7 +248,7 @@ pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Pack
         };
         let shared = Rows::new(out);
         par_ranges(groups.len(), threads, |range| {
-            for (first, share) in groups.shares(range) {
+            for (first, share) in groups.shares(range).filter(|(first, _)| *first < b.cols) {
                 let (start, end) = (share.start, share.end);
                 let v0 = first / LANES;
                 let out = shared.ptr();
@@ -234,19 +261,19 @@ pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Pack
                     if narrow {
                         let at = |i: usize| {
                             let r = groups.row(start + i);
-                            (pairs.as_ptr().add(r * half), (out as *mut u16).add(r * ldo))
+                            (pairs.as_ptr().add(r * half), (out as *mut u16).add(col0(r)))
                         };
                         rows_bf16_out(at, end - start, b, v0);
                     } else if b.bf16 {
                         let at = |i: usize| {
                             let r = groups.row(start + i);
-                            (pairs.as_ptr().add(r * half), (out as *mut f32).add(r * ldo))
+                            (pairs.as_ptr().add(r * half), (out as *mut f32).add(col0(r)))
                         };
                         rows_bf16(at, end - start, b, v0);
                     } else {
                         let at = |i: usize| {
                             let r = groups.row(start + i);
-                            (a.as_ptr().add(r * lda) as *const u32, (out as *mut f32).add(r * ldo))
+                            (a.as_ptr().add(r * lda) as *const u32, (out as *mut f32).add(col0(r)))
                         };
                         rows_f32(at, end - start, b, v0);
                     }
@@ -434,17 +461,7 @@ precision!(rows_bf16_out, tile_bf16_out, "avx512f,avx512bf16,avx512bw,avx512vl",
 /// in range order: the same bits at a thread count. Needs
 /// [`available`]`(false)`.
 #[allow(clippy::too_many_arguments)]
-pub fn outer_accumulate(
-    x: &[f32],
-    ldx: usize,
-    y: &[f32],
-    ldy: usize,
-    rows: usize,
-    cols: usize,
-    k: usize,
-    acc: &mut [f32],
-    threads: usize,
-) {
+pub fn outer_accumulate(x: &[f32], ldx: usize, y: &[f32], ldy: usize, rows: usize, cols: usize, k: usize, acc: &mut [f32], threads: usize) {
     assert!(available(false), "the hand-written products need AVX-512");
     assert!(rows == 0 || (ldx >= cols && x.len() >= (rows - 1) * ldx + cols), "gradient too short");
     assert!(rows == 0 || (ldy >= k && y.len() >= (rows - 1) * ldy + k), "input too short");
@@ -559,7 +576,9 @@ mod tests {
                 all.push((isa, false));
             }
         }
-        if crate::cpu::run_test_on(Isa::Avx512, &format!("{test} [bf16]")) && crate::cpu::run_test_with("avx512_bf16", &format!("{test} [bf16]")) {
+        if crate::cpu::run_test_on(Isa::Avx512, &format!("{test} [bf16]"))
+            && crate::cpu::run_test_with("avx512_bf16", &format!("{test} [bf16]"))
+        {
             all.push((Isa::Avx512, true));
         }
         all

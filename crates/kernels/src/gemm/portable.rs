@@ -88,7 +88,8 @@ mod avx2 {
                 while r < end {
                     let tile = (end - r).min(TILE_ROWS);
                     let t = (r - block) / TILE_ROWS;
-                    let out: [*mut f32; TILE_ROWS] = std::array::from_fn(|i| if i < tile { op[t][i].add(v * LANES) } else { std::ptr::null_mut() });
+                    let out: [*mut f32; TILE_ROWS] =
+                        std::array::from_fn(|i| if i < tile { op[t][i].add(v * LANES) } else { std::ptr::null_mut() });
                     match tile {
                         6 => tile_rows::<6>(&ap[t], bp, b.stride, b.k, &out, live),
                         5 => tile_rows::<5>(&ap[t], bp, b.stride, b.k, &out, live),

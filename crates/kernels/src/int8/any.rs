@@ -229,9 +229,25 @@ unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32
 /// the last column computes nothing); `out` row stride `ldo`.
 pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
     let extent = groups.len();
+    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    product_rows_by(x, groups, b, out, |r| r * ldo, threads)
+}
+
+/// [`product_rows`] with each row's output placed on its own, row `r`'s
+/// column `c` at `out[row0[r] + c]`, as `gemm::product_rows_at` (rows
+/// packed shorter than the right-hand side: a row writes only from its
+/// group's first column rounded down to 16).
+pub fn product_rows_at(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
+    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(|&r| r + b.cols <= out.len()), "output too short");
+    product_rows_by(x, groups, b, out, |r| row0[r], threads)
+}
+
+/// [`product_rows`], row `r`'s column 0 at `out[col0(r)]` (checked by the
+/// callers to hold the row's columns).
+fn product_rows_by(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], col0: impl Fn(usize) -> usize + Sync, threads: usize) {
+    let extent = groups.len();
     assert_eq!(x.k, b.k, "the rows' width and the weight's");
     assert!(extent <= x.rows, "rows not quantised");
-    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
     let path = super::path();
     let shared = Rows::new(out);
     par_ranges(extent, threads, |range| {
@@ -242,8 +258,8 @@ pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f3
             let out = shared.ptr();
             let at = |i: usize| {
                 let r = groups.row(share.start + i);
-                // SAFETY: every row is below `extent`, checked above.
-                (r, unsafe { out.add(r * ldo) })
+                // SAFETY: every row's place holds its columns, checked by the callers.
+                (r, unsafe { out.add(col0(r)) })
             };
             let first = first / LANES * LANES;
             // SAFETY: each range writes its own rows (disjoint shares); the
