@@ -656,6 +656,51 @@ mod tests {
         }
     }
 
+    /// Rows placed on their own (`product_rows_at`), packed as the general
+    /// step packs its messages: each row only from its group's first
+    /// column rounded down to 16, one after another, a row that needs
+    /// nothing (first column past the last) empty; each row's columns are
+    /// the full product's, bit for bit, and nothing else is written (the
+    /// leading pad and the gaps stay NaN). FP32 on every path the CPU runs.
+    #[test]
+    fn rows_placed_on_their_own_pack_as_the_general_step_does() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            if !crate::cpu::run_test_on(isa, &format!("gemm::rows_placed_on_their_own_pack_as_the_general_step_does [{isa}]")) {
+                continue;
+            }
+            crate::cpu::with_cap(isa, || {
+                let (rows, h, k) = (517, 66, 66);
+                let cols = 6 * h;
+                let a: Vec<f32> = (0..rows * k).map(|i| ((i as f32) * 0.377).sin()).collect();
+                let w: Vec<f32> = (0..cols * k).map(|i| ((i as f32) * 0.611).cos()).collect();
+                let packed = Packed::from_weight(&w, cols, k, false);
+                let mut full = vec![0f32; rows * cols];
+                product(&a, k, rows, &packed, &mut full, cols, 1);
+                let first: Vec<usize> = (0..rows).map(|r| (r * 7919 % 7) * h).collect();
+                let (mut row0, mut end) = (Vec::new(), cols);
+                for &f in &first {
+                    let start = if f >= cols { cols } else { f / LANES * LANES };
+                    row0.push(end - start);
+                    end += cols - start;
+                }
+                let groups = RowGroups::by_first_column(&first);
+                for threads in [1, 3] {
+                    let mut out = vec![f32::NAN; end];
+                    product_rows_at(&a, k, &groups, &packed, &mut out, &row0, threads);
+                    let mut written = 0;
+                    for r in 0..rows {
+                        let start = if first[r] >= cols { cols } else { first[r] / LANES * LANES };
+                        for c in start..cols {
+                            assert_eq!(out[row0[r] + c].to_bits(), full[r * cols + c].to_bits(), "{isa}, {threads} threads: [{r}, {c}]");
+                        }
+                        written += cols - start;
+                    }
+                    assert_eq!(out.iter().filter(|x| !x.is_nan()).count(), written, "{isa}, {threads} threads: written outside the rows");
+                }
+            });
+        }
+    }
+
     /// The weight gradient `xᵀ · y` added to what the accumulator held,
     /// against a plain loop, at shapes with every tile remainder and padded
     /// strides; the same bits again at a thread count.

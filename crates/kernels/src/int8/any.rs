@@ -589,6 +589,49 @@ mod tests {
         }
     }
 
+    /// Rows placed on their own (`product_rows_at`), packed as the general
+    /// step packs its messages, are the rows' product bit for bit, and
+    /// nothing outside them is written; on every path the CPU runs.
+    #[test]
+    fn rows_placed_on_their_own_are_the_rows_product() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Vnni] {
+            if !cpu::run_test_on(isa, &format!("int8::any::tests::rows_placed_on_their_own_are_the_rows_product [{isa}]")) {
+                continue;
+            }
+            let (rows, h) = (301, 66);
+            let cols = 6 * h;
+            let x = values(rows * h, 37, 1.0);
+            let w = values(cols * h, 41, 0.5);
+            let first: Vec<usize> = (0..rows).map(|r| (r * 7919 % 7) * h).collect();
+            let (mut row0, mut end) = (Vec::new(), cols);
+            for &f in &first {
+                let start = if f >= cols { cols } else { f / LANES * LANES };
+                row0.push(end - start);
+                end += cols - start;
+            }
+            let groups = RowGroups::by_first_column(&first);
+            let (full, packed) = cpu::with_cap(isa, || {
+                let b = Packed::from_weight(&w, cols, h);
+                let mut q = Quantised::default();
+                q.rows(&x, h, rows, h, 1);
+                let mut full = vec![f32::NAN; rows * cols];
+                product_rows(&q, &groups, &b, &mut full, cols, 2);
+                let mut packed = vec![f32::NAN; end];
+                product_rows_at(&q, &groups, &b, &mut packed, &row0, 2);
+                (full, packed)
+            });
+            let mut written = 0;
+            for r in 0..rows {
+                let start = if first[r] >= cols { cols } else { first[r] / LANES * LANES };
+                for c in start..cols {
+                    assert_eq!(packed[row0[r] + c].to_bits(), full[r * cols + c].to_bits(), "{isa}: [{r}, {c}]");
+                }
+                written += cols - start;
+            }
+            assert_eq!(packed.iter().filter(|v| !v.is_nan()).count(), written, "{isa}: written outside the rows");
+        }
+    }
+
     #[test]
     fn the_split_leaves_two_entries_at_least() {
         assert_eq!(split(66), (64, 2));
