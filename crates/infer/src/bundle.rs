@@ -92,15 +92,22 @@ pub struct SourceCompile {
     pub levels: Option<Vec<String>>,
 }
 
+/// The levels of training IR from a bundle's `source.levels`, else from
+/// the `-O` flag among its `source.flags` (shared with the learned pass,
+/// which reads only those two fields).
+pub fn levels_of(flags: &[String], levels: Option<&[String]>) -> Vec<String> {
+    match levels {
+        Some(levels) => levels.to_vec(),
+        None => flags.iter().filter_map(|f| f.strip_prefix('-').filter(|l| l.starts_with('O'))).map(String::from).collect(),
+    }
+}
+
 impl SourceCompile {
     /// The levels the training IR was compiled at: [`SourceCompile::levels`],
     /// else the `-O` flag in `flags` (`-O2` gives `O2`); empty when
     /// neither says (NCC's IR, compiled by its authors).
     pub fn trained_levels(&self) -> Vec<String> {
-        match &self.levels {
-            Some(levels) => levels.clone(),
-            None => self.flags.iter().filter_map(|f| f.strip_prefix('-').filter(|l| l.starts_with('O'))).map(String::from).collect(),
-        }
+        levels_of(&self.flags, self.levels.as_deref())
     }
 
     /// Whether the training IR included optimised IR (a level other than

@@ -199,11 +199,14 @@ impl Wide {
             for (rows, groups) in &runs {
                 let (x, len) = (rows.start, rows.len());
                 let at = &row0[x..x + len];
+                // SAFETY (both products): the rows were packed one after
+                // another above, each from its group's first column
+                // rounded down to 16, so their written ranges are disjoint.
                 match &*fused {
-                    Fused::F32(w) => gemm::product_rows_at(&cur[x * h..], h, groups, w, &mut f, at, threads),
+                    Fused::F32(w) => unsafe { gemm::product_rows_at(&cur[x * h..], h, groups, w, &mut f, at, threads) },
                     Fused::Int8(w) => {
                         hq.rows(&cur[x * h..], h, len, h, threads);
-                        int8::product_rows_at(&hq, groups, w, &mut f, at, threads);
+                        unsafe { int8::product_rows_at(&hq, groups, w, &mut f, at, threads) };
                     }
                 }
                 self.aggregate(e, &offsets, rows.clone(), &f, gates, &mut m, threads);

@@ -192,8 +192,14 @@ pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Pack
 /// `f` writes only from `f` rounded down to 16, so rows may be packed
 /// shorter than the right-hand side (the general step's messages: each
 /// node only the blocks it needs, `row0[r]` that much before its place).
-pub fn product_rows_at(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
-    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(|&r| r + b.cols <= out.len()), "output too short");
+///
+/// # Safety
+/// The rows' written ranges, `row0[r] + ⌊first / 16⌋ · 16 .. row0[r] +
+/// cols` for each row of `groups`, do not overlap (threads write them at
+/// once); that each is inside `out` is checked.
+pub unsafe fn product_rows_at(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
+    let fits = |&r: &usize| r.checked_add(b.cols).is_some_and(|end| end <= out.len());
+    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(fits), "output too short");
     product_rows_by(a, lda, groups, b, out, |r| row0[r], threads)
 }
 
@@ -686,7 +692,8 @@ mod tests {
                 let groups = RowGroups::by_first_column(&first);
                 for threads in [1, 3] {
                     let mut out = vec![f32::NAN; end];
-                    product_rows_at(&a, k, &groups, &packed, &mut out, &row0, threads);
+                    // SAFETY: the rows are packed one after another.
+                    unsafe { product_rows_at(&a, k, &groups, &packed, &mut out, &row0, threads) };
                     let mut written = 0;
                     for r in 0..rows {
                         let start = if first[r] >= cols { cols } else { first[r] / LANES * LANES };

@@ -33,7 +33,31 @@ pub struct Config {
     /// pass reads the levels, to say when a module's IR is of a level the
     /// bundle never saw.
     #[serde(default)]
-    pub source: Option<programl_infer::bundle::SourceCompile>,
+    pub source: Option<Source>,
+}
+
+/// `config.json`'s `source`, the part the pass reads (other fields, now
+/// or later, are left to `programl_infer::bundle::SourceCompile`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Source {
+    #[serde(default)]
+    pub flags: Vec<String>,
+    #[serde(default)]
+    pub levels: Option<Vec<String>>,
+}
+
+impl Source {
+    /// The levels the training IR was compiled at, as
+    /// `programl_infer::bundle::SourceCompile::trained_levels`.
+    pub fn trained_levels(&self) -> Vec<String> {
+        programl_infer::bundle::levels_of(&self.flags, self.levels.as_deref())
+    }
+
+    /// `(unoptimised, optimised)`: whether the training IR had each.
+    pub fn trained_on(&self) -> (bool, bool) {
+        let levels = self.trained_levels();
+        (levels.iter().any(|l| l == "O0"), levels.iter().any(|l| l != "O0"))
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

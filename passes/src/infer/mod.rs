@@ -526,8 +526,11 @@ unsafe fn run_graph(
         }
     };
     let config = &bundle.config;
-    // -O0 IR as clang makes it marks every defined function `optnone`.
-    let optimised = optimised.or_else(|| has_optnone(module).then_some(false));
+    // -O0 IR as clang makes it marks every function it defines `optnone`
+    // (and an optimising pipeline leaves such functions alone: -O0 objects
+    // in an -O2 LTO link stay -O0 IR); without that mark, the pipeline's
+    // level says, where the pass knows it.
+    let optimised = if mostly_optnone(module) { Some(false) } else { optimised };
     if let (Some(optimised), Some(source)) = (optimised, &config.source) {
         warn_unseen_level(&name, &bundle.dir, source, optimised);
     }
@@ -619,24 +622,30 @@ unsafe fn run_graph(
     Ok(())
 }
 
-/// Whether a function defined in `module` has the `optnone` attribute
-/// (clang -O0 gives it to every function it defines, unless told not to).
+/// Whether at least half of the functions defined in `module` have the
+/// `optnone` attribute: -O0 IR as clang makes it (every function of the
+/// source gets it, unless told not to), not optimised IR with a few
+/// functions the user marked `optnone`. The static initialisers clang adds
+/// (section `.text.startup`) get no `optnone` even at -O0 and are not
+/// counted.
 ///
 /// # Safety
 /// `module` is a valid module.
-unsafe fn has_optnone(module: LLVMModuleRef) -> bool {
+unsafe fn mostly_optnone(module: LLVMModuleRef) -> bool {
     let name = "optnone";
     let kind = LLVMGetEnumAttributeKindForName(name.as_ptr().cast(), name.len());
+    let (mut defined, mut marked) = (0usize, 0usize);
     let mut f = LLVMGetFirstFunction(module);
     while !f.is_null() {
-        if LLVMIsDeclaration(f) == 0
-            && !LLVMGetEnumAttributeAtIndex(f, llvm_plugin::inkwell::llvm_sys::LLVMAttributeFunctionIndex, kind).is_null()
-        {
-            return true;
+        let section = LLVMGetSection(f);
+        let startup = !section.is_null() && std::ffi::CStr::from_ptr(section).to_bytes().starts_with(b".text.startup");
+        if LLVMIsDeclaration(f) == 0 && !startup {
+            defined += 1;
+            marked += !LLVMGetEnumAttributeAtIndex(f, llvm_plugin::inkwell::llvm_sys::LLVMAttributeFunctionIndex, kind).is_null() as usize;
         }
         f = LLVMGetNextFunction(f);
     }
-    false
+    defined > 0 && 2 * marked >= defined
 }
 
 /// Warns, once a process for each bundle, when a graph-level bundle meets
@@ -645,7 +654,7 @@ unsafe fn has_optnone(module: LLVMModuleRef) -> bool {
 /// (`config.json`'s `source`: its `levels`, else its `-O` flag). Measured
 /// on POJ-104: its -O0 bundle classifies -O1 to -O3 IR at 0.10, against
 /// 0.83 at -O0 (models/README.md, "POJ-104"). The decision is still made.
-fn warn_unseen_level(name: &str, dir: &Path, source: &programl_infer::bundle::SourceCompile, optimised: bool) {
+fn warn_unseen_level(name: &str, dir: &Path, source: &bundle::Source, optimised: bool) {
     static WARNED: std::sync::Mutex<BTreeSet<std::path::PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
     let (unoptimised_seen, optimised_seen) = source.trained_on();
     if (!unoptimised_seen && !optimised_seen) || (optimised && optimised_seen) || (!optimised && unoptimised_seen) {

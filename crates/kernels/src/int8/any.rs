@@ -34,7 +34,8 @@ use crate::elem::madd;
 use crate::gemm::RowGroups;
 use crate::threads::{par_ranges, Rows};
 
-const LANES: usize = 16;
+// The products' vectors, as `gemm`'s (the general step packs its rows by it).
+use crate::gemm::LANES;
 const TILE_ROWS: usize = 6;
 const TILE_VECS: usize = 4;
 
@@ -185,9 +186,12 @@ fn quantise_rows(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mu
 }
 
 /// [`quantise_rows`] in AVX-512, 16 entries an instruction: the largest
-/// magnitude by `vmaxps`, the bytes by `vcvtps2dq` (nearest even, as
-/// [`quantise`]; `|x| · 127 / max |x|` rounds to at most 127, so no clamp)
-/// and `vpmovdb`, as the 34-wide step's `rows_to_nodes`.
+/// magnitude by `vmaxps` (the new value first, so that a NaN is passed
+/// over, as `f32::max` does), the bytes by a clamp to ±127 (which keeps a
+/// NaN: a row whose largest magnitude is below ~4e-37 has an infinite
+/// `127 / max`, and the scalar [`quantise`] clamps), `vcvtps2dq` (nearest
+/// even, as [`quantise`]; a NaN gives 0 after the offset, as there) and
+/// `vpmovdb`: the scalar loop's bytes exactly.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mut [f32], tails: &mut [f32]) {
@@ -202,11 +206,12 @@ unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32
         }
     };
     let bias = _mm512_set1_epi32(128);
+    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
     for (r, s) in scales.iter_mut().enumerate() {
         let row = x[r * lda..][..k].as_ptr();
         let mut most = _mm512_setzero_ps();
         for c in 0..chunks {
-            most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask(c), row.add(c * LANES))));
+            most = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(mask(c), row.add(c * LANES))), most);
         }
         let (inv, scale) = quantiser(_mm512_reduce_max_ps(most));
         *s = scale;
@@ -215,7 +220,10 @@ unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32
         for c in 0..chunks {
             let m = mask(c);
             let a = _mm512_maskz_loadu_ps(m, row.add(c * LANES));
-            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)), bias));
+            // `vmaxps`/`vminps` return their second operand when either is
+            // NaN: the product second keeps it.
+            let y = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(a, inv)));
+            let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(y), bias));
             // `qk` is whole quads: a chunk's live lanes are whole quads.
             _mm_mask_storeu_epi8(out.add(c * LANES / 4) as *mut i8, m, bytes);
         }
@@ -237,8 +245,14 @@ pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f3
 /// column `c` at `out[row0[r] + c]`, as `gemm::product_rows_at` (rows
 /// packed shorter than the right-hand side: a row writes only from its
 /// group's first column rounded down to 16).
-pub fn product_rows_at(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
-    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(|&r| r + b.cols <= out.len()), "output too short");
+///
+/// # Safety
+/// The rows' written ranges, `row0[r] + ⌊first / 16⌋ · 16 .. row0[r] +
+/// cols` for each row of `groups`, do not overlap (threads write them at
+/// once); that each is inside `out` is checked.
+pub unsafe fn product_rows_at(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
+    let fits = |&r: &usize| r.checked_add(b.cols).is_some_and(|end| end <= out.len());
+    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(fits), "output too short");
     product_rows_by(x, groups, b, out, |r| row0[r], threads)
 }
 
@@ -552,11 +566,18 @@ mod tests {
         for (rows, k, _) in SHAPES {
             let mut x = values(rows * (k + 3), 23 + k as u64, 2.0);
             x[k / 2] = 0.5 / 127.0 * 3.0; // a value at a rounding tie's scale
+            if rows > 2 {
+                // A row of magnitudes so small that `127 / max` is infinite,
+                // and a row with a NaN among its quantised entries.
+                x[k + 3..2 * (k + 3)].iter_mut().for_each(|v| *v *= 1e-37);
+                x[2 * (k + 3) + k / 3] = f32::NAN;
+            }
             let rows_of = |isa: Isa| {
                 cpu::with_cap(isa, || {
                     let mut q = Quantised::default();
                     q.rows(&x, k + 3, rows, k, 1);
-                    (q.quads, q.scales.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), q.tails)
+                    let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                    (q.quads.clone(), bits(&q.scales), bits(&q.tails))
                 })
             };
             assert_eq!(rows_of(Isa::Vnni), rows_of(Isa::Portable), "[{rows}, {k}]");
@@ -617,7 +638,8 @@ mod tests {
                 let mut full = vec![f32::NAN; rows * cols];
                 product_rows(&q, &groups, &b, &mut full, cols, 2);
                 let mut packed = vec![f32::NAN; end];
-                product_rows_at(&q, &groups, &b, &mut packed, &row0, 2);
+                // SAFETY: the rows are packed one after another.
+                unsafe { product_rows_at(&q, &groups, &b, &mut packed, &row0, 2) };
                 (full, packed)
             });
             let mut written = 0;
