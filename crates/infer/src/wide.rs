@@ -168,17 +168,10 @@ impl Wide {
         // its first needed column rounded down to 16 (where the products
         // start writing) to the end; a node that sends nothing has none.
         // `row0[v]` is where node v's column 0 would sit (the products'
-        // reference point); a leading pad of one full row keeps each inside
-        // the buffer. About half of `[N, 6h]` on real graphs, so half the
-        // pages to touch and the gathers closer together.
-        let width = 6 * h;
-        let mut row0 = Vec::with_capacity(n);
-        let mut end = width;
-        for &c in &first {
-            let start = if c >= width { width } else { c / gemm::LANES * gemm::LANES };
-            row0.push(end - start);
-            end += width - start;
-        }
+        // reference point; `gemm::packed_rows`). About half of `[N, 6h]` on
+        // real graphs, so half the pages to touch and the gathers closer
+        // together.
+        let (row0, end) = gemm::packed_rows(&first, 6 * h);
         // Each edge's message: its source's row of `F`, its type's block.
         let offsets: Vec<usize> =
             e.sources.iter().map(|&s| row0[(s / EDGE_TYPES as i64) as usize] + slot[(s % EDGE_TYPES as i64) as usize] * h).collect();

@@ -203,6 +203,35 @@ pub unsafe fn product_rows_at(a: &[f32], lda: usize, groups: &RowGroups, b: &Pac
     product_rows_by(a, lda, groups, b, out, |r| row0[r], threads)
 }
 
+/// The column a row needing the columns from `first` on is written from
+/// ([`product_rows`]): `first` rounded down to a vector of 16, or `cols`
+/// (nothing) when it needs none.
+pub fn written_from(first: usize, cols: usize) -> usize {
+    if first >= cols {
+        cols
+    } else {
+        first / LANES * LANES
+    }
+}
+
+/// Rows packed one after another for [`product_rows_at`], each only as
+/// long as it is written ([`written_from`]): each row's `row0` (where its
+/// column 0 would sit) and the buffer's length. A leading pad of `cols`
+/// keeps every `row0` inside the buffer.
+pub fn packed_rows(first: &[usize], cols: usize) -> (Vec<usize>, usize) {
+    let mut end = cols;
+    let row0 = first
+        .iter()
+        .map(|&f| {
+            let start = written_from(f, cols);
+            let row0 = end - start;
+            end += cols - start;
+            row0
+        })
+        .collect();
+    (row0, end)
+}
+
 /// [`product_rows`], row `r`'s column 0 at `out[col0(r)]` (checked by the
 /// callers to hold the row's columns).
 fn product_rows_by<O: Elem>(
@@ -683,12 +712,7 @@ mod tests {
                 let mut full = vec![0f32; rows * cols];
                 product(&a, k, rows, &packed, &mut full, cols, 1);
                 let first: Vec<usize> = (0..rows).map(|r| (r * 7919 % 7) * h).collect();
-                let (mut row0, mut end) = (Vec::new(), cols);
-                for &f in &first {
-                    let start = if f >= cols { cols } else { f / LANES * LANES };
-                    row0.push(end - start);
-                    end += cols - start;
-                }
+                let (row0, end) = packed_rows(&first, cols);
                 let groups = RowGroups::by_first_column(&first);
                 for threads in [1, 3] {
                     let mut out = vec![f32::NAN; end];
@@ -696,7 +720,7 @@ mod tests {
                     unsafe { product_rows_at(&a, k, &groups, &packed, &mut out, &row0, threads) };
                     let mut written = 0;
                     for r in 0..rows {
-                        let start = if first[r] >= cols { cols } else { first[r] / LANES * LANES };
+                        let start = written_from(first[r], cols);
                         for c in start..cols {
                             assert_eq!(out[row0[r] + c].to_bits(), full[r * cols + c].to_bits(), "{isa}, {threads} threads: [{r}, {c}]");
                         }

@@ -624,12 +624,7 @@ mod tests {
             let x = values(rows * h, 37, 1.0);
             let w = values(cols * h, 41, 0.5);
             let first: Vec<usize> = (0..rows).map(|r| (r * 7919 % 7) * h).collect();
-            let (mut row0, mut end) = (Vec::new(), cols);
-            for &f in &first {
-                let start = if f >= cols { cols } else { f / LANES * LANES };
-                row0.push(end - start);
-                end += cols - start;
-            }
+            let (row0, end) = crate::gemm::packed_rows(&first, cols);
             let groups = RowGroups::by_first_column(&first);
             let (full, packed) = cpu::with_cap(isa, || {
                 let b = Packed::from_weight(&w, cols, h);
@@ -644,7 +639,7 @@ mod tests {
             });
             let mut written = 0;
             for r in 0..rows {
-                let start = if first[r] >= cols { cols } else { first[r] / LANES * LANES };
+                let start = crate::gemm::written_from(first[r], cols);
                 for c in start..cols {
                     assert_eq!(packed[row0[r] + c].to_bits(), full[r * cols + c].to_bits(), "{isa}: [{r}, {c}]");
                 }
