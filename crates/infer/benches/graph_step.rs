@@ -45,7 +45,7 @@ fn sources() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for dir in ["examples/ddf", "tests/data/conformance"] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
-            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .unwrap_or_else(|e| fail(&format!("{dir}: {e}")))
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "c"))
             .collect();
@@ -64,6 +64,12 @@ fn graph_of(src: &Path, flags: &[String], dir: &Path) -> Option<programl::Progra
         return None;
     }
     programl::builder::build_file(&ll, &Default::default()).ok()
+}
+
+/// Bad input (a variable's value, a bundle): one line naming it, exit 2.
+fn fail(message: &str) -> ! {
+    eprintln!("graph_step: {message}");
+    std::process::exit(2)
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -86,7 +92,7 @@ fn main() {
     let dtypes: Vec<Dtype> = std::env::var("PROGRAML_BENCH_DTYPES")
         .unwrap_or_else(|_| "f32,int8,auto".into())
         .split(',')
-        .map(|d| d.parse().unwrap_or_else(|e| panic!("PROGRAML_BENCH_DTYPES: {e}")))
+        .map(|d| d.parse().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_DTYPES: {e}"))))
         .collect();
     let tmp = std::env::temp_dir().join(format!("programl-graph-step-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
@@ -100,7 +106,7 @@ fn main() {
         "bundle", "width", "dtype", "precision", "path", "ms/pass", "ns/node-step", "max |Δp|"
     );
     for dir in &models {
-        let model = Model::open(&root().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let model = Model::open(&root().join(dir)).unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_MODELS: {dir}: {e}")));
         let width = model.config.hyper.hidden;
         let aux = model.config.hyper.graph.as_ref().map_or(0, |g| g.aux.len());
         let inputs: Vec<GraphInput> = graphs.iter().map(|g| GraphInput::new(g, &model.vocabulary).unwrap()).collect();
