@@ -29,6 +29,7 @@
 pub mod bundle;
 pub mod config;
 mod depth;
+mod gated;
 mod model;
 pub mod weights;
 mod wide;

@@ -38,6 +38,7 @@ use programl_kernels::{int8, Bf16, Elem, EDGE_TYPES, FUSED, GATES, HIDDEN};
 use crate::bundle::{read_config, AutoDtype, BundleError, Config, Head, VOCABULARY_FILE, WEIGHTS_FILE};
 use crate::config::{sinusoid_into, Aggregation, Pool, Stop, NORM_EPS, SELECTOR_DIM};
 use crate::depth::{self, Depth, Settle};
+use crate::gated::Gated;
 use crate::weights::Weights;
 use crate::wide::{self, Wide};
 use crate::{Dtype, Options, Precision};
@@ -65,12 +66,11 @@ pub struct Model {
     fast: Option<Fast>,
     /// The step for any other width ([`crate::wide`]), FP32.
     wide: Option<Wide>,
-    /// The readout's gate \[C, 2h\] and transform \[C, h\], packed.
-    readout_gate: gemm::Packed,
-    readout_transform: gemm::Packed,
+    /// The readout: its gate \[C, 2h\] and transform \[C, h\].
+    readout: Gated,
     /// The gated state pooling's gate \[h, 2h\] and transform \[h, h\],
-    /// packed, for a graph head that pools states ([`crate::config::Pool`]).
-    pool: Option<(gemm::Packed, gemm::Packed)>,
+    /// for a graph head that pools states ([`crate::config::Pool`]).
+    pool: Option<Gated>,
     /// The fused product's packings, per block order and precision.
     packs: Mutex<HashMap<(Order, Precision), Arc<Packing>>>,
     /// Buffers kept from one call to the next.
@@ -281,10 +281,6 @@ impl Input {
     }
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 impl Model {
     /// Opens and checks the bundle in `dir`: `config.json`, the vocabulary
     /// (its size against the embedding's), every tensor; then packs.
@@ -345,14 +341,8 @@ impl Model {
         let wide = (hidden != H).then(|| Wide::new(&weights, hidden));
         let c = config.hyper.classes as usize;
         Model {
-            readout_gate: gemm::Packed::from_weight(weights.get("readout.gate.weight"), c, 2 * hidden, false),
-            readout_transform: gemm::Packed::from_weight(weights.get("readout.transform.weight"), c, hidden, false),
-            pool: config.hyper.pools_states().then(|| {
-                (
-                    gemm::Packed::from_weight(weights.get("pool.gate.weight"), hidden, 2 * hidden, false),
-                    gemm::Packed::from_weight(weights.get("pool.transform.weight"), hidden, hidden, false),
-                )
-            }),
+            readout: Gated::new(&weights, "readout", c, hidden, false),
+            pool: config.hyper.pools_states().then(|| Gated::new(&weights, "pool", hidden, hidden, true)),
             msg_bias: weights.get("messages.bias").to_vec(),
             hidden,
             config,
@@ -653,10 +643,10 @@ impl Model {
                 wide.run(&edges, &h0, &gates, depth, precision == Precision::Int8, threads)
             }
         };
-        let out = match &self.pool {
-            Some((gate, transform)) => self.gated_states(&h_t, &h0, gate, transform, threads),
-            None => self.readout(&h_t, &h0, threads),
-        };
+        // The readout (or the gated pooling's per-node terms), INT8 with
+        // the steps where it is wide enough to pay ([`Gated`]).
+        let int8 = precision == Precision::Int8;
+        let out = self.pool.as_ref().unwrap_or(&self.readout).run(&h_t, &h0, int8, threads);
         (out, steps)
     }
 
@@ -720,55 +710,6 @@ impl Model {
             live = keep.iter().map(|&i| live[i]).collect();
             part = Some(input.select(&live));
         }
-    }
-
-    /// The readout, `σ(f([h_T; h_0])) ⊙ g(h_T)`, \[N × C\].
-    fn readout(&self, h_t: &[f32], h0: &[f32], threads: usize) -> Vec<f32> {
-        let gate = (&self.readout_gate, self.weights.get("readout.gate.bias"));
-        let transform = (&self.readout_transform, self.weights.get("readout.transform.bias"));
-        self.gated::<false>(h_t, h0, gate, transform, threads)
-    }
-
-    /// The gated state pooling's per-node terms, `σ(W_g [h_T; h_0] + b_g)
-    /// ⊙ tanh(W_s h_T + b_s)`, \[N × h\] ([`crate::config::Pool`]).
-    fn gated_states(&self, h_t: &[f32], h0: &[f32], gate_w: &gemm::Packed, transform_w: &gemm::Packed, threads: usize) -> Vec<f32> {
-        let gate = (gate_w, self.weights.get("pool.gate.bias"));
-        let transform = (transform_w, self.weights.get("pool.transform.bias"));
-        self.gated::<true>(h_t, h0, gate, transform, threads)
-    }
-
-    /// `σ(G [h_T; h_0] + g) ⊙ t(T h_T + b)` per node, `t` tanh where
-    /// `SQUASH` (a constant: the readout's loop has no branch), else the
-    /// identity: two products (`[h_T; h_0]` by the
-    /// gate's packed weights, `h_T` by the transform's) on the kernels'
-    /// FP32 products (POJ-104's 104 classes make the readout as large as a
-    /// step), then the gate and its product. Its width is the biases'.
-    fn gated<const SQUASH: bool>(
-        &self,
-        h_t: &[f32],
-        h0: &[f32],
-        gate: (&gemm::Packed, &[f32]),
-        transform: (&gemm::Packed, &[f32]),
-        threads: usize,
-    ) -> Vec<f32> {
-        let ((gw, gb), (tw, tb)) = (gate, transform);
-        let (c, h) = (gb.len(), self.hidden);
-        let n = h_t.len() / h;
-        let mut both = vec![0f32; n * 2 * h];
-        for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
-            row[..h].copy_from_slice(&h_t[v * h..][..h]);
-            row[h..].copy_from_slice(&h0[v * h..][..h]);
-        }
-        let (mut out, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
-        gemm::product::<f32>(&both, 2 * h, n, gw, &mut out, c, threads);
-        gemm::product::<f32>(h_t, h, n, tw, &mut value, c, threads);
-        for (g, v) in out.chunks_exact_mut(c).zip(value.chunks_exact(c)) {
-            for k in 0..c {
-                let t = v[k] + tb[k];
-                g[k] = sigmoid(g[k] + gb[k]) * if SQUASH { t.tanh() } else { t };
-            }
-        }
-        out
     }
 
     /// The batch's edges as the kernels' aggregation reads them, each

@@ -24,16 +24,18 @@
 //! unit's at 66 channels: 23 MB, not 48 MB, written and read each step),
 //! and `F`'s rows are packed, each node's only as long as the blocks it
 //! needs.
-//! The gated mean and the cell are plain loops (the transcendentals the
-//! kernels' branch-free ones), compiled for AVX-512 or AVX2+FMA where the
-//! CPU has it.
+//! The gated mean is a plain loop, compiled for AVX-512 or AVX2+FMA where
+//! the CPU has it; the cell is the kernels' ([`cell::rows`]: AVX-512
+//! intrinsics, a row's last vector masked), its sigmoids exact with FP32
+//! products and to INT8's needs (~1e-4) with INT8 ones, as on the 34-wide
+//! kernels.
 //!
 //! Adaptive depth ([`crate::depth`]) as on the 34-wide kernels, but a
 //! graph that has converged is no longer computed: only the runs of
 //! graphs still going are.
 
+use programl_kernels::cell;
 use programl_kernels::cpu::{self, Isa};
-use programl_kernels::elem::{sigmoid_by, tanh_by};
 use programl_kernels::forward::{self, Reduce};
 use programl_kernels::gemm::{self, RowGroups};
 use programl_kernels::int8::any as int8;
@@ -260,7 +262,6 @@ impl Wide {
     ) {
         let h = self.h;
         let out = Rows::new(next);
-        let (fma, wide) = (cpu::allows(Isa::Avx2), cpu::allows(Isa::Avx512));
         par_ranges(nodes.len().div_ceil(BLOCK), threads, |blocks| {
             let (mut gi, mut gh) = (vec![0f32; BLOCK * 3 * h], vec![0f32; BLOCK * 3 * h]);
             for b in blocks {
@@ -281,21 +282,9 @@ impl Wide {
                 }
                 // SAFETY: each block writes its own rows of `next`.
                 let rows = unsafe { out.get(a * h, len * h) };
-                let old = &cur[a * h..(a + len) * h];
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: the CPU has AVX-512 F (and FMA).
-                    unsafe { cell_avx512(self, &gi, &gh, old, rows) };
-                    continue;
-                }
-                #[cfg(target_arch = "x86_64")]
-                if fma {
-                    // SAFETY: the CPU has AVX2 and FMA.
-                    unsafe { cell_avx2(self, &gi, &gh, old, rows) };
-                    continue;
-                }
-                let _ = (fma, wide);
-                cell_rows::<false>(self, &gi, &gh, old, rows)
+                let [r, z, i_n, h_n] = &self.bias;
+                let bias = cell::Biases { r, z, i_n, h_n };
+                cell::rows(h, &gi, &gh, bias, &cur[a * h..(a + len) * h], rows, quantised.is_some());
             }
         });
     }
@@ -370,46 +359,6 @@ fn aggregate_rows(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], gates: 
 #[target_feature(enable = "avx2,fma")]
 unsafe fn aggregate_avx2(w: &Wide, e: &Edges<'_>, offsets: &[usize], f: &[f32], gates: &[f32], first: usize, out: &mut [f32]) {
     aggregate_rows(w, e, offsets, f, gates, first, out)
-}
-
-/// The cell, a row at a time: `gi` and `gh` the rows' gate products
-/// (\[rows, 3h\] each, from row 0), `old` their states; every operand
-/// sliced to `h` before the loop over the channels and walked in step
-/// (`zip`), so that the loop has no bounds checks and vectorises (indexed,
-/// it ran scalar: half of a 66-wide step's time).
-#[inline(always)]
-fn cell_rows<const FMA: bool>(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
-    let h = w.h;
-    let [br, bz, bin, bhn] = &w.bias;
-    let (br, bz, bin, bhn) = (&br[..h], &bz[..h], &bin[..h], &bhn[..h]);
-    for (v, (row, old)) in out.chunks_exact_mut(h).zip(old.chunks_exact(h)).enumerate() {
-        let x = &gi[v * 3 * h..][..3 * h];
-        let (xr, rest) = x.split_at(h);
-        let (xz, xn) = rest.split_at(h);
-        let g = &gh[v * 3 * h..][..3 * h];
-        let (gr, rest) = g.split_at(h);
-        let (gz, gn) = rest.split_at(h);
-        let gates = xr.iter().zip(gr).zip(br).zip(xz.iter().zip(gz).zip(bz));
-        let news = xn.iter().zip(gn).zip(bin.iter().zip(bhn));
-        for ((y, o), ((((xr, gr), br), ((xz, gz), bz)), ((xn, gn), (bin, bhn)))) in row.iter_mut().zip(old).zip(gates.zip(news)) {
-            let r = sigmoid_by::<FMA>(xr + gr + br);
-            let z = sigmoid_by::<FMA>(xz + gz + bz);
-            let n = tanh_by::<FMA>(xn + bin + r * (gn + bhn));
-            *y = n + z * (o - n);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn cell_avx2(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
-    cell_rows::<true>(w, gi, gh, old, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn cell_avx512(w: &Wide, gi: &[f32], gh: &[f32], old: &[f32], out: &mut [f32]) {
-    cell_rows::<true>(w, gi, gh, old, out)
 }
 
 #[cfg(target_arch = "x86_64")]

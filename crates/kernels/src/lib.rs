@@ -9,6 +9,7 @@
 //! | [`elem`] | the products' element types (FP32, BF16 bits) and the branch-free `exp`, sigmoid and tanh |
 //! | [`forward`] | the step's element-wise work fused: the gated mean over incoming edges ([`forward::aggregate`]) and the GRU cell ([`forward::gru`]; training's variant keeps a tape) |
 //! | [`gemm`] | the step's products `[N, 34] · [34, C]` (FP32, BF16): packing, row groups, run-time dispatch |
+//! | [`cell`] | the GRU cell on row-major rows of any width (the general step's), exact or to INT8's needs |
 //! | [`int8`] | the INT8 inference step, laid out for bytes: AVX-512 VNNI, AVX-VNNI (256-bit `vpdpbusd`), AVX2 (`vpmaddwd`) and portable, the same integer sums on each |
 //! | [`backward`] | training's two backward loops (GRU cell, aggregation) and the bias sums |
 //! | [`dropout`] | the state dropout mask (a counter hash, eight per instruction with AVX-512DQ) |
@@ -40,6 +41,7 @@ pub const GATES: usize = 3 * H;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 pub mod backward;
+pub mod cell;
 pub mod cpu;
 pub mod dropout;
 pub mod elem;

@@ -1,0 +1,267 @@
+//! A gated layer over the final node states, per node:
+//!
+//! ```text
+//! y = σ(G [h_T; h_0] + g) ⊙ t(T h_T + b)      G [C, 2h], T [C, h]
+//! ```
+//!
+//! with `t` the identity (the readout: `C` classes) or tanh (the gated
+//! state pooling: `C = h`, [`crate::config::Pool`]). Two products of
+//! every node, the last work of a graph-level decision: POJ-104's 104
+//! classes make them about a twelfth of a six-step decision's
+//! multiply-adds, and in FP32 beside INT8 steps they were an eighth of a
+//! 66-wide decision's time (Zen 4).
+//!
+//! At INT8 precision, where the layer is at least [`INT8_COLUMNS`] wide,
+//! the products are INT8 too ([`int8`], the general step's): `h_T` by
+//! `[G_T; T]` (the gate's `h_T` half beside the transform: one product of
+//! `2C` columns) and `h_0` by `G_0`, each side quantised on its own (the
+//! states within ±1, the embeddings by their own scale), the root
+//! selector's two entries (the last of `h_0`, 0 or 50) in FP32 as the
+//! steps keep them. Narrower layers (a node-level bundle's two classes,
+//! DevMap's two devices) stay FP32: quantising a row costs more than its
+//! FP32 product of two columns.
+
+use std::sync::OnceLock;
+
+use programl_kernels::cpu::{self, Isa};
+use programl_kernels::elem::{sigmoid_by, tanh_by};
+use programl_kernels::gemm::{self, RowGroups};
+use programl_kernels::int8::any as int8;
+
+use crate::weights::Weights;
+
+/// The narrowest layer whose products run in INT8 at INT8 precision: one
+/// vector of 16 columns.
+pub(crate) const INT8_COLUMNS: usize = 16;
+
+pub(crate) struct Gated {
+    h: usize,
+    c: usize,
+    /// Tanh on the transform (the pooling) or not (the readout).
+    squash: bool,
+    /// FP32: `G` over `[h_T; h_0]`, `T` over `h_T`.
+    gate: gemm::Packed,
+    transform: gemm::Packed,
+    gate_b: Vec<f32>,
+    transform_b: Vec<f32>,
+    /// INT8, on first use: `[G_T; T]` over `h_T` (`2C` columns) and `G_0`
+    /// over `h_0`; the weights as the bundle holds them until then.
+    int8: OnceLock<(int8::Packed, int8::Packed)>,
+    gate_w: Vec<f32>,
+    transform_w: Vec<f32>,
+}
+
+impl Gated {
+    /// The layer `{prefix}.gate` and `{prefix}.transform` of `weights`,
+    /// `c` wide over states of `h`.
+    pub fn new(weights: &Weights, prefix: &str, c: usize, h: usize, squash: bool) -> Gated {
+        let gate_w = weights.get(&format!("{prefix}.gate.weight")).to_vec();
+        let transform_w = weights.get(&format!("{prefix}.transform.weight")).to_vec();
+        Gated {
+            h,
+            c,
+            squash,
+            gate: gemm::Packed::from_weight(&gate_w, c, 2 * h, false),
+            transform: gemm::Packed::from_weight(&transform_w, c, h, false),
+            gate_b: weights.get(&format!("{prefix}.gate.bias")).to_vec(),
+            transform_b: weights.get(&format!("{prefix}.transform.bias")).to_vec(),
+            int8: OnceLock::new(),
+            gate_w,
+            transform_w,
+        }
+    }
+
+    /// Whether the layer runs INT8 products at INT8 precision.
+    pub fn runs_int8(&self) -> bool {
+        self.c >= INT8_COLUMNS
+    }
+
+    fn int8_packs(&self) -> &(int8::Packed, int8::Packed) {
+        let (h, c) = (self.h, self.c);
+        self.int8.get_or_init(|| {
+            let rows = |from: usize| self.gate_w.chunks_exact(2 * h).flat_map(move |row| row[from..from + h].iter().copied());
+            let on_t: Vec<f32> = rows(0).chain(self.transform_w.iter().copied()).collect();
+            let on_0: Vec<f32> = rows(h).collect();
+            (int8::Packed::from_weight(&on_t, 2 * c, h), int8::Packed::from_weight(&on_0, c, h))
+        })
+    }
+
+    /// The layer on the `N` rows of `h_t` and `h0` (\[N, h\] each), `[N, C]`:
+    /// INT8 products where `int8` and [`Gated::runs_int8`], else FP32.
+    pub fn run(&self, h_t: &[f32], h0: &[f32], int8: bool, threads: usize) -> Vec<f32> {
+        let (h, c) = (self.h, self.c);
+        let n = h_t.len() / h;
+        let mut out = vec![0f32; n * c];
+        if int8 && self.runs_int8() {
+            let (on_t, on_0) = self.int8_packs();
+            let (mut qt, mut q0) = (int8::Quantised::default(), int8::Quantised::default());
+            qt.rows(h_t, h, n, h, threads);
+            q0.rows(h0, h, n, h, threads);
+            let (mut both, mut gate_0) = (vec![0f32; n * 2 * c], vec![0f32; n * c]);
+            let all = RowGroups::whole(n);
+            int8::product_rows(&qt, &all, on_t, &mut both, 2 * c, threads);
+            int8::product_rows(&q0, &all, on_0, &mut gate_0, c, threads);
+            self.finish(&mut out, &both, 2 * c, Some(&gate_0), &both[c..], 2 * c);
+        } else {
+            let mut both = vec![0f32; n * 2 * h];
+            for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
+                row[..h].copy_from_slice(&h_t[v * h..][..h]);
+                row[h..].copy_from_slice(&h0[v * h..][..h]);
+            }
+            let (mut gate, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
+            gemm::product::<f32>(&both, 2 * h, n, &self.gate, &mut gate, c, threads);
+            gemm::product::<f32>(h_t, h, n, &self.transform, &mut value, c, threads);
+            self.finish(&mut out, &gate, c, None, &value, c);
+        }
+        out
+    }
+
+    /// `out = σ(g + g_0 + g_b) ⊙ t(v + t_b)` row by row: `g` (row stride
+    /// `lg`) the gate's product, plus `g_0` where it comes in two halves
+    /// (\[N, C\]), `v` (row stride `lv`) the transform's.
+    fn finish(&self, out: &mut [f32], g: &[f32], lg: usize, g0: Option<&[f32]>, v: &[f32], lv: usize) {
+        let args = Finish { c: self.c, g, lg, g0, v, lv, gb: &self.gate_b, tb: &self.transform_b };
+        #[cfg(target_arch = "x86_64")]
+        if cpu::allows(Isa::Avx2) {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe {
+                match self.squash {
+                    true => finish_fma::<true>(&args, out),
+                    false => finish_fma::<false>(&args, out),
+                }
+            };
+        }
+        match self.squash {
+            true => finish_rows::<false, true>(&args, out),
+            false => finish_rows::<false, false>(&args, out),
+        }
+    }
+}
+
+/// [`Gated::finish`]'s operands.
+struct Finish<'a> {
+    c: usize,
+    g: &'a [f32],
+    lg: usize,
+    g0: Option<&'a [f32]>,
+    v: &'a [f32],
+    lv: usize,
+    gb: &'a [f32],
+    tb: &'a [f32],
+}
+
+/// The branch-free sigmoid and tanh ([`programl_kernels::elem`]), in a
+/// loop over slices in step that vectorises; `FMA` where compiled for it.
+#[inline(always)]
+fn finish_rows<const FMA: bool, const SQUASH: bool>(a: &Finish<'_>, out: &mut [f32]) {
+    let c = a.c;
+    let (gb, tb) = (&a.gb[..c], &a.tb[..c]);
+    for (i, y) in out.chunks_exact_mut(c).enumerate() {
+        let (g, v) = (&a.g[i * a.lg..][..c], &a.v[i * a.lv..][..c]);
+        let g0 = a.g0.map(|g0| &g0[i * c..][..c]);
+        let parts = g.iter().zip(gb).zip(v.iter().zip(tb));
+        match g0 {
+            Some(g0) => {
+                for ((y, ((g, gb), (v, tb))), g0) in y.iter_mut().zip(parts).zip(g0) {
+                    let t = if SQUASH { tanh_by::<FMA>(v + tb) } else { v + tb };
+                    *y = sigmoid_by::<FMA>(g + g0 + gb) * t;
+                }
+            }
+            None => {
+                for (y, ((g, gb), (v, tb))) in y.iter_mut().zip(parts) {
+                    let t = if SQUASH { tanh_by::<FMA>(v + tb) } else { v + tb };
+                    *y = sigmoid_by::<FMA>(g + gb) * t;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn finish_fma<const SQUASH: bool>(a: &Finish<'_>, out: &mut [f32]) {
+    finish_rows::<true, SQUASH>(a, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::path::PathBuf;
+
+    use crate::bundle::read_config;
+
+    /// The shipped bundle `name`'s weights and its widths `(h, C)`.
+    fn bundle(name: &str) -> (Weights, usize, usize) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(name);
+        let config = read_config(&dir).unwrap();
+        let weights = Weights::read(&dir.join(crate::bundle::WEIGHTS_FILE), &config.hyper).unwrap();
+        (weights, config.hyper.hidden as usize, config.hyper.classes as usize)
+    }
+
+    /// `N` nodes as a graph head sees them: final states within ±1 (a
+    /// GRU's), and initial ones that are embedding rows beside the root
+    /// selector (`[50, 0]`, every node of a graph-level task).
+    fn nodes(weights: &Weights, h: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let embedding = weights.get("embedding.weight");
+        let text = h - 2;
+        let tokens = embedding.len() / text;
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let h_t = (0..n * h).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
+        let mut h0 = vec![0f32; n * h];
+        for row in h0.chunks_exact_mut(h) {
+            let token = (next() % tokens as u64) as usize;
+            row[..text].copy_from_slice(&embedding[token * text..][..text]);
+            row[text] = 50.0;
+        }
+        (h_t, h0)
+    }
+
+    /// POJ-104's readouts (104 classes, at 34 and 66 channels) in INT8 on
+    /// every path this CPU runs: within 1% of the FP32 outputs' range (the
+    /// selector's 50 quantised with the rest would put the gate's
+    /// pre-activations off by ~0.4 of a weight, past it), not the FP32
+    /// bits (the INT8 products ran), and the paths within FMA rounding of
+    /// each other (the same integer sums). A layer narrower than
+    /// [`INT8_COLUMNS`] stays FP32, bit for bit.
+    #[test]
+    fn int8_readouts_stay_within_a_percent_of_fp32_on_every_path() {
+        for name in ["models/poj104", "models/poj104/levels", "models/devmap-amd"] {
+            let (weights, h, c) = bundle(name);
+            let layer = Gated::new(&weights, "readout", c, h, false);
+            let (h_t, h0) = nodes(&weights, h, 300);
+            let fp32 = cpu::with_cap(Isa::Portable, || layer.run(&h_t, &h0, false, 1));
+            let range = fp32.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let mut seen: Option<Vec<f32>> = None;
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Vnni] {
+                if !cpu::run_test_on(isa, &format!("gated::int8_readouts_stay_within_a_percent_of_fp32_on_every_path ({name}, {isa:?})")) {
+                    continue;
+                }
+                let got = cpu::with_cap(isa, || layer.run(&h_t, &h0, true, 2));
+                let d = fp32.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                if !layer.runs_int8() {
+                    assert!(c < INT8_COLUMNS);
+                    assert!(
+                        fp32.iter().zip(&got).all(|(a, b)| (a - b).abs() <= 1e-6 * (1.0 + a.abs())),
+                        "{name} {isa:?}: narrow layer not FP32"
+                    );
+                    continue;
+                }
+                let mean = fp32.iter().zip(&got).map(|(a, b)| (a - b).abs()).sum::<f32>() / got.len() as f32;
+                eprintln!("{name} {isa:?}: INT8 max {d}, mean {mean} off FP32 (range {range})");
+                assert!(d > 0.0 && d <= 0.03 * range && mean <= 0.002 * range, "{name} {isa:?}: INT8 max {d}, mean {mean} off FP32 (range {range})");
+                if let Some(first) = &seen {
+                    let e = first.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(e <= 1e-4 * range, "{name} {isa:?}: {e} off the first path's INT8");
+                }
+                seen.get_or_insert(got);
+            }
+        }
+    }
+}
