@@ -435,7 +435,7 @@ impl Model {
     /// [`Model::node_logits`] with the steps each graph of the batch ran
     /// (all alike without a stopping rule).
     pub fn node_logits_per_graph(&self, batch: &Batch, opts: &Options) -> (Vec<f32>, Vec<i64>) {
-        let run = self.run(batch, None, opts);
+        let run = self.run(batch, None, opts, false);
         (run.logits, run.steps_per_graph)
     }
 
@@ -443,13 +443,14 @@ impl Model {
     /// per node) in place of the batch's: several roots per graph, as the
     /// upstream GGNN's benchmark workload has them (`programl-train bench`).
     pub fn node_logits_with(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> (Vec<f32>, Precision, Isa, i64) {
-        let run = self.run(batch, selector, opts);
+        let run = self.run(batch, selector, opts, false);
         let steps = run.steps();
         (run.logits, run.precision, run.isa, steps)
     }
 
-    /// The per-node logits of `batch`, and how they were computed.
-    fn run(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options) -> Run {
+    /// The per-node logits of `batch` (`per_graph`: summed over each
+    /// graph's nodes, \[G, C\]), and how they were computed.
+    fn run(&self, batch: &Batch, selector: Option<&[i64]>, opts: &Options, per_graph: bool) -> Run {
         let isa = opts.isa.unwrap_or(Isa::Vnni);
         cpu::with_cap(isa, || {
             // The bundle's stopping rule, capped at `steps` where given;
@@ -496,12 +497,12 @@ impl Model {
             // step: 40% slower per root than one root alone).
             let chunks = input.chunks(batch.offsets(), CHUNK_NODES * threads);
             let (logits, steps_per_graph) = if chunks.len() == 1 {
-                self.logits(&input, depth, precision, threads, scratch)
+                self.logits(&input, depth, precision, per_graph, threads, scratch)
             } else {
                 let mut all = Vec::with_capacity(input.nodes * self.classes());
                 let mut steps = Vec::with_capacity(input.graphs.len());
                 for range in chunks {
-                    let (logits, s) = self.logits(&input.part(range), depth, precision, threads, scratch);
+                    let (logits, s) = self.logits(&input.part(range), depth, precision, per_graph, threads, scratch);
                     all.extend(logits);
                     steps.extend(s);
                 }
@@ -525,7 +526,7 @@ impl Model {
         if self.config.head != Head::Node {
             return Err(format!("{}: a graph-level bundle predicts per graph, not per node", self.dir.display()));
         }
-        let mut run = self.run(batch, None, opts);
+        let mut run = self.run(batch, None, opts, false);
         softmax_rows(&mut run.logits, self.classes());
         let steps = run.steps();
         Ok(Output { probabilities: run.logits, precision: run.precision, isa: run.isa, steps, steps_per_graph: run.steps_per_graph })
@@ -545,18 +546,15 @@ impl Model {
             (_, Some(values)) => return Err(format!("{a} auxiliary inputs per graph for {g} graphs, got {} values", values.len())),
             (_, None) => return Err(format!("this graph head needs {a} auxiliary inputs per graph ({})", head.aux.join(", "))),
         };
-        let run = self.run(batch, None, opts);
-        // Per node: C logits, or the gated pooling's h terms.
+        let mut run = self.run(batch, None, opts, true);
+        // Per graph, summed over its nodes: C logits, or the gated
+        // pooling's h terms.
         let width = if self.pool.is_some() { self.hidden } else { c };
-        let nodes = &run.logits;
-        let mut pooled = vec![0f32; g * width];
+        let mut pooled = std::mem::take(&mut run.logits);
+        assert_eq!(pooled.len(), g * width, "one pooled row per graph");
         let mut counts = vec![0f32; g];
-        for (v, &graph) in batch.graph_index().iter().enumerate() {
-            let graph = graph as usize;
-            counts[graph] += 1.0;
-            for k in 0..width {
-                pooled[graph * width + k] += nodes[v * width + k];
-            }
+        for &graph in batch.graph_index() {
+            counts[graph as usize] += 1.0;
         }
         if head.pool != Pool::Sum {
             for (row, n) in pooled.chunks_exact_mut(width).zip(&counts) {
@@ -613,9 +611,19 @@ impl Model {
         self.config.hyper.classes as usize
     }
 
-    /// The logits of every node: `h_0`, the steps, the readout; and the
-    /// steps each graph ran.
-    fn logits(&self, input: &Input, depth: Depth<'_>, precision: Precision, threads: usize, scratch: &mut Scratch) -> (Vec<f32>, Vec<i64>) {
+    /// The logits of every node (`per_graph`: each graph's summed, the
+    /// readout a block of nodes at a time, [`Gated::pooled`]): `h_0`, the
+    /// steps, the readout; and the steps each graph ran.
+    #[allow(clippy::too_many_arguments)]
+    fn logits(
+        &self,
+        input: &Input,
+        depth: Depth<'_>,
+        precision: Precision,
+        per_graph: bool,
+        threads: usize,
+        scratch: &mut Scratch,
+    ) -> (Vec<f32>, Vec<i64>) {
         let (n, h) = (input.nodes, self.hidden);
         let text = h - SELECTOR_DIM as usize;
         let embedding = self.weights.get("embedding.weight");
@@ -646,7 +654,11 @@ impl Model {
         // The readout (or the gated pooling's per-node terms), INT8 with
         // the steps where it is wide enough to pay ([`Gated`]).
         let int8 = precision == Precision::Int8;
-        let out = self.pool.as_ref().unwrap_or(&self.readout).run(&h_t, &h0, int8, threads);
+        let layer = self.pool.as_ref().unwrap_or(&self.readout);
+        let out = match per_graph {
+            true => layer.pooled(&h_t, &h0, &input.graphs, int8, threads),
+            false => layer.run(&h_t, &h0, int8, threads),
+        };
         (out, steps)
     }
 
