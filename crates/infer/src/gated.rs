@@ -95,31 +95,44 @@ impl Gated {
     /// The layer on the `N` rows of `h_t` and `h0` (\[N, h\] each), `[N, C]`:
     /// INT8 products where `int8` and [`Gated::runs_int8`], else FP32.
     pub fn run(&self, h_t: &[f32], h0: &[f32], int8: bool, threads: usize) -> Vec<f32> {
+        let mut out = vec![0f32; h_t.len() / self.h * self.c];
+        self.run_into(h_t, h0, int8, threads, &mut out, &mut Buffers::default());
+        out
+    }
+
+    /// [`Gated::run`] into `out`, with the products' buffers `s` (grown as
+    /// needed, kept by the caller from one block to the next).
+    fn run_into(&self, h_t: &[f32], h0: &[f32], int8: bool, threads: usize, out: &mut [f32], s: &mut Buffers) {
         let (h, c) = (self.h, self.c);
         let n = h_t.len() / h;
-        let mut out = vec![0f32; n * c];
+        let grow = |v: &mut Vec<f32>, len: usize| {
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+        };
+        // Every entry of the buffers below is written before it is read.
         if int8 && self.runs_int8() {
             let (on_t, on_0) = self.int8_packs();
-            let (mut qt, mut q0) = (int8::Quantised::default(), int8::Quantised::default());
-            qt.rows(h_t, h, n, h, threads);
-            q0.rows(h0, h, n, h, threads);
-            let (mut both, mut gate_0) = (vec![0f32; n * 2 * c], vec![0f32; n * c]);
+            s.qt.rows(h_t, h, n, h, threads);
+            s.q0.rows(h0, h, n, h, threads);
+            grow(&mut s.a, n * 2 * c);
+            grow(&mut s.b, n * c);
             let all = RowGroups::whole(n);
-            int8::product_rows(&qt, &all, on_t, &mut both, 2 * c, threads);
-            int8::product_rows(&q0, &all, on_0, &mut gate_0, c, threads);
-            self.finish(&mut out, &both, 2 * c, Some(&gate_0), &both[c..], 2 * c);
+            int8::product_rows(&s.qt, &all, on_t, &mut s.a, 2 * c, threads);
+            int8::product_rows(&s.q0, &all, on_0, &mut s.b, c, threads);
+            self.finish(out, &s.a, 2 * c, Some(&s.b), &s.a[c..], 2 * c);
         } else {
-            let mut both = vec![0f32; n * 2 * h];
-            for (v, row) in both.chunks_exact_mut(2 * h).enumerate() {
+            grow(&mut s.a, n * 2 * h);
+            for (v, row) in s.a.chunks_exact_mut(2 * h).take(n).enumerate() {
                 row[..h].copy_from_slice(&h_t[v * h..][..h]);
                 row[h..].copy_from_slice(&h0[v * h..][..h]);
             }
-            let (mut gate, mut value) = (vec![0f32; n * c], vec![0f32; n * c]);
-            gemm::product::<f32>(&both, 2 * h, n, &self.gate, &mut gate, c, threads);
-            gemm::product::<f32>(h_t, h, n, &self.transform, &mut value, c, threads);
-            self.finish(&mut out, &gate, c, None, &value, c);
+            grow(&mut s.b, 2 * n * c);
+            let (gate, value) = s.b.split_at_mut(n * c);
+            gemm::product::<f32>(&s.a, 2 * h, n, &self.gate, gate, c, threads);
+            gemm::product::<f32>(h_t, h, n, &self.transform, value, c, threads);
+            self.finish(out, gate, c, None, value, c);
         }
-        out
     }
 
     /// The layer's outputs summed over each graph's nodes
@@ -142,9 +155,12 @@ impl Gated {
         let mut partial = vec![0f32; blocks.len() * c];
         let shared = Rows::new(&mut partial);
         par_ranges(blocks.len(), threads, |range| {
+            let (mut y, mut buffers) = (vec![0f32; POOL_BLOCK * c], Buffers::default());
             for i in range {
                 let nodes = &blocks[i].1;
-                let y = self.run(&h_t[nodes.start * h..nodes.end * h], &h0[nodes.start * h..nodes.end * h], int8, 1);
+                let y = &mut y[..nodes.len() * c];
+                let (t, z) = (&h_t[nodes.start * h..nodes.end * h], &h0[nodes.start * h..nodes.end * h]);
+                self.run_into(t, z, int8, 1, y, &mut buffers);
                 // SAFETY: each block writes its own row of `partial`.
                 let sums = unsafe { shared.get(i * c, c) };
                 for row in y.chunks_exact(c) {
@@ -179,6 +195,15 @@ impl Gated {
             false => finish_rows::<false, false>(&args, out),
         }
     }
+}
+
+/// [`Gated::run_into`]'s buffers: the rows quantised, the products.
+#[derive(Default)]
+struct Buffers {
+    qt: int8::Quantised,
+    q0: int8::Quantised,
+    a: Vec<f32>,
+    b: Vec<f32>,
 }
 
 /// [`Gated::finish`]'s operands.
