@@ -14,9 +14,9 @@
 //! (or `PROGRAML_BENCH_SOURCES`, comma-separated paths relative to the
 //! repository), compiled by clang 16 at `-O0` (POJ-104's level; or
 //! `PROGRAML_BENCH_FLAGS`, space-separated). Bundles:
-//! `PROGRAML_BENCH_MODELS` (comma-separated, default `models/poj104`, the
-//! shipped 34-wide state, and `models/poj104/levels`, the 66-wide run's
-//! record). Per bundle: `dtype=f32` and `dtype=int8` on the best kernel
+//! `PROGRAML_BENCH_MODELS` (comma-separated, default `models/poj104-O0`,
+//! the 34-wide state trained at -O0, and `models/poj104`, the shipped
+//! 66-wide one trained at every level). Per bundle: `dtype=f32` and `dtype=int8` on the best kernel
 //! path the CPU runs, and `auto` (what the pass runs by default); each
 //! graph `PROGRAML_BENCH_REPS` times (default 15), interleaved, the
 //! median per graph summed over the graphs. A graph head with auxiliary
@@ -84,7 +84,7 @@ fn main() {
     let flags: Vec<String> =
         std::env::var("PROGRAML_BENCH_FLAGS").unwrap_or_else(|_| "-O0".into()).split_whitespace().map(String::from).collect();
     let models: Vec<String> = std::env::var("PROGRAML_BENCH_MODELS")
-        .unwrap_or_else(|_| "models/poj104,models/poj104/levels".into())
+        .unwrap_or_else(|_| "models/poj104-O0,models/poj104".into())
         .split(',')
         .filter(|s| !s.is_empty())
         .map(String::from)

@@ -265,8 +265,8 @@ mod tests {
         assert_eq!(source(&[], None).trained_on(), (false, false));
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
         let shipped = |dir: &str| read_config(&root.join(dir)).unwrap().source.unwrap();
-        assert_eq!(shipped("poj104").trained_levels(), ["O0"]);
-        assert_eq!(shipped("poj104/levels").trained_levels(), ["O0", "O1", "O2", "O3"]);
+        assert_eq!(shipped("poj104-O0").trained_levels(), ["O0"]);
+        assert_eq!(shipped("poj104").trained_levels(), ["O0", "O1", "O2", "O3"]);
         assert_eq!(shipped("devmap-amd").trained_on(), (false, true));
     }
 }

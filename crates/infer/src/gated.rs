@@ -300,7 +300,7 @@ mod tests {
     /// [`INT8_COLUMNS`] stays FP32, bit for bit.
     #[test]
     fn int8_readouts_stay_within_a_percent_of_fp32_on_every_path() {
-        for name in ["models/poj104", "models/poj104/levels", "models/devmap-amd"] {
+        for name in ["models/poj104-O0", "models/poj104", "models/devmap-amd"] {
             let (weights, h, c) = bundle(name);
             let layer = Gated::new(&weights, "readout", c, h, false);
             let (h_t, h0) = nodes(&weights, h, 300);
@@ -342,7 +342,7 @@ mod tests {
     /// alone as in the batch.
     #[test]
     fn pooled_rows_are_each_graphs_sum() {
-        let (weights, h, c) = bundle("models/poj104/levels");
+        let (weights, h, c) = bundle("models/poj104");
         let layer = Gated::new(&weights, "readout", c, h, false);
         let graphs = [0, 1, 1 + POOL_BLOCK + 1, 1 + POOL_BLOCK + 1 + 3 * POOL_BLOCK + 7];
         let n = graphs[3];

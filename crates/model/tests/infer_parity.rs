@@ -123,7 +123,9 @@ fn node_heads_match_the_libtorch_forward_on_real_ir() {
 }
 
 /// The graph heads: device mapping with its auxiliary inputs (transfer,
-/// work-group size) and without (`noaux/`), and POJ-104's 104 classes.
+/// work-group size) and without (`noaux/`), and POJ-104's 104 classes (the
+/// shipped 66-wide bundle on the general step, the -O0 one on the 34-wide
+/// kernels).
 #[test]
 fn graph_heads_match_the_libtorch_forward_on_real_ir() {
     set_matmul_precision(Precision::F32).unwrap();
@@ -137,6 +139,7 @@ fn graph_heads_match_the_libtorch_forward_on_real_ir() {
         (root().join("models/devmap-nvidia"), vec![kernel.clone()], Some(vec![65536.0, 128.0])),
         (root().join("models/devmap-amd/noaux"), vec![kernel.clone()], None),
         (root().join("models/poj104"), units().into_iter().map(|(_, g)| g).collect(), None),
+        (root().join("models/poj104-O0"), units().into_iter().map(|(_, g)| g).collect(), None),
     ];
     for (dir, graphs, aux) in cases {
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
@@ -277,17 +280,19 @@ fn the_bench_units_match_the_libtorch_forward() {
             assert_eq!(argmax_rows(&want, 2), argmax_rows(&got.probabilities, 2), "{task} on {}: decisions", file.display());
         }
     }
-    let dir = root().join("models/poj104");
-    let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
-    let model = Model::open(&dir).unwrap();
-    for (graph, (file, _, _)) in graphs.iter().zip(&units) {
-        let input = GraphInput::new(graph, &reference.vocabulary).unwrap();
-        let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).unwrap();
-        let want = graph_probabilities(&reference.model, &batch, None, reference.model.hyper().steps);
-        let got = model.graph_probabilities(&batch, None, &best).unwrap();
-        let d = max_diff(&want, &got.probabilities);
-        assert!(d < 1e-5, "poj104 on {}: probabilities differ by {d}", file.display());
-        assert_eq!(argmax_rows(&want, 104), argmax_rows(&got.probabilities, 104), "poj104 on {}: the class", file.display());
+    for name in ["poj104", "poj104-O0"] {
+        let dir = root().join("models").join(name);
+        let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
+        let model = Model::open(&dir).unwrap();
+        for (graph, (file, _, _)) in graphs.iter().zip(&units) {
+            let input = GraphInput::new(graph, &reference.vocabulary).unwrap();
+            let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).unwrap();
+            let want = graph_probabilities(&reference.model, &batch, None, reference.model.hyper().steps);
+            let got = model.graph_probabilities(&batch, None, &best).unwrap();
+            let d = max_diff(&want, &got.probabilities);
+            assert!(d < 1e-5, "{name} on {}: probabilities differ by {d}", file.display());
+            assert_eq!(argmax_rows(&want, 104), argmax_rows(&got.probabilities, 104), "{name} on {}: the class", file.display());
+        }
     }
 }
 

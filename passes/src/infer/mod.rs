@@ -667,7 +667,7 @@ fn warn_unseen_level(name: &str, dir: &Path, source: &bundle::Source, optimised:
     if optimised {
         log::warn!(
             target: PASS_NAME,
-            "{name}: bundle {} was trained on IR compiled at {levels} only, and this module is optimised IR (the pipeline's level is above -O0): its decision may be far off (POJ-104's -O0 bundle classifies optimised IR at 0.10, against 0.83 at -O0); use a bundle trained on optimised IR (for POJ-104: models/poj104/levels)",
+            "{name}: bundle {} was trained on IR compiled at {levels} only, and this module is optimised IR (the pipeline's level is above -O0): its decision may be far off (POJ-104's -O0 bundle, models/poj104-O0, classifies optimised IR at 0.10, against 0.83 at -O0); use a bundle trained on optimised IR (for POJ-104: models/poj104, trained at -O0 to -O3)",
             dir.display()
         );
     } else {
