@@ -434,6 +434,35 @@ unsafe fn tile_vnni<const R: usize, const V: usize>(
             }
         }
     }
+    if tail == 2 {
+        // The usual case (34 and 66 channels): the two FP32 entries'
+        // products unrolled, each row's scale and entries broadcast once
+        // for all its vectors, each vector's scales and weights loaded once
+        // for all its rows; the same operations in the same order as the
+        // loop below. (Its run-time trip count kept the accumulators on
+        // the stack and each row's chain of FMAs waiting: a fifth of the
+        // tile's time.)
+        let zero = _mm512_setzero_ps();
+        let (mut scale, mut t0, mut t1) = ([zero; R], [zero; R], [zero; R]);
+        for r in 0..R {
+            let row = rows[r].0;
+            scale[r] = _mm512_set1_ps(*x.scales.get_unchecked(row));
+            t0[r] = _mm512_set1_ps(*x.tails.get_unchecked(row * 2));
+            t1[r] = _mm512_set1_ps(*x.tails.get_unchecked(row * 2 + 1));
+        }
+        for v in 0..V {
+            let c = first + v * LANES;
+            let col_scale = _mm512_loadu_ps(b.scale.as_ptr().add(c));
+            let w0 = _mm512_loadu_ps(b.tail.as_ptr().add(c));
+            let w1 = _mm512_loadu_ps(b.tail.as_ptr().add(b.stride + c));
+            for r in 0..R {
+                let y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), _mm512_mul_ps(col_scale, scale[r]));
+                let y = _mm512_fmadd_ps(t1[r], w1, _mm512_fmadd_ps(t0[r], w0, y));
+                _mm512_mask_storeu_ps(rows[r].1.add(c), masks[v], y);
+            }
+        }
+        return;
+    }
     for v in 0..V {
         let c = first + v * LANES;
         let col_scale = _mm512_loadu_ps(b.scale.as_ptr().add(c));
