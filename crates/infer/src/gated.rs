@@ -11,15 +11,18 @@
 //! multiply-adds, and in FP32 beside INT8 steps they were an eighth of a
 //! 66-wide decision's time (Zen 4).
 //!
-//! At INT8 precision, where the layer is at least [`INT8_COLUMNS`] wide,
-//! the products are INT8 too ([`int8`], the general step's): `h_T` by
+//! At INT8 precision, the readout's products are INT8 too where it has at
+//! least [`INT8_COLUMNS`] classes ([`int8`], the general step's): `h_T` by
 //! `[G_T; T]` (the gate's `h_T` half beside the transform: one product of
 //! `2C` columns) and `h_0` by `G_0`, each side quantised on its own (the
 //! states within ±1, the embeddings by their own scale), the root
 //! selector's two entries (the last of `h_0`, 0 or 50) in FP32 as the
-//! steps keep them. Narrower layers (a node-level bundle's two classes,
+//! steps keep them. Narrower readouts (a node-level bundle's two classes,
 //! DevMap's two devices) stay FP32: quantising a row costs more than its
-//! FP32 product of two columns.
+//! FP32 product of two columns. So does the gated state pooling (DevMap's
+//! graph heads, 34 columns): its INT8 error reaches the auxiliary
+//! classifier through a batch normalisation, and DevMap's accuracy at
+//! INT8 pooling was never measured.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -43,7 +46,8 @@ const POOL_BLOCK: usize = 64;
 pub(crate) struct Gated {
     h: usize,
     c: usize,
-    /// Tanh on the transform (the pooling) or not (the readout).
+    /// Tanh on the transform (the pooling, FP32 at every precision) or not
+    /// (the readout).
     squash: bool,
     /// FP32: `G` over `[h_T; h_0]`, `T` over `h_T`.
     gate: gemm::Packed,
@@ -79,7 +83,7 @@ impl Gated {
 
     /// Whether the layer runs INT8 products at INT8 precision.
     pub fn runs_int8(&self) -> bool {
-        self.c >= INT8_COLUMNS
+        !self.squash && self.c >= INT8_COLUMNS
     }
 
     fn int8_packs(&self) -> &(int8::Packed, int8::Packed) {
@@ -334,6 +338,18 @@ mod tests {
                 seen.get_or_insert(got);
             }
         }
+    }
+
+    /// DevMap's gated state pooling (34 columns) stays FP32 at INT8
+    /// precision, bit for bit.
+    #[test]
+    fn the_state_pooling_stays_fp32() {
+        let (weights, h, _) = bundle("models/devmap-amd");
+        let layer = Gated::new(&weights, "pool", h, h, true);
+        assert!(h >= INT8_COLUMNS && !layer.runs_int8());
+        let (h_t, h0) = nodes(&weights, h, 100);
+        let (fp32, int8) = (layer.run(&h_t, &h0, false, 1), layer.run(&h_t, &h0, true, 1));
+        assert!(fp32.iter().zip(&int8).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     /// [`Gated::pooled`] is each graph's sum of [`Gated::run`]'s rows
