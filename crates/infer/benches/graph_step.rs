@@ -4,7 +4,8 @@
 //! pass runs it inside a compiler. Not a test: it prints figures
 //! (docs/perf/models.md, "A wider state", records them with this command).
 //! `PROGRAML_BENCH_DTYPES` (comma-separated, default `f32,int8,auto`)
-//! narrows the precisions, e.g. to profile one.
+//! narrows the precisions, e.g. to profile one; `PROGRAML_BENCH_ISA`
+//! caps the kernel path (`avx2`: what an AVX2-only CPU runs).
 //!
 //! ```text
 //! cargo bench -p programl-infer --bench graph_step
@@ -32,7 +33,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use programl::batch::{Batch, GraphInput, Sample};
-use programl_infer::{cpu, Dtype, Model, Options};
+use programl_infer::{cpu, Dtype, Isa, Model, Options};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -94,6 +95,14 @@ fn main() {
         .split(',')
         .map(|d| d.parse().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_DTYPES: {e}"))))
         .collect();
+    // A lower kernel path than the CPU's best (`isa=` in the pass), e.g.
+    // `avx2` to see on an AVX-512 machine what an AVX2-only one runs.
+    let isa: Option<Isa> = std::env::var("PROGRAML_BENCH_ISA")
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_ISA: {e}"))));
+    if let Some(isa) = isa {
+        isa.check().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_ISA: {e}")));
+    }
     let tmp = std::env::temp_dir().join(format!("programl-graph-step-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let graphs: Vec<programl::ProgramGraph> = sources().iter().filter_map(|s| graph_of(s, &flags, &tmp)).collect();
@@ -114,7 +123,7 @@ fn main() {
             inputs.iter().map(|i| Batch::from_samples(&[Sample { graph: i, root: None, positives: None }]).unwrap()).collect();
         let ones = vec![1f32; aux];
         let run = |b: &Batch, dtype: Dtype| {
-            let opts = Options { dtype, ..Options::default() };
+            let opts = Options { dtype, isa, ..Options::default() };
             model.graph_probabilities(b, (aux > 0).then_some(&ones[..]), &opts).unwrap_or_else(|e| panic!("{dir}: {e}"))
         };
         let reference: Vec<Vec<f32>> = batches.iter().map(|b| run(b, Dtype::F32).probabilities).collect();
