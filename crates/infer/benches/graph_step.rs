@@ -17,8 +17,10 @@
 //! `PROGRAML_BENCH_FLAGS`, space-separated). Bundles:
 //! `PROGRAML_BENCH_MODELS` (comma-separated, default `models/poj104-O0`,
 //! the 34-wide state trained at -O0, and `models/poj104`, the shipped
-//! 66-wide one trained at every level). Per bundle: `dtype=f32` and `dtype=int8` on the best kernel
-//! path the CPU runs, and `auto` (what the pass runs by default); each
+//! 66-wide one trained at every level). Per bundle: `dtype=f32` and
+//! `dtype=int8` on the best kernel path the CPU runs (or the one
+//! `PROGRAML_BENCH_ISA` caps it at), and `auto` (what the pass runs by
+//! default); each
 //! graph `PROGRAML_BENCH_REPS` times (default 15), interleaved, the
 //! median per graph summed over the graphs. A graph head with auxiliary
 //! inputs gets ones.
@@ -97,9 +99,8 @@ fn main() {
         .collect();
     // A lower kernel path than the CPU's best (`isa=` in the pass), e.g.
     // `avx2` to see on an AVX-512 machine what an AVX2-only one runs.
-    let isa: Option<Isa> = std::env::var("PROGRAML_BENCH_ISA")
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_ISA: {e}"))));
+    let isa: Option<Isa> =
+        std::env::var("PROGRAML_BENCH_ISA").ok().map(|v| v.parse().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_ISA: {e}"))));
     if let Some(isa) = isa {
         isa.check().unwrap_or_else(|e| fail(&format!("PROGRAML_BENCH_ISA: {e}")));
     }

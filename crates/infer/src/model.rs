@@ -64,7 +64,7 @@ pub struct Model {
     /// The kernels specialised for the shipped width, 34 (a fixed T or a
     /// stopping rule, every precision): `None` for another width.
     fast: Option<Fast>,
-    /// The step for any other width ([`crate::wide`]), FP32.
+    /// The step for any other width ([`crate::wide`]), FP32 or INT8.
     wide: Option<Wide>,
     /// The readout: its gate \[C, 2h\] and transform \[C, h\].
     readout: Gated,
@@ -178,32 +178,33 @@ impl Input {
         self.positions.iter().max().map_or(0, |&p| p as usize + 1)
     }
 
-    /// Node ranges of whole graphs (`offsets`: the batch's), each of at
-    /// most `limit` nodes unless one graph alone is larger.
-    fn chunks(&self, offsets: &[i64], limit: usize) -> Vec<std::ops::Range<usize>> {
+    /// Ranges of whole graphs (indices into `graphs`), each of at most
+    /// `limit` nodes unless one graph alone is larger. (By graph, not by
+    /// node offset: an empty graph at a boundary belongs to one chunk.)
+    fn chunks(&self, limit: usize) -> Vec<std::ops::Range<usize>> {
+        let count = self.graphs.len().saturating_sub(1);
         let mut out = Vec::new();
-        let mut start = 0usize;
-        for w in offsets.windows(2) {
-            let (a, b) = (w[0] as usize, w[1] as usize);
-            if b - start > limit && a > start {
-                out.push(start..a);
-                start = a;
+        let mut first = 0usize;
+        for g in 0..count {
+            if self.graphs[g + 1] - self.graphs[first] > limit && g > first {
+                out.push(first..g);
+                first = g;
             }
         }
-        if start < self.nodes || out.is_empty() {
-            out.push(start..self.nodes);
+        if first < count || out.is_empty() {
+            out.push(first..count);
         }
         out
     }
 
-    /// The nodes `range` (whole graphs: no edge crosses its bounds) as an
-    /// input of their own.
+    /// The graphs `range` (indices into `graphs`; no edge crosses a
+    /// graph's bounds) as an input of their own.
     fn part(&self, range: std::ops::Range<usize>) -> Input {
-        let (a, b) = (range.start, range.end);
+        let (a, b) = (self.graphs[range.start], self.graphs[range.end]);
         let (e0, e1) = (self.crow[a] as usize, self.crow[b] as usize);
         let shift = (a * EDGE_TYPES) as i64;
         Input {
-            graphs: self.graphs.iter().filter(|&&o| (a..=b).contains(&o)).map(|o| o - a).collect(),
+            graphs: self.graphs[range.start..=range.end].iter().map(|o| o - a).collect(),
             nodes: b - a,
             tokens: self.tokens[a..b].to_vec(),
             selector: self.selector[a..b].to_vec(),
@@ -495,11 +496,11 @@ impl Model {
             // whole graphs whose step buffers stay in cache (ten roots of a
             // 1,000-node unit in one pass streamed a 13 MB product per
             // step: 40% slower per root than one root alone).
-            let chunks = input.chunks(batch.offsets(), CHUNK_NODES * threads);
+            let chunks = input.chunks(CHUNK_NODES * threads);
             let (logits, steps_per_graph) = if chunks.len() == 1 {
                 self.logits(&input, depth, precision, per_graph, threads, scratch)
             } else {
-                let mut all = Vec::with_capacity(input.nodes * self.classes());
+                let mut all = Vec::new();
                 let mut steps = Vec::with_capacity(input.graphs.len());
                 for range in chunks {
                     let (logits, s) = self.logits(&input.part(range), depth, precision, per_graph, threads, scratch);
@@ -959,5 +960,45 @@ fn softmax_rows(x: &mut [f32], c: usize) {
             sum += *v;
         }
         row.iter_mut().for_each(|v| *v /= sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks are runs of whole graphs, by graph index: every graph in
+    /// exactly one chunk, empty ones too (by node offset, an empty graph at
+    /// a boundary was in both neighbours, one pooled row too many), and
+    /// each part's graphs are the batch's, rebased.
+    #[test]
+    fn chunks_hold_each_graph_once() {
+        let graphs = vec![0, 10, 10, 2100, 2100, 2200, 5000];
+        let nodes = *graphs.last().unwrap();
+        let input = Input {
+            nodes,
+            tokens: vec![0; nodes],
+            selector: vec![0; nodes],
+            crow: vec![0; nodes + 1],
+            sources: Vec::new(),
+            types: Vec::new(),
+            positions: Vec::new(),
+            graphs: graphs.clone(),
+        };
+        let chunks = input.chunks(2048);
+        // Graph 2 (2,090 nodes) is past the limit alone, as is graph 5.
+        assert_eq!(chunks, [0..2, 2..3, 3..5, 5..6]);
+        let mut seen = 0;
+        for range in chunks {
+            let part = input.part(range.clone());
+            assert_eq!(part.graphs.len(), range.len() + 1);
+            assert_eq!(part.nodes, graphs[range.end] - graphs[range.start]);
+            for (g, o) in range.clone().zip(&part.graphs) {
+                assert_eq!(graphs[g] - graphs[range.start], *o);
+            }
+            seen += range.len();
+        }
+        assert_eq!(seen, graphs.len() - 1);
+        assert_eq!(input.chunks(1 << 20), vec![0..6]);
     }
 }

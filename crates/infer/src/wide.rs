@@ -1,9 +1,10 @@
 //! The step for a state of any width: what a bundle runs on whose
 //! `hyper.hidden` is not 34, at a fixed T or with a stopping rule
-//! (`hyper.stop`), with FP32 or INT8 products. The shipped width, 34, runs
-//! on the kernels specialised for it ([`crate::model`]) at every precision
-//! and depth; this step is the same arithmetic with the width a run-time
-//! value:
+//! (`hyper.stop`), with FP32 or INT8 products: POJ-104's shipped bundle
+//! (66 wide). Width 34 (the DeepDataFlow and DevMap bundles,
+//! `models/poj104-O0`) runs on the kernels specialised for it
+//! ([`crate::model`]) at every precision and depth; this step is the same
+//! arithmetic with the width a run-time value:
 //!
 //! ```text
 //! F  = h · W_msgᵀ                                   ≤ [N, 6h] (each node only the blocks it needs, packed)
@@ -262,9 +263,11 @@ impl Wide {
     ) {
         let h = self.h;
         let out = Rows::new(next);
-        par_ranges(nodes.len().div_ceil(BLOCK), threads, |blocks| {
+        // Split by nodes (`par_ranges` counts nodes: its grain is 2,048),
+        // each range taking the blocks that start in it.
+        par_ranges(nodes.len(), threads, |range| {
             let (mut gi, mut gh) = (vec![0f32; BLOCK * 3 * h], vec![0f32; BLOCK * 3 * h]);
-            for b in blocks {
+            for b in range.start.div_ceil(BLOCK)..range.end.div_ceil(BLOCK) {
                 // The block's rows, within the run and within the batch.
                 let local = b * BLOCK..((b + 1) * BLOCK).min(nodes.len());
                 let (a, len) = (nodes.start + local.start, local.len());

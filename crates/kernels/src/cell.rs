@@ -26,6 +26,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
 use crate::cpu::{self, Isa};
 use crate::elem::{sigmoid_by, tanh_by};
 
@@ -49,7 +50,7 @@ pub struct Biases<'a> {
 /// Where a slice is shorter than the rows need, or a bias is not `h`
 /// wide.
 pub fn rows(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32], approx: bool) {
-    assert!(h > 0 && out.len() % h == 0, "cell rows: {} outputs are not rows of {h}", out.len());
+    assert!(h > 0 && out.len().is_multiple_of(h), "cell rows: {} outputs are not rows of {h}", out.len());
     let n = out.len() / h;
     assert!(gi.len() >= n * 3 * h && gh.len() >= n * 3 * h && old.len() >= n * h, "cell rows: inputs shorter than {n} rows of {h}");
     assert!([bias.r, bias.z, bias.i_n, bias.h_n].iter().all(|b| b.len() == h), "cell rows: a bias is not {h} wide");
@@ -206,6 +207,7 @@ unsafe fn group<const M: usize, const APPROX: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::{self, Isa};
 
     /// `n` values in [-scale, scale), seeded.
     fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
