@@ -114,9 +114,14 @@ impl SourceCompile {
     /// `O0`) and unoptimised IR (`O0`): `(unoptimised, optimised)`, both
     /// false when the levels are unknown.
     pub fn trained_on(&self) -> (bool, bool) {
-        let levels = self.trained_levels();
-        (levels.iter().any(|l| l == "O0"), levels.iter().any(|l| l != "O0"))
+        trained_on(&self.trained_levels())
     }
+}
+
+/// `(unoptimised, optimised)`: whether `levels` hold `O0`, and a level
+/// other than `O0`.
+pub fn trained_on(levels: &[String]) -> (bool, bool) {
+    (levels.iter().any(|l| l == "O0"), levels.iter().any(|l| l != "O0"))
 }
 
 /// What the model predicts on.

@@ -54,34 +54,26 @@ pub fn rows(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out
     let n = out.len() / h;
     assert!(gi.len() >= n * 3 * h && gh.len() >= n * 3 * h && old.len() >= n * h, "cell rows: inputs shorter than {n} rows of {h}");
     assert!([bias.r, bias.z, bias.i_n, bias.h_n].iter().all(|b| b.len() == h), "cell rows: a bias is not {h} wide");
+    match approx {
+        true => rows_on::<true>(h, gi, gh, bias, old, out),
+        false => rows_on::<false>(h, gi, gh, bias, old, out),
+    }
+}
+
+/// [`rows`] on the best path, its sigmoids `APPROX`'s (lengths checked).
+fn rows_on<const APPROX: bool>(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if cpu::allows(Isa::Avx512) {
-            // SAFETY: the CPU has AVX-512 F; the lengths are checked above.
-            return unsafe {
-                if approx {
-                    rows_avx512::<true>(h, gi, gh, bias, old, out)
-                } else {
-                    rows_avx512::<false>(h, gi, gh, bias, old, out)
-                }
-            };
+            // SAFETY: the CPU has AVX-512 F; the lengths are checked.
+            return unsafe { rows_avx512::<APPROX>(h, gi, gh, bias, old, out) };
         }
         if cpu::allows(Isa::Avx2) {
             // SAFETY: the CPU has AVX2 and FMA.
-            return unsafe {
-                if approx {
-                    rows_avx2::<true>(h, gi, gh, bias, old, out)
-                } else {
-                    rows_avx2::<false>(h, gi, gh, bias, old, out)
-                }
-            };
+            return unsafe { rows_avx2::<APPROX>(h, gi, gh, bias, old, out) };
         }
     }
-    if approx {
-        rows_portable::<false, true>(h, gi, gh, bias, old, out)
-    } else {
-        rows_portable::<false, false>(h, gi, gh, bias, old, out)
-    }
+    rows_portable::<false, APPROX>(h, gi, gh, bias, old, out)
 }
 
 /// One lane of the cell: the exact sigmoid ([`sigmoid_by`]), or INT8's

@@ -182,9 +182,21 @@ impl RowGroups {
 /// Every group is split evenly over the threads, so that each thread gets
 /// the same mix of long and short rows.
 pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [O], ldo: usize, threads: usize) {
-    let extent = groups.len();
-    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    check_strided(groups.len(), out.len(), ldo, b.cols);
     product_rows_by(a, lda, groups, b, out, |r| r * ldo, threads)
+}
+
+/// That `rows` rows of `cols` columns, `ldo` apart, fit in `len`
+/// (`product_rows` here and in `int8::any`).
+pub(crate) fn check_strided(rows: usize, len: usize, ldo: usize, cols: usize) {
+    assert!(rows == 0 || (len >= (rows - 1) * ldo + cols && ldo >= cols), "output too short");
+}
+
+/// That each of the first `rows` rows placed at `row0` holds `cols`
+/// columns within `len` (`product_rows_at` here and in `int8::any`).
+pub(crate) fn check_placed(rows: usize, row0: &[usize], len: usize, cols: usize) {
+    let fits = |&r: &usize| r.checked_add(cols).is_some_and(|end| end <= len);
+    assert!(row0.len() >= rows && row0[..rows].iter().all(fits), "output too short");
 }
 
 /// [`product_rows`] with each row's output placed on its own: row `r`'s
@@ -198,8 +210,7 @@ pub fn product_rows<O: Elem>(a: &[f32], lda: usize, groups: &RowGroups, b: &Pack
 /// cols` for each row of `groups`, do not overlap (threads write them at
 /// once); that each is inside `out` is checked.
 pub unsafe fn product_rows_at(a: &[f32], lda: usize, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
-    let fits = |&r: &usize| r.checked_add(b.cols).is_some_and(|end| end <= out.len());
-    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(fits), "output too short");
+    check_placed(groups.len(), row0, out.len(), b.cols);
     product_rows_by(a, lda, groups, b, out, |r| row0[r], threads)
 }
 

@@ -55,8 +55,7 @@ impl Source {
 
     /// `(unoptimised, optimised)`: whether the training IR had each.
     pub fn trained_on(&self) -> (bool, bool) {
-        let levels = self.trained_levels();
-        (levels.iter().any(|l| l == "O0"), levels.iter().any(|l| l != "O0"))
+        programl_infer::bundle::trained_on(&self.trained_levels())
     }
 }
 

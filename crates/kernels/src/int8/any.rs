@@ -236,8 +236,7 @@ unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32
 /// vector of 16 (a few columns before it may be written too; a group past
 /// the last column computes nothing); `out` row stride `ldo`.
 pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], ldo: usize, threads: usize) {
-    let extent = groups.len();
-    assert!(extent == 0 || (out.len() >= (extent - 1) * ldo + b.cols && ldo >= b.cols), "output too short");
+    crate::gemm::check_strided(groups.len(), out.len(), ldo, b.cols);
     product_rows_by(x, groups, b, out, |r| r * ldo, threads)
 }
 
@@ -251,8 +250,7 @@ pub fn product_rows(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f3
 /// cols` for each row of `groups`, do not overlap (threads write them at
 /// once); that each is inside `out` is checked.
 pub unsafe fn product_rows_at(x: &Quantised, groups: &RowGroups, b: &Packed, out: &mut [f32], row0: &[usize], threads: usize) {
-    let fits = |&r: &usize| r.checked_add(b.cols).is_some_and(|end| end <= out.len());
-    assert!(row0.len() >= groups.len() && row0[..groups.len()].iter().all(fits), "output too short");
+    crate::gemm::check_placed(groups.len(), row0, out.len(), b.cols);
     product_rows_by(x, groups, b, out, |r| row0[r], threads)
 }
 
