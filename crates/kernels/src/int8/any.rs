@@ -14,16 +14,17 @@
 //! ±1 in the rest) stay FP32 on both sides. `qk` is the largest multiple
 //! of 4 that leaves two ([`split`]): 64 of 66, 32 of 34.
 //!
-//! Two paths, the same integer sums and the same FP32 epilogue (`y =
+//! Three paths, the same integer sums and the same FP32 epilogue (`y =
 //! Σ · (scale_c · scale_r)`, then each FP32 entry's product added, fused
 //! where the path has FMA):
 //! - AVX-512 VNNI: `vpdpbusd` on a register tile of up to 6 rows by 4
 //!   vectors of 16 columns, the row's bytes unsigned (`q + 128`) and each
 //!   sum started at minus `128 · Σ q(w)` to take the offset back out, as
 //!   [`super::messages`] does;
-//! - portable (the scalar sums; compiled again for AVX2 and FMA, and taken
-//!   on every path below VNNI: `dtype=auto` picks INT8 on VNNI alone,
-//!   [`super::preferred`]).
+//! - AVX2 (also under AVX-VNNI and on AVX-512 without VNNI): `vpmaddubsw`
+//!   on `|q|` and the weights' bytes signed by `q` (`vpsignb`), exact
+//!   ([`rows_avx2`]), on a tile of up to 2 rows by 4 vectors of 8 columns;
+//! - portable (the scalar sums, any target).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -134,7 +135,7 @@ impl Quantised {
         grow(&mut self.scales, rows, 0.0);
         grow(&mut self.tails, rows * tail, 0.0);
         let (q, s, t) = (Rows::new(&mut self.quads), Rows::new(&mut self.scales), Rows::new(&mut self.tails));
-        let wide = cpu::allows(Isa::Avx512);
+        let (wide, fma) = (cpu::allows(Isa::Avx512), cpu::allows(Isa::Avx2));
         par_ranges(rows, threads, |range| {
             // SAFETY: each range writes its own rows of the three buffers.
             let (q, s, t) = unsafe {
@@ -150,7 +151,12 @@ impl Quantised {
                 // SAFETY: the CPU has AVX-512 F, BW and VL (the path's flags).
                 return unsafe { quantise_rows_avx512(x, lda, k, q, s, t) };
             }
-            let _ = wide;
+            #[cfg(target_arch = "x86_64")]
+            if fma {
+                // SAFETY: the CPU has AVX2 and FMA.
+                return unsafe { quantise_rows_avx2(x, lda, k, q, s, t) };
+            }
+            let _ = (wide, fma);
             quantise_rows(x, lda, k, q, s, t)
         });
     }
@@ -226,6 +232,54 @@ unsafe fn quantise_rows_avx512(x: &[f32], lda: usize, k: usize, quads: &mut [u32
             let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(y), bias));
             // `qk` is whole quads: a chunk's live lanes are whole quads.
             _mm_mask_storeu_epi8(out.add(c * LANES / 4) as *mut i8, m, bytes);
+        }
+        tails[r * tail..][..tail].copy_from_slice(&x[r * lda + qk..][..tail]);
+    }
+}
+
+/// [`quantise_rows_avx512`] in AVX2, 8 entries an instruction, the same
+/// operations (the NaN rules of `vmaxps`/`vminps` and `vcvtps2dq` are the
+/// same at 256 bits), a quad's four bytes gathered by `vpshufb`: the
+/// scalar loop's bytes exactly.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantise_rows_avx2(x: &[f32], lda: usize, k: usize, quads: &mut [u32], scales: &mut [f32], tails: &mut [f32]) {
+    const L: usize = 8;
+    let (qk, tail) = split(k);
+    let chunks = qk.div_ceil(L);
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = |c: usize| _mm256_cmpgt_epi32(_mm256_set1_epi32((qk - c * L).min(L) as i32), lanes);
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let bias = _mm256_set1_epi32(128);
+    let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+    // Byte 0 of each 32-bit lane to the lane's first four bytes, per
+    // 128-bit half.
+    let gather = _mm256_setr_epi8(
+        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    );
+    for (r, s) in scales.iter_mut().enumerate() {
+        let row = x[r * lda..][..k].as_ptr();
+        let mut most = _mm256_setzero_ps();
+        for c in 0..chunks {
+            let a = _mm256_and_ps(_mm256_maskload_ps(row.add(c * L), mask(c)), magnitude);
+            most = _mm256_max_ps(a, most);
+        }
+        let half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps::<1>(most));
+        let half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+        let half = _mm_max_ss(half, _mm_shuffle_ps::<1>(half, half));
+        let (inv, scale) = quantiser(_mm_cvtss_f32(half));
+        *s = scale;
+        let inv = _mm256_set1_ps(inv);
+        let out = quads[r * qk / 4..][..qk / 4].as_mut_ptr();
+        for c in 0..chunks {
+            let a = _mm256_maskload_ps(row.add(c * L), mask(c));
+            let y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(a, inv)));
+            let bytes = _mm256_shuffle_epi8(_mm256_add_epi32(_mm256_cvtps_epi32(y), bias), gather);
+            // `qk` is whole quads: a chunk holds one or two.
+            *out.add(2 * c) = _mm256_extract_epi32::<0>(bytes) as u32;
+            if 2 * c + 1 < qk / 4 {
+                *out.add(2 * c + 1) = _mm256_extract_epi32::<4>(bytes) as u32;
+            }
         }
         tails[r * tail..][..tail].copy_from_slice(&x[r * lda + qk..][..tail]);
     }
@@ -346,12 +400,156 @@ unsafe fn rows_portable(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), 
     rows_scalar::<false>(x, at, rows, b, first)
 }
 
+/// The scalar sums compiled for AVX2 and FMA: [`rows_avx2`]'s reference.
+///
 /// # Safety
 /// As [`rows_scalar`], on a CPU with AVX2 and FMA.
+#[cfg(all(test, target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_scalar_fma(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
+    rows_scalar::<true>(x, at, rows, b, first)
+}
+
+/// Rows and vectors of 8 columns of [`tile_avx2`].
+const AVX2_ROWS: usize = 2;
+const AVX2_VECS: usize = 4;
+/// Quads a row of [`tile_avx2`] takes (`k` up to 258); wider rows take
+/// the scalar sums.
+const AVX2_QUADS: usize = 64;
+
+/// The rows on AVX2: the VNNI tiles' integer sums without `vpdpbusd`.
+/// `vpmaddubsw` multiplies unsigned bytes by signed ones and adds pairs
+/// into 16 bits with saturation, which the VNNI layout's `q + 128` by
+/// `±127` would reach (2 · 255 · 127); so each sum is taken as `|q| ·
+/// (w · sign q)` (`vpsignb` on the weights): at most 2 · 127 · 127 a pair,
+/// exact. `vpmaddwd` by ones adds the pairs into the 32-bit lanes, a quad
+/// each. Those are `Σ q w` exactly, the scalar sums, with no offset to take
+/// out; the epilogue is the scalar one's, fused: the same bits.
+///
+/// Per 32 products: `vpsignb`, `vpmaddubsw`, `vpmaddwd` and `vpaddd`,
+/// against four FMAs for FP32. On Zen 4 that is still slower than FP32: a
+/// block of 48 rows of 66 by 198 columns at 36.5 products a nanosecond,
+/// FP32's at 52 (the scalar sums this replaced: 7.7); 4 rows by 2 vectors
+/// gave 34.2. So `dtype=auto` stays FP32 below VNNI ([`super::preferred`]),
+/// and this is what `dtype=int8` runs there: VNNI's integer sums at a
+/// usable speed.
+///
+/// # Safety
+/// As [`rows_scalar`], on a CPU with AVX2 and FMA; `first` a multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rows_avx2(x: &Quantised, at: &dyn Fn(usize) -> (usize, *mut f32), rows: usize, b: &Packed, first: usize) {
-    rows_scalar::<true>(x, at, rows, b, first)
+    const L: usize = 8;
+    let quads = b.qk / 4;
+    if quads > AVX2_QUADS {
+        return rows_scalar::<true>(x, at, rows, b, first);
+    }
+    let vectors = b.stride / L;
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let live = |v: usize| _mm256_cmpgt_epi32(_mm256_set1_epi32(b.cols.saturating_sub(v * L).min(L) as i32), lanes);
+    // A tile's rows as signed bytes and their magnitudes, quad by quad.
+    let mut signed = [[0u32; AVX2_QUADS]; AVX2_ROWS];
+    let mut magnitude = [[0u32; AVX2_QUADS]; AVX2_ROWS];
+    let mut v0 = first / L;
+    while v0 < vectors {
+        let vecs = (vectors - v0).min(AVX2_VECS);
+        let masks: [__m256i; AVX2_VECS] = std::array::from_fn(|v| live(v0 + v));
+        let mut i = 0;
+        while i < rows {
+            let tile = (rows - i).min(AVX2_ROWS);
+            let mut rows_at = [(0usize, std::ptr::null_mut::<f32>()); AVX2_ROWS];
+            for (t, slot) in rows_at.iter_mut().enumerate().take(tile) {
+                *slot = at(i + t);
+                signs_and_magnitudes(&x.quads[slot.0 * quads..][..quads], &mut signed[t], &mut magnitude[t]);
+            }
+            macro_rules! tile {
+                ($($r:literal)*) => {
+                    match (tile, vecs) {
+                        $(
+                            ($r, 4) => tile_avx2::<$r, 4>(x, &rows_at, &signed, &magnitude, b, v0, &masks),
+                            ($r, 3) => tile_avx2::<$r, 3>(x, &rows_at, &signed, &magnitude, b, v0, &masks),
+                            ($r, 2) => tile_avx2::<$r, 2>(x, &rows_at, &signed, &magnitude, b, v0, &masks),
+                            ($r, 1) => tile_avx2::<$r, 1>(x, &rows_at, &signed, &magnitude, b, v0, &masks),
+                        )*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            tile!(1 2);
+            i += tile;
+        }
+        v0 += vecs;
+    }
+}
+
+/// A row's quads of `q + 128` as signed bytes `q` and as `|q|`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn signs_and_magnitudes(quads: &[u32], signed: &mut [u32; AVX2_QUADS], magnitude: &mut [u32; AVX2_QUADS]) {
+    let flip = _mm256_set1_epi8(-128);
+    let mut j = 0;
+    while j + 8 <= quads.len() {
+        let q = _mm256_xor_si256(_mm256_loadu_si256(quads.as_ptr().add(j) as *const _), flip);
+        _mm256_storeu_si256(signed.as_mut_ptr().add(j) as *mut _, q);
+        _mm256_storeu_si256(magnitude.as_mut_ptr().add(j) as *mut _, _mm256_abs_epi8(q));
+        j += 8;
+    }
+    for j in j..quads.len() {
+        let q = quads[j] ^ 0x8080_8080;
+        signed[j] = q;
+        magnitude[j] = u32::from_le_bytes(q.to_le_bytes().map(|b| (b as i8).unsigned_abs()));
+    }
+}
+
+/// One register tile on AVX2: `R` rows by `V` vectors of 8 columns from
+/// vector `v0` ([`rows_avx2`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_avx2<const R: usize, const V: usize>(
+    x: &Quantised,
+    rows: &[(usize, *mut f32); AVX2_ROWS],
+    signed: &[[u32; AVX2_QUADS]; AVX2_ROWS],
+    magnitude: &[[u32; AVX2_QUADS]; AVX2_ROWS],
+    b: &Packed,
+    v0: usize,
+    masks: &[__m256i; AVX2_VECS],
+) {
+    const L: usize = 8;
+    let first = v0 * L;
+    let quads = b.qk / 4;
+    let tail = b.k - b.qk;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_si256(); V]; R];
+    for q in 0..quads {
+        let w = b.quads.as_ptr().add(q * b.stride + first);
+        let bv: [__m256i; V] = std::array::from_fn(|v| _mm256_loadu_si256(w.add(v * L) as *const _));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let s = _mm256_set1_epi32(*signed[r].get_unchecked(q) as i32);
+            let m = _mm256_set1_epi32(*magnitude[r].get_unchecked(q) as i32);
+            for v in 0..V {
+                let pairs = _mm256_maddubs_epi16(m, _mm256_sign_epi8(bv[v], s));
+                acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+    }
+    // The scalar epilogue's operations in its order: the sum by the two
+    // scales' product, then each FP32 entry's product fused in.
+    for v in 0..V {
+        let c = first + v * L;
+        let col_scale = _mm256_loadu_ps(b.scale.as_ptr().add(c));
+        for (r, acc) in acc.iter().enumerate() {
+            let (row, out) = rows[r];
+            let mut y = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[v]), _mm256_mul_ps(col_scale, _mm256_set1_ps(*x.scales.get_unchecked(row))));
+            for t in 0..tail {
+                let w = _mm256_loadu_ps(b.tail.as_ptr().add(t * b.stride + c));
+                y = _mm256_fmadd_ps(_mm256_set1_ps(*x.tails.get_unchecked(row * tail + t)), w, y);
+            }
+            _mm256_maskstore_ps(out.add(c), masks[v], y);
+        }
+    }
 }
 
 /// # Safety
@@ -552,21 +750,55 @@ mod tests {
         }
     }
 
-    /// VNNI's tiles against the scalar sums compiled for FMA (the same
-    /// integer sums, the same epilogue, fused): bit for bit.
+    /// The scalar sums compiled for FMA, on the rows of `g` (the
+    /// quantisation the portable one's: the same bytes on every path).
+    fn scalar_fma(x: &[f32], rows: usize, k: usize, w: &[f32], cols: usize, g: &RowGroups) -> Vec<f32> {
+        cpu::with_cap(Isa::Portable, || {
+            let b = Packed::from_weight(w, cols, k);
+            let mut q = Quantised::default();
+            q.rows(x, k, rows, k, 1);
+            let mut out = vec![f32::NAN; rows * cols];
+            let ptr = out.as_mut_ptr();
+            for (first, members) in g.groups() {
+                if first >= cols {
+                    continue;
+                }
+                let members: Vec<usize> = members.iter().map(|&r| r as usize).collect();
+                // SAFETY: each row's output is its own row of `out`; the
+                // CPU has AVX2 and FMA (the callers check).
+                let at = |i: usize| (members[i], unsafe { ptr.add(members[i] * cols) });
+                unsafe { rows_scalar_fma(&q, &at, members.len(), &b, first / LANES * LANES) };
+            }
+            out
+        })
+    }
+
+    /// VNNI's tiles and AVX2's against the scalar sums compiled for FMA
+    /// (the same integer sums, the same epilogue, fused): bit for bit, at
+    /// widths with and without a partial vector of columns, a row tile of
+    /// every size, and quads left over from vectors of 8.
     #[test]
-    fn vnni_matches_the_scalar_sums() {
-        if !cpu::run_test_on(Isa::Vnni, "int8::any::tests::vnni_matches_the_scalar_sums") {
+    fn the_tiles_match_the_scalar_sums() {
+        if !cpu::run_test_on(Isa::Avx2, "int8::any::tests::the_tiles_match_the_scalar_sums") {
             return;
         }
-        for (rows, k, cols) in SHAPES {
-            let x = values(rows * k, 3 + k as u64, 1.5);
-            let w = values(cols * k, 5 + cols as u64, 0.4);
+        let shapes = SHAPES.iter().copied().chain([(5, 22, 7), (11, 258, 70), (3, 262, 20)]);
+        for (rows, k, cols) in shapes {
+            // Magnitudes up to 127 on both sides, so that pairs of products
+            // reach 2 · 127 · 127 (the most `vpmaddubsw` may add).
+            let mut x = values(rows * k, 3 + k as u64, 1.5);
+            let mut w = values(cols * k, 5 + cols as u64, 0.4);
+            x[..k.min(8)].iter_mut().for_each(|v| *v = -1.5);
+            w[..k.min(8)].iter_mut().for_each(|v| *v = -0.4);
             let g = groups(rows, cols);
-            let vnni = run(Isa::Vnni, &x, rows, k, &w, cols, &g);
-            let scalar = run(Isa::Avx2, &x, rows, k, &w, cols, &g);
-            let (a, b): (Vec<u32>, Vec<u32>) = (vnni.iter().map(|v| v.to_bits()).collect(), scalar.iter().map(|v| v.to_bits()).collect());
-            assert_eq!(a, b, "[{rows}, {k}] · [{k}, {cols}]");
+            let want: Vec<u32> = scalar_fma(&x, rows, k, &w, cols, &g).iter().map(|v| v.to_bits()).collect();
+            for isa in [Isa::Avx2, Isa::Vnni] {
+                if !cpu::run_test_on(isa, &format!("int8::any::tests::the_tiles_match_the_scalar_sums [{isa}]")) {
+                    continue;
+                }
+                let got: Vec<u32> = run(isa, &x, rows, k, &w, cols, &g).iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{isa}: [{rows}, {k}] · [{k}, {cols}]");
+            }
         }
     }
 
@@ -586,14 +818,20 @@ mod tests {
         }
     }
 
-    /// The AVX-512 quantiser and the scalar one: the same bytes, scales
-    /// and FP32 entries.
+    /// The AVX-512 and AVX2 quantisers and the scalar one: the same
+    /// bytes, scales and FP32 entries.
     #[test]
-    fn avx512_quantises_as_the_scalar_loop() {
-        if !cpu::run_test_on(Isa::Avx512, "int8::any::tests::avx512_quantises_as_the_scalar_loop") {
-            return;
+    fn the_vector_quantisers_quantise_as_the_scalar_loop() {
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            if !cpu::run_test_on(isa, &format!("int8::any::tests::the_vector_quantisers_quantise_as_the_scalar_loop [{isa}]")) {
+                continue;
+            }
+            quantises_as_the_scalar_loop(isa);
         }
-        for (rows, k, _) in SHAPES {
+    }
+
+    fn quantises_as_the_scalar_loop(isa: Isa) {
+        for (rows, k, _) in SHAPES.iter().copied().chain([(3, 22, 0), (4, 38, 0)]) {
             let mut x = values(rows * (k + 3), 23 + k as u64, 2.0);
             x[k / 2] = 0.5 / 127.0 * 3.0; // a value at a rounding tie's scale
             if rows > 2 {
@@ -610,7 +848,7 @@ mod tests {
                     (q.quads.clone(), bits(&q.scales), bits(&q.tails))
                 })
             };
-            assert_eq!(rows_of(Isa::Vnni), rows_of(Isa::Portable), "[{rows}, {k}]");
+            assert_eq!(rows_of(isa), rows_of(Isa::Portable), "{isa}: [{rows}, {k}]");
         }
     }
 
