@@ -512,8 +512,8 @@ impl Model {
             // The path the products took: INT8's own (AVX-VNNI under an
             // `avx512` cap), else the float kernels'.
             let isa = match (precision, general, int8::path()) {
-                // The general step's INT8 products: VNNI's tiles, else the
-                // scalar sums compiled for AVX2 (also under AVX-VNNI).
+                // The general step's INT8 products: VNNI's tiles, else
+                // AVX2's (`vpmaddubsw`; also under AVX-VNNI).
                 (Precision::Int8, true, Isa::AvxVnni) => Isa::Avx2,
                 (Precision::Int8, _, path) => path,
                 _ => cpu::active_float(),
