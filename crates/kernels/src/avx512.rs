@@ -52,7 +52,7 @@ unsafe fn cell(x: [__m512; 3], g: [__m512; 3], b: [__m512; 4], h: __m512) -> [__
 unsafe fn exp_n<const M: usize>(mut x: [__m512; M]) -> [__m512; M] {
     let mut n = [_mm512_setzero_ps(); M];
     let mut r = [_mm512_setzero_ps(); M];
-    let mut p = [_mm512_set1_ps(1.987_569_1e-4); M];
+    let mut p = [_mm512_set1_ps(crate::elem::EXP_POLY[0]); M];
     for v in x.iter_mut() {
         *v = _mm512_min_ps(_mm512_max_ps(*v, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
     }
@@ -63,12 +63,12 @@ unsafe fn exp_n<const M: usize>(mut x: [__m512; M]) -> [__m512; M] {
         ));
     }
     for i in 0..M {
-        r[i] = _mm512_fnmadd_ps(n[i], _mm512_set1_ps(0.693_359_4), x[i]);
+        r[i] = _mm512_fnmadd_ps(n[i], _mm512_set1_ps(crate::elem::LN2_HI), x[i]);
     }
     for i in 0..M {
-        r[i] = _mm512_fnmadd_ps(n[i], _mm512_set1_ps(-2.121_944_4e-4), r[i]);
+        r[i] = _mm512_fnmadd_ps(n[i], _mm512_set1_ps(crate::elem::LN2_LO), r[i]);
     }
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    for c in crate::elem::EXP_POLY[1..].iter().copied() {
         for i in 0..M {
             p[i] = _mm512_fmadd_ps(p[i], r[i], _mm512_set1_ps(c));
         }

@@ -36,6 +36,8 @@ use std::arch::x86_64::*;
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::{self, Isa};
 use crate::elem::{sigmoid_by, tanh_by};
+#[cfg(target_arch = "x86_64")]
+use crate::elem::{EXP_POLY, LN2_HI, LN2_LO};
 
 /// The cell's biases, each `h` wide: `b_ir + b_hr`, `b_iz + b_hz`, `b_in`,
 /// `b_hn`.
@@ -77,22 +79,22 @@ fn rows_on<const APPROX: bool>(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_
         }
         if cpu::allows(Isa::Avx2) {
             // SAFETY: the CPU has AVX2 and FMA.
-            return unsafe { rows_avx2::<APPROX>(h, gi, gh, bias, old, out) };
+            return unsafe { rows_avx2(h, gi, gh, bias, old, out) };
         }
     }
-    rows_portable::<false, APPROX>(h, gi, gh, bias, old, out)
+    rows_portable::<APPROX>(h, gi, gh, bias, old, out)
 }
 
 /// One lane of the cell: the exact sigmoid ([`sigmoid_by`]), or INT8's
 /// ([`crate::int8::portable::cell`]).
 #[inline(always)]
-fn lane<const FMA: bool, const APPROX: bool>(x: [f32; 3], g: [f32; 3], b: [f32; 4], h: f32) -> f32 {
+fn lane<const APPROX: bool>(x: [f32; 3], g: [f32; 3], b: [f32; 4], h: f32) -> f32 {
     if APPROX {
-        crate::int8::portable::cell::<FMA>(x, g, b, h)
+        crate::int8::portable::cell::<false>(x, g, b, h)
     } else {
-        let r = sigmoid_by::<FMA>(x[0] + g[0] + b[0]);
-        let z = sigmoid_by::<FMA>(x[1] + g[1] + b[1]);
-        let n = tanh_by::<FMA>(x[2] + b[2] + r * (g[2] + b[3]));
+        let r = sigmoid_by::<false>(x[0] + g[0] + b[0]);
+        let z = sigmoid_by::<false>(x[1] + g[1] + b[1]);
+        let n = tanh_by::<false>(x[2] + b[2] + r * (g[2] + b[3]));
         n + z * (h - n)
     }
 }
@@ -100,7 +102,7 @@ fn lane<const FMA: bool, const APPROX: bool>(x: [f32; 3], g: [f32; 3], b: [f32; 
 /// The rows in plain loops: every operand sliced to `h` and walked in
 /// step (`zip`), so that the loop has no bounds checks and vectorises.
 #[inline(always)]
-fn rows_portable<const FMA: bool, const APPROX: bool>(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32]) {
+fn rows_portable<const APPROX: bool>(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32]) {
     let (br, bz, bin, bhn) = (&bias.r[..h], &bias.z[..h], &bias.i_n[..h], &bias.h_n[..h]);
     for (v, (row, old)) in out.chunks_exact_mut(h).zip(old.chunks_exact(h)).enumerate() {
         let (xr, rest) = gi[v * 3 * h..][..3 * h].split_at(h);
@@ -110,7 +112,7 @@ fn rows_portable<const FMA: bool, const APPROX: bool>(h: usize, gi: &[f32], gh: 
         let gates = xr.iter().zip(gr).zip(br).zip(xz.iter().zip(gz).zip(bz));
         let news = xn.iter().zip(gn).zip(bin.iter().zip(bhn));
         for ((y, o), ((((xr, gr), br), ((xz, gz), bz)), ((xn, gn), (bin, bhn)))) in row.iter_mut().zip(old).zip(gates.zip(news)) {
-            *y = lane::<FMA, APPROX>([*xr, *xz, *xn], [*gr, *gz, *gn], [*br, *bz, *bin, *bhn], *o);
+            *y = lane::<APPROX>([*xr, *xz, *xn], [*gr, *gz, *gn], [*br, *bz, *bin, *bhn], *o);
         }
     }
 }
@@ -125,8 +127,7 @@ fn rows_portable<const FMA: bool, const APPROX: bool>(h: usize, gi: &[f32], gh: 
 /// The CPU has AVX2 and FMA; the slices hold the rows ([`rows`] checks).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2<const APPROX: bool>(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32]) {
-    let _ = APPROX;
+unsafe fn rows_avx2(h: usize, gi: &[f32], gh: &[f32], bias: Biases<'_>, old: &[f32], out: &mut [f32]) {
     let n = out.len() / h;
     let per_row = h.div_ceil(8);
     let last = (h - (per_row - 1) * 8) as i32;
@@ -228,11 +229,11 @@ unsafe fn sigmoid_avx2<const M: usize>(x: [__m256; M]) -> [__m256; M] {
             e[i],
             _mm256_set1_ps(std::f32::consts::LOG2_E),
         ));
-        r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(0.693_359_4), e[i]);
-        r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(-2.121_944_4e-4), r[i]);
+        r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(LN2_HI), e[i]);
+        r[i] = _mm256_fnmadd_ps(n[i], _mm256_set1_ps(LN2_LO), r[i]);
     }
-    let mut p = [_mm256_set1_ps(1.987_569_1e-4); M];
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let mut p = [_mm256_set1_ps(EXP_POLY[0]); M];
+    for c in EXP_POLY[1..].iter().copied() {
         for i in 0..M {
             p[i] = _mm256_fmadd_ps(p[i], r[i], _mm256_set1_ps(c));
         }

@@ -53,6 +53,14 @@ pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// `ln 2` in two parts (the first exact in few bits), for `r = x - n ln 2`
+/// without cancellation: Cephes' `expf`, shared by every exponential here
+/// (this one, the AVX-512 kernels' and the AVX2 cell's).
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+/// Cephes' polynomial for `(e^r - 1 - r) / r²`, highest degree first.
+pub(crate) const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+
 /// `e^x`, branch-free: `2^n · p(r)` with `x = n ln 2 + r`, `|r| ≤ ln2/2`
 /// (Cephes' polynomial). Inputs are clamped to [-87, 88]. `FMA`: see
 /// [`madd`]; both forms are accurate to ~1e-7 (tested).
@@ -62,14 +70,12 @@ pub fn exp_by<const FMA: bool>(x: f32) -> f32 {
     let x = x.max(-87.0).min(88.0);
     let shifted = x * std::f32::consts::LOG2_E + MAGIC;
     let n = shifted - MAGIC;
-    let r = madd::<FMA>(-n, 0.693_359_4, x);
-    let r = madd::<FMA>(-n, -2.121_944_4e-4, r);
-    let mut p = 1.987_569_1e-4f32;
-    p = madd::<FMA>(p, r, 1.398_199_9e-3);
-    p = madd::<FMA>(p, r, 8.333_452e-3);
-    p = madd::<FMA>(p, r, 4.166_579_6e-2);
-    p = madd::<FMA>(p, r, 0.166_666_65);
-    p = madd::<FMA>(p, r, 0.5);
+    let r = madd::<FMA>(-n, LN2_HI, x);
+    let r = madd::<FMA>(-n, LN2_LO, r);
+    let mut p = EXP_POLY[0];
+    for c in EXP_POLY[1..].iter().copied() {
+        p = madd::<FMA>(p, r, c);
+    }
     let y = madd::<FMA>(p * r, r, r + 1.0);
     let n = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
     y * f32::from_bits(((n + 127) << 23) as u32)
