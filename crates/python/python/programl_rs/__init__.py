@@ -159,6 +159,20 @@ def _to_networkx(self: ProgramGraph):
         return json_graph.node_link_graph(data, directed=True, multigraph=True)
 
 
+def _pyg():
+    """torch and torch_geometric's ``Data``, or an ImportError that says how
+    to install them (the package itself needs neither)."""
+    try:
+        import torch
+        from torch_geometric.data import Data
+    except ImportError as e:
+        raise ImportError(
+            f"programl_rs: to_pyg() and DeepDataFlow need torch and torch_geometric ({e}); "
+            "install them with: pip install torch torch_geometric (or, from a checkout, pip install './crates/python[torch]')"
+        ) from e
+    return torch, Data
+
+
 def _to_pyg(self: ProgramGraph, vocabulary: Optional[PathLike] = None):
     """A ``torch_geometric.data.Data``: ``edge_index`` [2, E] of every edge
     with ``edge_type`` (0 control, 1 data, 2 call) and ``edge_position``;
@@ -166,8 +180,7 @@ def _to_pyg(self: ProgramGraph, vocabulary: Optional[PathLike] = None):
     reads); ``node_type`` (0 instruction, 1 variable, 2 constant),
     ``text``; and ``x``, the vocabulary ids, when ``vocabulary`` (a
     ``vocabulary.json`` or a bundle directory) is given."""
-    import torch
-    from torch_geometric.data import Data
+    torch, Data = _pyg()
 
     kinds = {"instruction": 0, "variable": 1, "constant": 2, "type": 3}
     flows = {"control": 0, "data": 1, "call": 2, "type": 3}
@@ -262,8 +275,7 @@ class DeepDataFlow:
         return len(self._examples)
 
     def __getitem__(self, i: int):
-        import torch
-        from torch_geometric.data import Data
+        torch, Data = _pyg()
 
         g, root, steps, positives = self._examples[i]
         tokens, edges, labelled = self._graphs[g]
