@@ -140,6 +140,7 @@ fn graph_heads_match_the_libtorch_forward_on_real_ir() {
         (root().join("models/devmap-amd/noaux"), vec![kernel.clone()], None),
         (root().join("models/poj104"), units().into_iter().map(|(_, g)| g).collect(), None),
         (root().join("models/poj104-O0"), units().into_iter().map(|(_, g)| g).collect(), None),
+        (root().join("models/poj104-34"), units().into_iter().map(|(_, g)| g).collect(), None),
     ];
     for (dir, graphs, aux) in cases {
         let reference = Bundle::load(&dir, tch::Device::Cpu).unwrap();
