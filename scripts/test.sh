@@ -13,6 +13,8 @@
 # 6. scripts/demo.sh: the README's first command, checked (one test);
 # 7. scripts/quickstart.sh: README.md's quick start, every command (one test);
 # 8. scripts/errors.py on examples/hello.c, checked (one test);
+# 9. scripts/train-poj104.sh's settings checks: bad ones refused with a
+#    message naming them, nothing written (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -195,6 +197,37 @@ then
     ok=1
 fi
 outcome errors.py "$ok" "$errors_rc" "$logs/errors.log"
+
+step "scripts/train-poj104.sh refuses bad settings before it installs, compiles or writes anything"
+settings_log="$logs/train-settings.log"
+: >"$settings_log"
+ok=1
+empty_cache="$(mktemp -d)"
+# each case: the environment, the arguments, and what the message must name
+while IFS='|' read -r envs args want; do
+    # shellcheck disable=SC2086
+    said="$(env PROGRAML_CACHE="$empty_cache" $envs bash "$root/scripts/train-poj104.sh" $args </dev/null 2>&1)"
+    rc=$?
+    echo "$said" >>"$settings_log"
+    if [ "$rc" != 2 ] || [[ "$said" != *"$want"* ]]; then
+        echo "case '$envs' '$args': exit $rc, message naming '$want' wanted" >>"$settings_log"
+        ok=0
+    fi
+done <<'CASES'
+HIDDEN=50||got '50'
+EPOCHS=0||got '0'
+EPOCHS=ten||got 'ten'
+|45x|got '45x'
+|0m|got '0m'
+|45m extra|got '45m extra'
+CASES
+if [ -n "$(ls -A "$empty_cache")" ]; then
+    echo "it wrote into PROGRAML_CACHE: $(ls -A "$empty_cache" | tr '\n' ' ')" >>"$settings_log"
+    ok=0
+fi
+rm -rf "$empty_cache"
+sed 's/^/[test]   /' "$settings_log" | head -n 8
+outcome "train-poj104.sh settings" "$ok" "$([ "$ok" = 1 ] && echo 0 || echo 1)" "$settings_log"
 
 echo "[test] finished in $((SECONDS - start)) s"
 echo "summary: $passed passed, $failed failed, $skipped skipped"

@@ -2,7 +2,7 @@
 # Compiles POJ-104 at every -O level and trains the algorithm-classification
 # model on all four (issue 29, README "Algorithm classification"):
 #
-#   bash scripts/train-poj104.sh [BUDGET]
+#   [HIDDEN=66|34] [EPOCHS=10] bash scripts/train-poj104.sh [BUDGET]
 #
 # 1. `programl-train poj104 --compile-only`: every program of the dataset
 #    compiled at -O0, -O1, -O2 and -O3 into $PROGRAML_CACHE/poj104/ir
@@ -35,8 +35,8 @@
 # $PROGRAML_CACHE/runs/poj104-levels.log.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=scripts/bootstrap.sh
-PROGRAML_SKIP_BUILD=1 source "$root/scripts/bootstrap.sh" </dev/null >/dev/null
+# The settings are checked before anything is installed, compiled or
+# written: a mistyped one costs nothing.
 budget="${1:-60m}"
 if [ $# -gt 1 ]; then
     # (--promote, which replaced models/poj104 from a run kept in
@@ -44,7 +44,11 @@ if [ $# -gt 1 ]; then
     echo "train-poj104.sh: one argument, the budget (got '$*')" >&2
     exit 2
 fi
-train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
+# What programl-train's --budget takes: a duration or an example count.
+if ! [[ "$budget" =~ ^([0-9]+([.][0-9]+)?[smh]|[0-9][0-9_]*)$ ]] || [[ "$budget" =~ ^0+([.]0+)?[smh]?$ ]]; then
+    echo "train-poj104.sh: the budget is a duration (45m, 2h, 90s) or an example count (got '$budget')" >&2
+    exit 2
+fi
 width="${HIDDEN:-66}"
 case "$width" in
     66) name=poj104-levels ship="$root/models/poj104" width_flag=(--hidden 66) ;;
@@ -52,10 +56,20 @@ case "$width" in
     34) name=poj104-levels-34 ship="$root/models/poj104-34" width_flag=() ;;
     *) echo "train-poj104.sh: HIDDEN is 66 (the default) or 34 (got '$width')" >&2; exit 2 ;;
 esac
+# EPOCHS extends a finished run (the cosine schedule stretches over the
+# new count from where the run stands: docs/user/training.md).
+epochs="${EPOCHS:-10}"
+if ! [[ "$epochs" =~ ^[1-9][0-9]*$ ]]; then
+    echo "train-poj104.sh: EPOCHS is a whole number of epochs, at least 1 (got '$epochs')" >&2
+    exit 2
+fi
+# shellcheck source=scripts/bootstrap.sh
+PROGRAML_SKIP_BUILD=1 source "$root/scripts/bootstrap.sh" </dev/null >/dev/null
+train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 run="$PROGRAML_CACHE/runs/$name"
 log="$PROGRAML_CACHE/runs/$name.log"
 mkdir -p "$PROGRAML_CACHE/runs"
-common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs 10 --steps 6 "${width_flag[@]}" --pool mean --lr 3e-3 --lr-schedule cosine
+common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs "$epochs" --steps 6 "${width_flag[@]}" --pool mean --lr 3e-3 --lr-schedule cosine
     --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
 
 echo "[train-poj104] compiling ($(date +%H:%M:%S)); log $log"
