@@ -44,7 +44,9 @@ if [ $# -gt 1 ]; then
     echo "train-poj104.sh: one argument, the budget (got '$*')" >&2
     exit 2
 fi
-# What programl-train's --budget takes: a duration or an example count.
+# What programl-train's --budget takes (Budget::from_str in
+# crates/train/src/train.rs): a duration or an example count, checked here
+# so that a bad one fails before the bootstrap.
 if ! [[ "$budget" =~ ^([0-9]+([.][0-9]+)?[smh]|[0-9][0-9_]*)$ ]] || [[ "$budget" =~ ^0+([.]0+)?[smh]?$ ]]; then
     echo "train-poj104.sh: the budget is a duration (45m, 2h, 90s) or an example count (got '$budget')" >&2
     exit 2

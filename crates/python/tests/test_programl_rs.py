@@ -132,7 +132,6 @@ def test_to_pyg_shapes(irs):
     assert d.x.tolist() == [ids.get(t, 0) for t in d.text]
 
 
-
 def test_to_pyg_without_torch_says_what_to_install(irs, monkeypatch):
     # As in an environment where only the package is installed: importing
     # torch fails, and the error names what to install.
@@ -141,6 +140,7 @@ def test_to_pyg_without_torch_says_what_to_install(irs, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install torch torch_geometric"):
         g.to_pyg()
     assert g.to_networkx().number_of_nodes() == g.node_count  # the rest still works
+
 
 def test_analyze_is_programl_analyze(irs):
     for ll in irs[:6]:
