@@ -251,3 +251,43 @@ fn the_cuda_runtime_links_libtorch_cuda() {
         );
     }
 }
+
+/// The LLVM features of the core that `cargo tree -e features -i programl`
+/// shows enabled for `krate` built with `--no-default-features --features
+/// feature`.
+fn llvm_features_of_the_core(krate: &str, feature: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(&cargo)
+        .args(["tree", "-e", "normal,features", "--charset", "ascii", "-p", krate, "--no-default-features", "--features", feature])
+        .args(["-i", "programl"])
+        .current_dir(workspace())
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "cargo tree -p {krate} --features {feature}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut found: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split("programl feature \"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|f| f.starts_with("llvm"))
+        .map(str::to_string)
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// `--features llvmNN` selects LLVM NN alone on every crate that builds an
+/// artifact: a dependency that kept its default `llvm16` would enable a
+/// second version, which the core's build.rs refuses (found 2026-12-01:
+/// kernels, infer and model did). Checked on the dependency graph, so it
+/// holds on a machine with LLVM 16 alone.
+#[test]
+fn one_llvm_feature_selects_one_llvm() {
+    for krate in ["programl-passes", "programl-train", "programl-python", "programl-runtime-cuda", "programl-cli", "programl-runtime"] {
+        for feature in ["llvm15", "llvm17"] {
+            assert_eq!(llvm_features_of_the_core(krate, feature), [feature], "{krate} --no-default-features --features {feature}");
+        }
+        assert_eq!(llvm_features_of_the_core(krate, "default"), ["llvm16"], "{krate} by default");
+    }
+}
