@@ -16,7 +16,8 @@ use std::process::Command;
 const VERSIONS: [u32; 5] = [14, 15, 16, 17, 18];
 
 /// The protobuf schema, generated into `$OUT_DIR/proto` (one module each).
-const PROTOS: [&str; 3] = ["proto/features.proto", "proto/program_graph.proto", "proto/program_graph_features.proto"];
+const PROTOS: [&str; 4] =
+    ["proto/features.proto", "proto/program_graph.proto", "proto/program_graph_features.proto", "proto/program_graph_list.proto"];
 
 fn main() {
     let major = selected_llvm_major();

@@ -13,6 +13,11 @@ pub enum FormatError {
     Pb { len: usize, source: protobuf::Error },
     #[error("not a binary ProgramGraphFeaturesList protocol buffer ({len} bytes): {source}")]
     FeaturesPb { len: usize, source: protobuf::Error },
+    #[error("not a binary ProgramGraphList protocol buffer ({len} bytes): {source}")]
+    ListPb { len: usize, source: protobuf::Error },
+    /// A graph of a `ProgramGraphList` that does not read.
+    #[error("graph {index} of {count}: {source}")]
+    ListItem { index: usize, count: usize, source: Box<FormatError> },
     #[error("not a text ProgramGraph protocol buffer: {0}")]
     PbTxt(String),
     #[error("not node-link JSON of a program graph: {0}")]

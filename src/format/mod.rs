@@ -5,6 +5,9 @@
 //! - [`Format::Json`]: networkx node-link JSON, as upstream `graph2json`
 //!   prints it;
 //! - [`Format::Dot`]: GraphViz, for people (write-only);
+//! - upstream's `ProgramGraphList`, many graphs in one protocol buffer
+//!   ([`write_graph_list`], [`read_graph_list`]), what upstream's Python
+//!   `save_graphs` and `load_graphs` write and read;
 //! - upstream's `ProgramGraphFeaturesList` of per-example labels
 //!   ([`write_features_list`], [`read_features_list`], [`GraphFeatures`]),
 //!   the label files of its DeepDataFlow dataset.
@@ -21,6 +24,7 @@ mod dot;
 mod error;
 mod features;
 mod json;
+mod list;
 mod proto;
 mod raw;
 
@@ -38,6 +42,7 @@ pub use features::{
     features_list_bytes, read_features_list, write_features_list, GraphFeatures, DATA_FLOW_ACTIVE_NODE_COUNT, DATA_FLOW_ROOT_NODE,
     DATA_FLOW_STEP_COUNT, DATA_FLOW_VALUE,
 };
+pub use list::{read_graph_list, write_graph_list};
 
 /// The function feature that records a function's entry instruction.
 pub const ENTRY_NODE: &str = "entry_node";
@@ -108,7 +113,11 @@ pub fn read_graph(bytes: &[u8], format: Format) -> Result<ProgramGraph, FormatEr
         Format::Json => json::read(bytes)?,
         Format::Dot => return Err(FormatError::WriteOnly { format }),
     };
-    // What the analyses rely on holds for every graph a reader returns.
+    validated(graph)
+}
+
+/// What the analyses rely on holds for every graph a reader returns.
+fn validated(graph: ProgramGraph) -> Result<ProgramGraph, FormatError> {
     graph
         .validate()
         .map_err(|errors| FormatError::Invalid { count: errors.len(), first: errors.into_iter().next().unwrap_or_default() })?;

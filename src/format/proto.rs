@@ -279,6 +279,13 @@ pub(super) fn read_pb(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
     raw_graph(m)?.into_graph()
 }
 
+/// A parsed message as a graph, checked as [`super::read_graph`] checks one
+/// (a `ProgramGraphList`'s items).
+pub(super) fn graph_from_message(m: pb::ProgramGraph) -> Result<ProgramGraph, FormatError> {
+    let graph = raw_graph(m)?.into_graph()?;
+    super::validated(graph)
+}
+
 /// Reads the text protocol buffer.
 pub(super) fn read_pbtxt(bytes: &[u8]) -> Result<ProgramGraph, FormatError> {
     let text = std::str::from_utf8(bytes).map_err(|e| FormatError::PbTxt(format!("not UTF-8: {e}")))?;

@@ -242,3 +242,57 @@ fn format_returns_only_valid_graphs() {
     m.node[1].function = 5;
     assert_eq!(read_err(&m.write_to_bytes().unwrap(), Format::Pb), "node 1 names function 5 of 1");
 }
+
+/// `bytes` as one `ProgramGraphList.graph` item: tag 0x12 (field 2, length
+/// delimited), the length as a varint, the bytes.
+fn list_item(bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x12];
+    let mut n = bytes.len();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        out.push(if n > 0 { byte | 0x80 } else { byte });
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(bytes);
+    out
+}
+
+#[test]
+fn format_graph_list_round_trips_and_frames_each_graph_as_field_2() {
+    let a = sample();
+    let mut b = sample();
+    b.modules[0].name = "other.c".into();
+    let mut bytes = Vec::new();
+    write_graph_list([&a, &b], &mut bytes).unwrap();
+    // The wire layout of `repeated ProgramGraph graph = 2`: tag 0x12, the
+    // length, then the graph's own `pb` bytes (read by the generated type
+    // below too).
+    let (pa, pb_) = (write(&a, Format::Pb), write(&b, Format::Pb));
+    assert!(pa.len() > 128, "two-byte lengths in this check");
+    let expected = [list_item(&pa), list_item(&pb_)].concat();
+    assert_eq!(bytes, expected);
+    let generated = super::pb::program_graph_list::ProgramGraphList::parse_from_bytes(&bytes).unwrap();
+    assert_eq!(generated.graph.len(), 2);
+
+    let back = read_graph_list(&bytes).unwrap();
+    assert_eq!(back.len(), 2);
+    assert_same(&a, &back[0]);
+    assert_same(&b, &back[1]);
+    assert!(read_graph_list(&[]).unwrap().is_empty(), "an empty list is an empty message");
+}
+
+#[test]
+fn format_graph_list_names_the_bad_graph() {
+    let good = write(&sample(), Format::Pb);
+    let mut m = pb::ProgramGraph::parse_from_bytes(&good).unwrap();
+    m.edge[3].source = 4;
+    let bad = m.write_to_bytes().unwrap();
+    let bytes = [list_item(&good), list_item(&bad)].concat();
+    let err = read_graph_list(&bytes).unwrap_err().to_string();
+    assert_eq!(err, "graph 1 of 2: edge 3 names node 4 of 4");
+    let err = read_graph_list(&bytes[..bytes.len() - 3]).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("not a binary ProgramGraphList protocol buffer ({} bytes): ", bytes.len() - 3)), "{err}");
+}
