@@ -12,16 +12,16 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use programl::analysis::{labelled_nodes, Analyzer, Task};
 use programl::batch::{Batch, Batcher, EdgeType, GraphInput, Sample};
 use programl::builder::{build, BuildOptions, Mode};
-use programl::format::{read_graph, write_graph, Format};
+use programl::format::{read_graph, read_graph_list, write_graph, write_graph_list, Format};
 use programl::graph::{NodeKind, ProgramGraph};
-use programl::vocab::Vocabulary;
+use programl::vocab::{VocabError, Vocabulary};
 use programl_dataset::read::Dataset;
 use programl_dataset::{Split, Subset};
 use programl_infer::bundle::Head;
@@ -30,6 +30,25 @@ use programl_infer::{Dtype, Model, Options};
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// An I/O failure as the `OSError` subclass Python would raise for it
+/// (`FileNotFoundError`, `PermissionError`), with `message` naming the file.
+fn os_error(kind: std::io::ErrorKind, message: impl std::fmt::Display) -> PyErr {
+    match kind {
+        std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message.to_string()),
+        std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message.to_string()),
+        _ => PyOSError::new_err(message.to_string()),
+    }
+}
+
+/// A vocabulary that cannot be read is an `OSError`; one that reads but is
+/// not a vocabulary, a `ValueError`.
+fn vocab_error(e: VocabError) -> PyErr {
+    match &e {
+        VocabError::Io { source, .. } => os_error(source.kind(), &e),
+        _ => value_error(e),
+    }
 }
 
 fn parse_mode(mode: &str) -> PyResult<Mode> {
@@ -54,11 +73,13 @@ pub struct Graph {
 
 #[pymethods]
 impl Graph {
+    /// The number of nodes, `[external]` (node 0) included.
     #[getter]
     fn node_count(&self) -> usize {
         self.graph.node_count()
     }
 
+    /// The number of edges (control, data and call).
     #[getter]
     fn edge_count(&self) -> usize {
         self.graph.edge_count()
@@ -80,7 +101,11 @@ impl Graph {
     /// Per edge, in the graph's edge order: `(source, target, flow, position)`.
     fn edges(&self) -> Vec<(u32, u32, &'static str, u32)> {
         use petgraph::visit::EdgeRef;
-        self.graph.graph.edge_references().map(|e| (e.source().index() as u32, e.target().index() as u32, e.weight().flow.name(), e.weight().position)).collect()
+        self.graph
+            .graph
+            .edge_references()
+            .map(|e| (e.source().index() as u32, e.target().index() as u32, e.weight().flow.name(), e.weight().position))
+            .collect()
     }
 
     /// The functions' names, in order.
@@ -93,9 +118,12 @@ impl Graph {
     #[pyo3(signature = (format = "pb"))]
     fn to_bytes<'py>(&self, py: Python<'py>, format: &str) -> PyResult<Bound<'py, PyBytes>> {
         let format = parse_format(format)?;
-        let mut out = Vec::new();
-        write_graph(&self.graph, format, &mut out).map_err(value_error)?;
-        Ok(PyBytes::new(py, &out))
+        let out = py.detach(|| -> std::io::Result<Vec<u8>> {
+            let mut out = Vec::new();
+            write_graph(&self.graph, format, &mut out)?;
+            Ok(out)
+        });
+        Ok(PyBytes::new(py, &out.map_err(value_error)?))
     }
 
     /// A graph from `to_bytes`'s output (or upstream's files); DOT is
@@ -106,6 +134,29 @@ impl Graph {
         let format = parse_format(format)?;
         let graph = py.detach(|| read_graph(&data, format)).map_err(|e| value_error(format!("not a {format} graph: {e}")))?;
         Ok(Graph { graph })
+    }
+
+    /// Pickling (process pools, multiprocessing data loaders): the graph
+    /// travels as its `pb` bytes, which hold all of it.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyBytes>, &'static str))> {
+        let py = slf.py();
+        let bytes = slf.get().to_bytes(py, "pb")?;
+        Ok((slf.get_type().getattr("from_bytes")?, (bytes, "pb")))
+    }
+
+    /// Graphs are equal when they are the same graph: the same nodes, edges,
+    /// functions and modules in the same order (their `pb` bytes, which are
+    /// deterministic, are equal).
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let Ok(other) = other.cast::<Graph>() else { return Ok(false) };
+        let other = &other.get().graph;
+        Ok(py.detach(|| {
+            let bytes = |g: &ProgramGraph| {
+                let mut out = Vec::new();
+                write_graph(g, Format::Pb, &mut out).map(|()| out).ok()
+            };
+            bytes(&self.graph) == bytes(other)
+        }))
     }
 
     fn __repr__(&self) -> String {
@@ -181,12 +232,15 @@ impl Bundle {
     #[new]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Bundle> {
         let model = py.detach(|| Model::open(&path)).map_err(|e| match e {
-            programl_infer::bundle::BundleError::Io { .. } => PyOSError::new_err(e.to_string()),
+            programl_infer::bundle::BundleError::Io { ref source, .. } => os_error(source.kind(), &e),
+            programl_infer::bundle::BundleError::Vocabulary { source, .. } => vocab_error(source),
             _ => value_error(e),
         })?;
         Ok(Bundle { model })
     }
 
+    /// The task the bundle was trained for (`reachability`, `devmap`,
+    /// `poj104`, ...).
     #[getter]
     fn task(&self) -> String {
         self.model.config.task.clone()
@@ -203,11 +257,13 @@ impl Bundle {
         }
     }
 
+    /// The class names, in the order of `predict`'s probabilities.
     #[getter]
     fn classes(&self) -> Vec<String> {
         self.model.config.classes.clone()
     }
 
+    /// The message-passing steps `predict` runs by default (T).
     #[getter]
     fn steps(&self) -> i64 {
         self.model.config.hyper.steps
@@ -236,9 +292,25 @@ impl Bundle {
         steps: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype: Dtype = dtype.parse().map_err(value_error)?;
-        let opts = Options { steps, threads: threads.max(1), dtype, isa: None };
         let model = &self.model;
-        let input = GraphInput::new(&graph.graph, &model.vocabulary).map_err(|e| value_error(format!("not model input: {e}")))?;
+        // An argument the head does not read is a mistake, not a no-op.
+        match (&model.config.head, &roots, &aux) {
+            (Head::Graph, Some(_), _) => {
+                return Err(value_error(format!(
+                    "roots: {} has a graph head (one prediction a graph); roots are for node heads",
+                    model.dir.display()
+                )))
+            }
+            (Head::Node, _, Some(_)) => {
+                return Err(value_error(format!("aux: {} has a node head, which takes no auxiliary inputs", model.dir.display())))
+            }
+            _ => {}
+        }
+        // More threads than the machine has only adds contention.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let opts = Options { steps, threads: threads.clamp(1, cores), dtype, isa: None };
+        let input =
+            py.detach(|| GraphInput::new(&graph.graph, &model.vocabulary)).map_err(|e| value_error(format!("not model input: {e}")))?;
         if model.config.head == Head::Graph {
             let probs = py.detach(|| -> Result<Vec<f32>, String> {
                 let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).map_err(|e| e.to_string())?;
@@ -250,7 +322,8 @@ impl Bundle {
         let positive = positive_class(&model.config.classes)
             .ok_or_else(|| value_error(format!("{}: classes {:?} have no positive class", model.dir.display(), model.config.classes)))?;
         let results = py.detach(|| -> Result<Vec<(u32, Vec<f32>)>, String> {
-            let task = Task::parse(&model.config.task).ok_or_else(|| format!("bundle task '{}' is not a DeepDataFlow task", model.config.task))?;
+            let task =
+                Task::parse(&model.config.task).ok_or_else(|| format!("bundle task '{}' is not a DeepDataFlow task", model.config.task))?;
             let roots = match roots {
                 Some(r) => r,
                 None => Analyzer::new(&graph.graph).sampled_roots(task, 0),
@@ -295,6 +368,20 @@ impl Bundle {
 /// edges per flow, and the nodes that carry labels for the task.
 type StoredInput = (Vec<i64>, [(Vec<i64>, Vec<i64>, Vec<i64>); 3], Vec<u32>);
 
+fn parse_store_names(task: &str, split: &str, subset: &str) -> PyResult<(Task, Split, Subset)> {
+    let task = parse_task(task)?;
+    let split = Split::parse(split).ok_or_else(|| value_error(format!("split '{split}': expected train, val or test")))?;
+    let subset = Subset::parse(subset).ok_or_else(|| value_error(format!("subset '{subset}': expected ddf-30, ddf-60, ddf-200 or ddf")))?;
+    Ok((task, split, subset))
+}
+
+/// Checks a store's task, split and subset names as `read_store` reads
+/// them (before any work), raising `ValueError` naming the bad one.
+#[pyfunction]
+fn check_store_names(task: &str, split: &str, subset: &str) -> PyResult<()> {
+    parse_store_names(task, split, subset).map(|_| ())
+}
+
 /// Reads a DeepDataFlow store: for `task`, `split` and `subset`, the graphs
 /// featurised by the core (vocabulary ids as training computes them) and
 /// the examples `(graph, root, steps, positives)`. Releases the GIL.
@@ -308,9 +395,7 @@ fn read_store(
     subset: &str,
     vocabulary: PathBuf,
 ) -> PyResult<(Vec<String>, Vec<StoredInput>, Vec<(usize, u32, u32, Vec<u32>)>)> {
-    let task = parse_task(task)?;
-    let split = Split::parse(split).ok_or_else(|| value_error(format!("split '{split}': expected train, val or test")))?;
-    let subset = Subset::parse(subset).ok_or_else(|| value_error(format!("subset '{subset}': expected ddf-30, ddf-60, ddf-200 or ddf")))?;
+    let (task, split, subset) = parse_store_names(task, split, subset)?;
     py.detach(move || -> Result<_, String> {
         let vocab = Vocabulary::load(&vocabulary).map_err(|e| e.to_string())?;
         let dataset = Dataset::open(&store).map_err(|e| format!("{}: {e}", store.display()))?;
@@ -362,13 +447,32 @@ fn labelled(graph: &Graph, task: &str) -> PyResult<Vec<u32>> {
 /// Vocabulary ids of a graph's nodes under the vocabulary in `path` (a
 /// `vocabulary.json` or a bundle directory).
 #[pyfunction]
-fn token_ids(graph: &Graph, path: PathBuf) -> PyResult<Vec<i64>> {
+fn token_ids(py: Python<'_>, graph: &Graph, path: PathBuf) -> PyResult<Vec<i64>> {
     let file = if path.is_dir() { path.join("vocabulary.json") } else { path };
-    let vocab = Vocabulary::load(&file).map_err(value_error)?;
+    let vocab = py.detach(|| Vocabulary::load(&file)).map_err(vocab_error)?;
     let input = GraphInput::new(&graph.graph, &vocab).map_err(value_error)?;
     Ok(input.tokens().to_vec())
 }
 
+/// Upstream's `ProgramGraphList` (what its `save_graphs` writes, before
+/// compression) of `graphs`. Releases the GIL.
+#[pyfunction]
+fn graph_list_bytes<'py>(py: Python<'py>, graphs: Vec<Bound<'py, Graph>>) -> PyResult<Bound<'py, PyBytes>> {
+    let refs: Vec<&ProgramGraph> = graphs.iter().map(|g| &g.get().graph).collect();
+    let out = py.detach(|| -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        write_graph_list(refs, &mut out)?;
+        Ok(out)
+    });
+    Ok(PyBytes::new(py, &out.map_err(value_error)?))
+}
+
+/// The graphs of a `ProgramGraphList` (uncompressed). Releases the GIL.
+#[pyfunction]
+fn read_graph_list_bytes(py: Python<'_>, data: Vec<u8>) -> PyResult<Vec<Graph>> {
+    let graphs = py.detach(|| read_graph_list(&data)).map_err(value_error)?;
+    Ok(graphs.into_iter().map(|graph| Graph { graph }).collect())
+}
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -380,6 +484,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store_vocabulary, m)?)?;
     m.add_function(wrap_pyfunction!(labelled, m)?)?;
     m.add_function(wrap_pyfunction!(token_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(graph_list_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(read_graph_list_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(check_store_names, m)?)?;
+    m.add("LLVM_MAJOR", programl::LLVM_MAJOR.parse::<u32>().map_err(value_error)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -12,20 +12,25 @@ write both ways.
     g.to_networkx()            # networkx.MultiDiGraph, upstream's attributes
     g.to_pyg()                 # torch_geometric.data.Data (needs PyG)
     pg.load_bundle("models/reachability").predict(g)
+    pg.save_graphs("g.pb.gz", [g])  # upstream's programl.load_graphs reads it
 """
 
 from __future__ import annotations
 
+import errno
+import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _core
-from ._core import Bundle, ProgramGraph, analyze
+from ._core import LLVM_MAJOR, Bundle, ProgramGraph, analyze
 
 __version__ = _core.__version__
 
@@ -37,10 +42,14 @@ __all__ = [
     "from_bitcode",
     "from_clang",
     "from_bytes",
+    "save_graphs",
+    "load_graphs",
     "analyze",
     "load_bundle",
     "DeepDataFlow",
+    "reference_batch",
     "FLOWS",
+    "LLVM_MAJOR",
 ]
 
 #: The model's forward edge types, in the order of its weights.
@@ -53,43 +62,82 @@ class ClangError(RuntimeError):
     """clang could not compile a source given to :func:`from_clang`."""
 
 
+_MODES = ("paper", "model", "programl-0.3")
+
+
+def _check_mode(mode: str) -> None:
+    # Checked before any work (a compile), not after it.
+    if mode not in _MODES:
+        raise ValueError(f"mode '{mode}': expected one of {', '.join(repr(m) for m in _MODES)}")
+
+
 def _read(path: Path, what: str) -> tuple[bytes, str]:
     try:
         return path.read_bytes(), str(path)
     except OSError as e:
-        raise OSError(f"{path}: cannot read {what}: {e.strerror}") from e
+        if e.errno is None:
+            raise OSError(f"{path}: cannot read {what}: {e}") from e
+        # The same subclass (FileNotFoundError, PermissionError, ...), errno
+        # and file name, with what was being read.
+        raise type(e)(e.errno, f"cannot read {what}: {e.strerror}", str(path)) from e
+
+
+# What a file name looks like, as opposed to source or IR text: one line,
+# no spaces, a known suffix.
+_PATHISH = re.compile(r"[^\s;@%{}()]+\.(ll|bc|c|h|cc|cpp|cxx|c\+\+|hpp|hh|hxx|C|H|cl|i|ii)")
+
+
+def _missing(value: str, what: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, f"cannot read {what}: no such file (a string is read as a file when it names one)", value)
 
 
 def _read_if_path(value, what: str) -> tuple[bytes, str]:
     if isinstance(value, os.PathLike):
         return _read(Path(value), what)
     if isinstance(value, str):
-        # IR text always holds a newline or starts like IR; a short
-        # single-line string is taken as a path.
-        if "\n" not in value and len(value) < 4096 and not value.lstrip().startswith(("define", "declare", "target", ";", "source_filename")):
+        # A string is a path when it names a file; one that only looks like
+        # a file name is a missing file; anything else is IR text. (A
+        # too-long or odd string is never a file: os.path.isfile does not
+        # raise.)
+        if "\n" not in value and os.path.isfile(value):
             return _read(Path(value), what)
+        if _PATHISH.fullmatch(value.strip()):
+            raise _missing(value, what)
         return value.encode(), "<string>"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), "<bytes>"
     raise TypeError(f"expected {what} as text, bytes or a path, got {type(value).__name__}")
 
 
-def from_llvm_ir(text_or_path: Union[str, PathLike], *, mode: str = "paper", name: Optional[str] = None) -> ProgramGraph:
+def from_llvm_ir(text_or_path: Union[str, bytes, PathLike], *, mode: str = "paper", name: Optional[str] = None) -> ProgramGraph:
     """The graph of LLVM IR text (or a ``.ll`` file): ``programl graph x.ll``.
 
     ``mode="paper"`` (the CLI's default), ``"model"`` (paper mode without
     the debug intrinsics, ``llvm.dbg.*``: the graphs the models are trained
     on and the learned pass predicts from, so use it for
     :meth:`Bundle.predict` on IR built with ``-g``) or ``"programl-0.3"``
-    (upstream 0.3.2's ``llvm2graph``, node for node). Raises ``ValueError`` naming the
-    input when LLVM 16 cannot read it. Releases the GIL while building.
+    (upstream 0.3.2's ``llvm2graph``, node for node). A string is read as
+    a path when it names a file (one that only looks like a file name,
+    ``x.ll``, raises ``FileNotFoundError``), else as IR text. ``name``
+    names the module in errors (default: the path, or ``<string>``).
+
+    Raises ``ValueError`` naming the input when LLVM cannot read it, an
+    ``OSError`` subclass when the file cannot be read. Releases the GIL
+    while building, so threads build graphs in parallel.
     """
+    _check_mode(mode)
     data, shown = _read_if_path(text_or_path, "LLVM IR")
     return _core.build_ir(data, name or shown, mode)
 
 
 def from_bitcode(bytes_or_path: Union[bytes, PathLike], *, mode: str = "paper", name: Optional[str] = None) -> ProgramGraph:
-    """The graph of LLVM bitcode (bytes, or a ``.bc`` file path)."""
+    """The graph of LLVM bitcode (bytes, or a ``.bc`` file's path).
+
+    ``mode`` and ``name`` as :func:`from_llvm_ir`. Raises ``ValueError``
+    when LLVM cannot read it, an ``OSError`` subclass when the file cannot
+    be read.
+    """
+    _check_mode(mode)
     if isinstance(bytes_or_path, str):
         bytes_or_path = Path(bytes_or_path)
     data, shown = _read_if_path(bytes_or_path, "LLVM bitcode")
@@ -102,35 +150,73 @@ def _clang() -> str:
         if not shutil.which(chosen):
             raise ClangError(f"PROGRAML_CLANG={chosen}: not an executable clang")
         return chosen
-    for c in ("clang-16", "/usr/lib/llvm-16/bin/clang"):
+    for c in (f"clang-{LLVM_MAJOR}", f"/usr/lib/llvm-{LLVM_MAJOR}/bin/clang"):
         if shutil.which(c):
             return c
-    raise ClangError("clang 16 not found (install clang-16, or set PROGRAML_CLANG)")
+    raise ClangError(f"clang {LLVM_MAJOR} not found (install clang-{LLVM_MAJOR}, or set PROGRAML_CLANG)")
+
+
+_LANGUAGES = {"c": ["-x", "c"], "c++": ["-x", "c++"], "cl": ["-x", "cl", "-Xclang", "-finclude-default-header"]}
+# A source file's language by its suffix, as clang reads it; other suffixes
+# (.ll, .bc, .i) go to clang without -x.
+_SUFFIX_LANGUAGE = {
+    ".c": "c", ".h": "c",
+    ".cc": "c++", ".cpp": "c++", ".cxx": "c++", ".c++": "c++", ".C": "c++", ".hpp": "c++", ".hh": "c++", ".hxx": "c++",
+    ".cl": "cl",
+}
 
 
 def from_clang(
-    source: Union[str, PathLike],
+    source: Union[str, bytes, PathLike],
     args: Sequence[str] = (),
     *,
-    language: str = "c",
+    language: Optional[str] = None,
     mode: str = "paper",
     timeout: float = 300,
 ) -> ProgramGraph:
-    """Compiles ``source`` (its text, or a path to a file) with clang 16 to
-    bitcode and builds its graph in this process.
+    """Compiles ``source`` with clang to bitcode and builds its graph in
+    this process.
 
+    ``source`` is a path (a ``str`` that names a file, or a ``Path``) or
+    source text (a ``str`` that does not name a file, or ``bytes``).
     ``language`` is ``"c"``, ``"c++"`` or ``"cl"`` (OpenCL C, with clang's
-    default header). ``args`` go to clang as given, e.g. ``["-O2"]``.
-    Raises :class:`ClangError` with clang's diagnostics.
+    default header); by default, a file's suffix decides (``.cpp`` is C++,
+    ``.cl`` OpenCL) and text is C. ``args`` go to clang as given, e.g.
+    ``["-O2", "-DN=4"]``. ``mode`` as :func:`from_llvm_ir`.
+
+    Raises :class:`ClangError` with clang's diagnostics (or when it runs
+    past ``timeout`` seconds), ``FileNotFoundError`` for a path that does
+    not exist, ``TypeError`` for a list as ``source`` (upstream's
+    ``programl.from_clang(["x.c", "-O2"])`` is ``from_clang("x.c",
+    ["-O2"])`` here) or a string as ``args``.
     """
-    langs = {"c": ["-x", "c"], "c++": ["-x", "c++"], "cl": ["-x", "cl", "-Xclang", "-finclude-default-header"]}
-    if language not in langs:
-        raise ValueError(f"language '{language}': expected one of {', '.join(langs)}")
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and Path(source).is_file()):
-        path, text, shown = str(source), None, str(source)
+    _check_mode(mode)
+    if language is not None and language not in _LANGUAGES:
+        raise ValueError(f"language '{language}': expected one of {', '.join(_LANGUAGES)}")
+    if isinstance(args, (str, bytes)):
+        raise TypeError(f"args: a list of clang arguments, e.g. ['-O2'], not a string ({args!r})")
+    args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in args]
+    if isinstance(source, (list, tuple)):
+        raise TypeError(
+            "source: one source text or file path, not a list (upstream's programl.from_clang(['x.c', '-O2']) "
+            "is from_clang('x.c', ['-O2']) here)"
+        )
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and os.path.isfile(source)):
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, "cannot read the source: no such file", path)
+        chosen = language or _SUFFIX_LANGUAGE.get(Path(path).suffix)
+        text, shown = None, path
+    elif isinstance(source, str):
+        if _PATHISH.fullmatch(source.strip()):
+            raise _missing(source, "the source")
+        path, chosen, text, shown = "-", language or "c", source.encode(), "<source>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        path, chosen, text, shown = "-", language or "c", bytes(source), "<source>"
     else:
-        path, text, shown = "-", str(source).encode(), "<source>"
-    cmd = [_clang(), *langs[language], *args, "-c", "-emit-llvm", "-o", "-", path]
+        raise TypeError(f"source: text, bytes or a path, got {type(source).__name__}")
+    lang = _LANGUAGES[chosen] if chosen else []
+    cmd = [_clang(), *lang, *args, "-c", "-emit-llvm", "-o", "-", path]
     try:
         r = subprocess.run(cmd, input=text, capture_output=True, timeout=timeout, stdin=None if text is not None else subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
@@ -143,6 +229,64 @@ def from_clang(
 def from_bytes(data: bytes, format: str = "pb") -> ProgramGraph:
     """A graph from ProGraML protobuf (``pb``, ``pbtxt``) or node-link JSON."""
     return ProgramGraph.from_bytes(data, format)
+
+
+_COMPRESSIONS = ("gz", None)
+
+
+def _check_compression(compression: Optional[str]) -> None:
+    if compression not in _COMPRESSIONS:
+        raise ValueError(f"compression {compression!r}: expected 'gz' or None")
+
+
+def save_graphs(path: PathLike, graphs: Iterable[ProgramGraph], compression: Optional[str] = "gz") -> None:
+    """Writes ``graphs`` to one file as upstream's ``ProgramGraphList``,
+    gzip-compressed unless ``compression=None``: what upstream's
+    ``programl.save_graphs`` writes and ``programl.load_graphs`` reads.
+    Written to a temporary file beside ``path`` and renamed: a crash
+    leaves the old file or the new one."""
+    _check_compression(compression)
+    graphs = list(graphs)
+    for i, g in enumerate(graphs):
+        if not isinstance(g, ProgramGraph):
+            raise TypeError(f"graphs[{i}]: a ProgramGraph, got {type(g).__name__}")
+    data = _core.graph_list_bytes(graphs)
+    if compression == "gz":
+        data = gzip.compress(data)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_graphs(path: PathLike, idx_list: Optional[Sequence[int]] = None, compression: Optional[str] = "gz") -> List[ProgramGraph]:
+    """The graphs of a ``ProgramGraphList`` file (:func:`save_graphs`'s, or
+    upstream's ``programl.save_graphs``'s), in order; with ``idx_list``,
+    those at its indices. ``compression`` as :func:`save_graphs`. Raises
+    ``ValueError`` naming the file (and the graph, by index) when it does
+    not read."""
+    _check_compression(compression)
+    data, shown = _read(Path(path), "a ProgramGraphList")
+    if compression == "gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ValueError(f"{shown}: not gzip-compressed ({e}); pass compression=None for an uncompressed list") from e
+    try:
+        graphs = _core.read_graph_list_bytes(data)
+    except ValueError as e:
+        raise ValueError(f"{shown}: {e}") from e
+    if idx_list is None:
+        return graphs
+    try:
+        return [graphs[i] for i in idx_list]
+    except IndexError as e:
+        raise IndexError(f"{shown}: idx_list {list(idx_list)} for a list of {len(graphs)} graphs") from e
 
 
 def _to_networkx(self: ProgramGraph):
@@ -223,9 +367,10 @@ def load_bundle(path: PathLike) -> Bundle:
 
 
 class DeepDataFlow:
-    """A DeepDataFlow store (``programl dataset build``) as a
-    ``torch.utils.data.Dataset`` of PyG ``Data``, read directly from its
-    shards.
+    """A DeepDataFlow store (``programl dataset build``) as a map-style
+    dataset of PyG ``Data`` (``len`` and indexing: what
+    ``torch.utils.data.DataLoader`` and PyG's ``DataLoader`` take), read
+    from its shards once, at construction, into memory.
 
     Each item is one example (a graph and a root): ``x`` (vocabulary ids),
     ``selector`` (1 at the root), ``y`` (1 at the analysis's positives),
@@ -245,13 +390,17 @@ class DeepDataFlow:
         subset: str = "ddf-30",
         vocabulary: Optional[PathLike] = None,
     ):
+        # The names first: a typo costs nothing (not a vocabulary build).
+        _core.check_store_names(task, split, subset)
         store = Path(store_dir)
         if not store.is_dir():
-            raise OSError(f"{store}: not a dataset store (no such directory; `programl dataset build` writes one)")
+            raise FileNotFoundError(errno.ENOENT, "not a dataset store (no such directory; `programl dataset build` writes one)", str(store))
+        built = None
         if vocabulary is None:
             vocabulary = store / "vocabulary.json"
             if not vocabulary.exists():
-                # Cached in the store where it is writable, else built per use.
+                # Cached in the store where it is writable; for a read-only
+                # store, built for this use and removed once read.
                 where = store if os.access(store, os.W_OK) else None
                 with tempfile.NamedTemporaryFile(dir=where, suffix=".json", delete=False) as t:
                     tmp = Path(t.name)
@@ -261,15 +410,21 @@ class DeepDataFlow:
                     tmp.unlink(missing_ok=True)
                     raise
                 if where is None:
-                    vocabulary = tmp
+                    vocabulary = built = tmp
                 else:
                     os.replace(tmp, vocabulary)
         vocabulary = Path(vocabulary)
         if vocabulary.is_dir():
             vocabulary = vocabulary / "vocabulary.json"
         self.task, self.split, self.subset = task, split, subset
-        self.vocabulary = vocabulary
-        self.paths, self._graphs, self._examples = _core.read_store(store, task, split, subset, vocabulary)
+        #: The ``vocabulary.json`` that gave ``x`` (``None`` where it was
+        #: built for a read-only store and removed: pass ``vocabulary=``).
+        self.vocabulary: Optional[Path] = None if built else vocabulary
+        try:
+            self.paths, self._graphs, self._examples = _core.read_store(store, task, split, subset, vocabulary)
+        finally:
+            if built:
+                built.unlink(missing_ok=True)
 
     def __len__(self) -> int:
         return len(self._examples)
