@@ -60,7 +60,7 @@ _programl_bootstrap() (
     }
 
     # 1. Debian packages -------------------------------------------------
-    local pkgs=(llvm-16-dev clang-16 llvm-16-tools lld-16 graphviz libtinfo5 cmake hyperfine zlib1g-dev libzstd-dev fonts-dejavu-core)
+    local pkgs=(llvm-16-dev clang-16 llvm-16-tools lld-16 graphviz libtinfo5 cmake hyperfine zlib1g-dev libzstd-dev fonts-dejavu-core python3-venv)
     local missing=()
     for p in "${pkgs[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

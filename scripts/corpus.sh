@@ -90,6 +90,12 @@ mkdir -p "$SRC"
 
 say() { printf '[corpus] %s\n' "$*" >&2; }
 
+# Root for apt (the packages and the deb-src entry): sudo -n where the
+# caller is not root, as scripts/bootstrap.sh does, failing rather than
+# prompting.
+as_root=()
+[ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+
 # --- tools ---------------------------------------------------------------
 need=()
 command -v "$CLANG" >/dev/null || need+=(clang-16)
@@ -97,8 +103,8 @@ command -v dpkg-source >/dev/null || need+=(dpkg-dev)
 command -v make >/dev/null || need+=(make)
 if ((${#need[@]})); then
     say "apt-get install ${need[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
 fi
 
 # --- deb-src entry, same mirror as the configured Debian source -------------
@@ -111,7 +117,7 @@ ensure_deb_src() {
         uri="$(grep -h -m1 -E '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | awk '{print $2}' || true)"
         uri="${uri:-http://deb.debian.org/debian}"
         say "adding deb-src entry ($uri bookworm) to $DEBSRC"
-        cat >"$DEBSRC" <<EOF
+        "${as_root[@]}" tee "$DEBSRC" >/dev/null <<EOF
 # Added by programl-rs scripts/corpus.sh: Debian sources for the IR corpus.
 Types: deb-src
 URIs: $uri
@@ -119,9 +125,9 @@ Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-        apt-get update -qq </dev/null
+        "${as_root[@]}" apt-get update -qq </dev/null
     elif ! apt-cache showsrc zlib 2>/dev/null | grep -q '^Package:'; then
-        apt-get update -qq </dev/null
+        "${as_root[@]}" apt-get update -qq </dev/null
     fi
     srcs_ready=1
 }

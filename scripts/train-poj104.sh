@@ -18,8 +18,9 @@
 # The bundle trained at -O0 alone (the paper's protocol, 34 wide) is kept
 # beside it as models/poj104-O0/ and is not touched here. The four-level
 # bundle replaced it on 2026-11-29, once its 66-wide step cost a build
-# within the release-mode budget (the whole clang process +9.3% over 62 C
-# units at -O2, docs/perf/learned-pass.md): the -O0 bundle classifies -O1
+# within the release-mode budget on AVX-512 VNNI CPUs (the shipped
+# bundle: the whole clang process +8.3% over 62 C units at -O2,
+# docs/perf/learned-pass.md): the -O0 bundle classifies -O1
 # to -O3 IR, what the learned pass sees inside an optimising build, at
 # 0.10-0.11 (docs/perf/models.md, "POJ-104").
 # HIDDEN=34 runs the same on a 34-wide state (the fused CPU loops, about
