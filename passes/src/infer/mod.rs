@@ -117,12 +117,12 @@ pub unsafe fn module_name(module: LLVMModuleRef) -> String {
     name
 }
 
-/// The running LLVM's major version.
+/// The running LLVM's major version: the one the plugin was built against,
+/// as a plugin loads only into the opt or clang of that LLVM (its symbols
+/// are versioned by it). LLVM's C API has `LLVMGetVersion` only from LLVM
+/// 16 on, so the LLVM 14 and 15 builds could not ask.
 pub fn llvm_major() -> u32 {
-    let (mut major, mut minor, mut patch) = (0, 0, 0);
-    // SAFETY: writes three integers.
-    unsafe { LLVMGetVersion(&mut major, &mut minor, &mut patch) };
-    major
+    programl::LLVM_MAJOR.parse().unwrap_or(0)
 }
 
 /// Whether `module`'s context uses opaque pointers.
