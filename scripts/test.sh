@@ -15,6 +15,9 @@
 # 8. scripts/errors.py on examples/hello.c, checked (one test);
 # 9. scripts/train-poj104.sh's settings checks: bad ones refused with a
 #    message naming them, nothing written (one test);
+# 10. scripts/wheel.sh: the self-contained wheel, installed into a fresh
+#    venv and checked from outside the checkout by scripts/wheel-check.py
+#    (one test);
 # then one closing line `summary: N passed, N failed, N skipped` over all
 # suites. Exits non-zero if any suite failed. Logs: $PROGRAML_CACHE/test-logs/.
 #
@@ -228,6 +231,37 @@ fi
 rm -rf "$empty_cache"
 sed 's/^/[test]   /' "$settings_log" | head -n 8
 outcome "train-poj104.sh settings" "$ok" "$([ "$ok" = 1 ] && echo 0 || echo 1)" "$settings_log"
+
+step "the self-contained wheel (scripts/wheel.sh): installed in a fresh venv, run from outside the checkout"
+wheel_log="$logs/wheel.log"
+wheel_tmp="$(mktemp -d)"
+ok=0
+wheel_rc=1
+if whl="$(bash "$root/scripts/wheel.sh" "$wheel_tmp/dist" 2>"$wheel_log")" && [ -f "$whl" ]; then
+    echo "[test]   $(basename "$whl"): $(du -m "$whl" | cut -f1) MB" | tee -a "$wheel_log"
+    clang-16 -O1 -S -emit-llvm "$root/examples/hello.c" -o "$wheel_tmp/hello.ll" &&
+        "$root/target/release/programl" graph "$wheel_tmp/hello.ll" >"$wheel_tmp/hello.pb" &&
+        python3 -m venv "$wheel_tmp/venv" >>"$wheel_log" 2>&1 &&
+        "$wheel_tmp/venv/bin/pip" install -q "$whl" </dev/null >>"$wheel_log" 2>&1
+    wheel_rc=$?
+fi
+if [ "$wheel_rc" = 0 ]; then
+    check=("$wheel_tmp/venv/bin/python" "$root/scripts/wheel-check.py" "$wheel_tmp/hello.ll" "$wheel_tmp/hello.pb" "$root/models")
+    # Where mount namespaces are allowed (root), also with the system's
+    # libLLVM and LLVM directory hidden; elsewhere the check still requires
+    # every mapped libLLVM to be the wheel's.
+    hide='mount --bind /dev/null "$(readlink -f /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1)" && mount -t tmpfs none /usr/lib/llvm-16 && PROGRAML_WHEEL_HIDDEN=yes exec "$@"'
+    if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+        (cd "$wheel_tmp" && unshare -m sh -c "$hide" sh "${check[@]}") </dev/null >>"$wheel_log" 2>&1
+    else
+        (cd "$wheel_tmp" && "${check[@]}") </dev/null >>"$wheel_log" 2>&1
+    fi
+    wheel_rc=$?
+    grep '^\[wheel-check\]' "$wheel_log" | sed 's/^/[test]   /'
+    [ "$wheel_rc" = 0 ] && grep -q '^\[wheel-check\] passed' "$wheel_log" && ok=1
+fi
+rm -rf "$wheel_tmp"
+outcome wheel "$ok" "$wheel_rc" "$wheel_log"
 
 echo "[test] finished in $((SECONDS - start)) s"
 echo "summary: $passed passed, $failed failed, $skipped skipped"
