@@ -34,7 +34,7 @@ built=("$tmp"/built/programl_rs-*.whl)
 [ -f "${built[0]}" ] || { echo "[wheel] maturin wrote no wheel" >&2; exit 1; }
 # The platform tag is the build machine's glibc (auditwheel refuses a tag
 # older than the symbols the libraries use).
-glibc="$(ldd --version | head -n1 | grep -oE '[0-9]+\.[0-9]+$' | tr . _)"
+glibc="$(getconf GNU_LIBC_VERSION | awk '{ print $2 }' | tr . _)"
 echo "[wheel] auditwheel repair --plat manylinux_${glibc}_x86_64 (libLLVM and its libraries into the wheel)" >&2
 PATH="$VIRTUAL_ENV/bin:$PATH" "$VIRTUAL_ENV/bin/auditwheel" repair --plat "manylinux_${glibc}_x86_64" -w "$tmp/repaired" "${built[0]}" </dev/null 2>&1 | grep -v "^INFO" >&2 || true
 repaired=("$tmp"/repaired/*.whl)

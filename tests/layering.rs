@@ -11,6 +11,8 @@
 //!   inference (never `programl-model`);
 //! - neither the plugin nor the `programl` CLI has libtorch or libc10 among
 //!   its NEEDED libraries;
+//! - `--features llvmNN` selects LLVM NN alone on every crate that builds
+//!   an artifact (no dependency keeps its default `llvm16`);
 //! - the model runtime depends on the model crate and the core only (never
 //!   the dataset store or the trainer); it is built as one library only,
 //!   the CUDA runtime, which links libtorch_cuda and exports the C ABI the

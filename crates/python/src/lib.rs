@@ -32,13 +32,22 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// An I/O failure as the `OSError` subclass Python would raise for it
-/// (`FileNotFoundError`, `PermissionError`), with `message` naming the file.
-fn os_error(kind: std::io::ErrorKind, message: impl std::fmt::Display) -> PyErr {
-    match kind {
-        std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message.to_string()),
-        std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message.to_string()),
-        _ => PyOSError::new_err(message.to_string()),
+/// An I/O failure on `path` as the `OSError` subclass Python would raise
+/// for it (`FileNotFoundError`, `PermissionError`), with its `errno`,
+/// `strerror` (`what` and the cause) and `filename`, as `open()` gives.
+fn os_error(source: &std::io::Error, path: &std::path::Path, what: &str) -> PyErr {
+    let cause = source.to_string();
+    let cause = cause.split(" (os error").next().unwrap_or(&cause);
+    let strerror = format!("cannot read {what}: {cause}");
+    let filename = path.display().to_string();
+    let Some(code) = source.raw_os_error() else {
+        return PyOSError::new_err(format!("{filename}: {strerror}"));
+    };
+    let args = (code, strerror, filename);
+    match source.kind() {
+        std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(args),
+        std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(args),
+        _ => PyOSError::new_err(args),
     }
 }
 
@@ -46,7 +55,7 @@ fn os_error(kind: std::io::ErrorKind, message: impl std::fmt::Display) -> PyErr 
 /// not a vocabulary, a `ValueError`.
 fn vocab_error(e: VocabError) -> PyErr {
     match &e {
-        VocabError::Io { source, .. } => os_error(source.kind(), &e),
+        VocabError::Io { source, path } => os_error(source, path, "the vocabulary"),
         _ => value_error(e),
     }
 }
@@ -159,6 +168,19 @@ impl Graph {
         }))
     }
 
+    /// Equal graphs hash alike (graphs are immutable): the hash of their
+    /// `pb` bytes.
+    fn __hash__(&self, py: Python<'_>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        py.detach(|| {
+            let mut out = Vec::new();
+            let _ = write_graph(&self.graph, Format::Pb, &mut out);
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            out.hash(&mut h);
+            h.finish()
+        })
+    }
+
     fn __repr__(&self) -> String {
         let [i, v, c, _] = self.graph.node_counts();
         let [ctl, data, call, _] = self.graph.edge_counts();
@@ -232,7 +254,7 @@ impl Bundle {
     #[new]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Bundle> {
         let model = py.detach(|| Model::open(&path)).map_err(|e| match e {
-            programl_infer::bundle::BundleError::Io { ref source, .. } => os_error(source.kind(), &e),
+            programl_infer::bundle::BundleError::Io { ref source, ref path } => os_error(source, path, "the bundle"),
             programl_infer::bundle::BundleError::Vocabulary { source, .. } => vocab_error(source),
             _ => value_error(e),
         })?;
@@ -366,7 +388,24 @@ impl Bundle {
 
 /// One graph of a store as model input: the vocabulary ids, the forward
 /// edges per flow, and the nodes that carry labels for the task.
-type StoredInput = (Vec<i64>, [(Vec<i64>, Vec<i64>, Vec<i64>); 3], Vec<u32>);
+/// Each list packed as little-endian 32-bit integers (`bytes` in Python):
+/// 4 bytes a value where a list of Python ints costs 8 to 36, so that a
+/// whole split fits in memory (docs/user/python.md, "The DeepDataFlow
+/// store").
+type StoredInput = (Packed, [(Packed, Packed, Packed); 3], Packed);
+/// A `Cow` because pyo3 gives a `Vec<u8>` to Python as a list of ints and a
+/// `Cow<[u8]>` as `bytes`.
+type Packed = std::borrow::Cow<'static, [u8]>;
+
+/// `values` as little-endian i32s; `what` names a value out of range.
+fn pack<T: Copy + TryInto<i32> + std::fmt::Display>(values: &[T], what: &str) -> Result<Packed, String> {
+    let mut out = Vec::with_capacity(values.len() * 4);
+    for &v in values {
+        let v: i32 = v.try_into().map_err(|_| format!("{what}: {v} does not fit 32 bits"))?;
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    Ok(Packed::Owned(out))
+}
 
 fn parse_store_names(task: &str, split: &str, subset: &str) -> PyResult<(Task, Split, Subset)> {
     let task = parse_task(task)?;
@@ -384,7 +423,8 @@ fn check_store_names(task: &str, split: &str, subset: &str) -> PyResult<()> {
 
 /// Reads a DeepDataFlow store: for `task`, `split` and `subset`, the graphs
 /// featurised by the core (vocabulary ids as training computes them) and
-/// the examples `(graph, root, steps, positives)`. Releases the GIL.
+/// the examples `(graph, root, steps, positives)`, every list packed as
+/// little-endian i32 `bytes`. Releases the GIL.
 #[pyfunction]
 #[pyo3(signature = (store, task, split, subset, vocabulary))]
 fn read_store(
@@ -394,7 +434,7 @@ fn read_store(
     split: &str,
     subset: &str,
     vocabulary: PathBuf,
-) -> PyResult<(Vec<String>, Vec<StoredInput>, Vec<(usize, u32, u32, Vec<u32>)>)> {
+) -> PyResult<(Vec<String>, Vec<StoredInput>, Vec<(usize, u32, u32, Packed)>)> {
     let (task, split, subset) = parse_store_names(task, split, subset)?;
     py.detach(move || -> Result<_, String> {
         let vocab = Vocabulary::load(&vocabulary).map_err(|e| e.to_string())?;
@@ -407,15 +447,19 @@ fn read_store(
                 continue;
             }
             let g = &record.graph;
-            let input = g.model_input(&vocab).map_err(|e| format!("{}: not model input: {e}", record.path))?;
-            let edges = [EdgeType::Control, EdgeType::Data, EdgeType::Call].map(|t| {
+            let path = &record.path;
+            let input = g.model_input(&vocab).map_err(|e| format!("{path}: not model input: {e}"))?;
+            let mut edges: [(Packed, Packed, Packed); 3] = Default::default();
+            for (out, t) in edges.iter_mut().zip([EdgeType::Control, EdgeType::Data, EdgeType::Call]) {
                 let a = input.edges(t);
-                (a.sources.to_vec(), a.targets.to_vec(), a.positions.to_vec())
-            });
-            let labelled = g.labelled(task);
+                *out = (pack(a.sources, path)?, pack(a.targets, path)?, pack(a.positions, path)?);
+            }
+            let labelled = pack(&g.labelled(task), path)?;
             let index = graphs.len();
-            examples.extend(chosen.into_iter().map(|e| (index, e.root, e.steps, e.positives.clone())));
-            graphs.push((input.tokens().to_vec(), edges, labelled));
+            for e in chosen {
+                examples.push((index, e.root, e.steps, pack(&e.positives, path)?));
+            }
+            graphs.push((pack(input.tokens(), path)?, edges, labelled));
             paths.push(record.path.clone());
         }
         Ok((paths, graphs, examples))

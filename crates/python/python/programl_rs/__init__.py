@@ -1,6 +1,7 @@
 """ProGraML program graphs, DeepDataFlow labels and GGNN bundles from Python.
 
-Built on programl-rs's Rust core (LLVM 16): the same graph builder as the
+Built on programl-rs's Rust core (the LLVM it was built against,
+``LLVM_MAJOR``: 16 by default): the same graph builder as the
 ``programl`` CLI and the pass plugin, the same analyses as ``programl
 analyze``, the same model input as ``programl-train``, and the same torch-free
 inference as the learned pass. Not upstream's ``programl`` package: its
@@ -99,10 +100,11 @@ def _read_if_path(value, what: str) -> tuple[bytes, str]:
         # a file name is a missing file; anything else is IR text. (A
         # too-long or odd string is never a file: os.path.isfile does not
         # raise.)
-        if "\n" not in value and os.path.isfile(value):
-            return _read(Path(value), what)
-        if _PATHISH.fullmatch(value.strip()):
-            raise _missing(value, what)
+        name = os.path.expanduser(value.strip())
+        if "\n" not in name and os.path.isfile(name):
+            return _read(Path(name), what)
+        if _PATHISH.fullmatch(name):
+            raise _missing(name, what)
         return value.encode(), "<string>"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), "<bytes>"
@@ -157,13 +159,15 @@ def _clang() -> str:
 
 
 _LANGUAGES = {"c": ["-x", "c"], "c++": ["-x", "c++"], "cl": ["-x", "cl", "-Xclang", "-finclude-default-header"]}
-# A source file's language by its suffix, as clang reads it; other suffixes
-# (.ll, .bc, .i) go to clang without -x.
+# A source file's language by its suffix. IR and preprocessed sources go to
+# clang without -x (it knows them); any other suffix (POJ-104's .txt, none)
+# is C, as clang would not compile it at all.
 _SUFFIX_LANGUAGE = {
     ".c": "c", ".h": "c",
     ".cc": "c++", ".cpp": "c++", ".cxx": "c++", ".c++": "c++", ".C": "c++", ".hpp": "c++", ".hh": "c++", ".hxx": "c++",
     ".cl": "cl",
 }
+_CLANG_KNOWS = (".ll", ".bc", ".i", ".ii")
 
 
 def from_clang(
@@ -181,7 +185,8 @@ def from_clang(
     source text (a ``str`` that does not name a file, or ``bytes``).
     ``language`` is ``"c"``, ``"c++"`` or ``"cl"`` (OpenCL C, with clang's
     default header); by default, a file's suffix decides (``.cpp`` is C++,
-    ``.cl`` OpenCL) and text is C. ``args`` go to clang as given, e.g.
+    ``.cl`` OpenCL, ``.ll``/``.bc``/``.i``/``.ii`` go as they are, any
+    other suffix is C) and text is C. ``args`` go to clang as given, e.g.
     ``["-O2", "-DN=4"]``. ``mode`` as :func:`from_llvm_ir`.
 
     Raises :class:`ClangError` with clang's diagnostics (or when it runs
@@ -201,15 +206,19 @@ def from_clang(
             "source: one source text or file path, not a list (upstream's programl.from_clang(['x.c', '-O2']) "
             "is from_clang('x.c', ['-O2']) here)"
         )
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and os.path.isfile(source)):
-        path = os.fspath(source)
+    named = os.path.expanduser(source.strip()) if isinstance(source, str) else None
+    if isinstance(source, os.PathLike) or (named is not None and "\n" not in named and os.path.isfile(named)):
+        path = os.fspath(source) if named is None else named
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "cannot read the source: a directory", path)
         if not os.path.isfile(path):
             raise FileNotFoundError(errno.ENOENT, "cannot read the source: no such file", path)
-        chosen = language or _SUFFIX_LANGUAGE.get(Path(path).suffix)
+        suffix = Path(path).suffix
+        chosen = language or (None if suffix in _CLANG_KNOWS else _SUFFIX_LANGUAGE.get(suffix, "c"))
         text, shown = None, path
     elif isinstance(source, str):
-        if _PATHISH.fullmatch(source.strip()):
-            raise _missing(source, "the source")
+        if _PATHISH.fullmatch(named):
+            raise _missing(named, "the source")
         path, chosen, text, shown = "-", language or "c", source.encode(), "<source>"
     elif isinstance(source, (bytes, bytearray, memoryview)):
         path, chosen, text, shown = "-", language or "c", bytes(source), "<source>"
@@ -223,6 +232,10 @@ def from_clang(
         raise ClangError(f"{shown}: clang ran past {timeout} s") from e
     if r.returncode != 0:
         raise ClangError(f"{shown}: clang failed ({r.returncode}):\n{r.stderr.decode(errors='replace')}")
+    if not r.stdout:
+        # clang succeeds and writes nothing when it takes an input for the
+        # linker (e.g. with -x none): never an empty graph in silence.
+        raise ClangError(f"{shown}: clang wrote no bitcode (is it a source file? pass language=):\n{r.stderr.decode(errors='replace')}")
     return _core.build_ir(r.stdout, shown, mode)
 
 
@@ -239,12 +252,25 @@ def _check_compression(compression: Optional[str]) -> None:
         raise ValueError(f"compression {compression!r}: expected 'gz' or None")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Gives ``tmp`` (a ``mkstemp`` file, mode 0600) the mode a new file
+    would have, and renames it onto ``path``."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
 def save_graphs(path: PathLike, graphs: Iterable[ProgramGraph], compression: Optional[str] = "gz") -> None:
     """Writes ``graphs`` to one file as upstream's ``ProgramGraphList``,
     gzip-compressed unless ``compression=None``: what upstream's
     ``programl.save_graphs`` writes and ``programl.load_graphs`` reads.
-    Written to a temporary file beside ``path`` and renamed: a crash
-    leaves the old file or the new one."""
+    Written to a temporary file beside ``path``, flushed to disk and
+    renamed: a crash leaves the old file or the new one."""
     _check_compression(compression)
     graphs = list(graphs)
     for i, g in enumerate(graphs):
@@ -258,7 +284,9 @@ def save_graphs(path: PathLike, graphs: Iterable[ProgramGraph], compression: Opt
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
+            f.flush()
+            os.fsync(f.fileno())
+        _publish(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -412,7 +440,7 @@ class DeepDataFlow:
                 if where is None:
                     vocabulary = built = tmp
                 else:
-                    os.replace(tmp, vocabulary)
+                    _publish(tmp, vocabulary)
         vocabulary = Path(vocabulary)
         if vocabulary.is_dir():
             vocabulary = vocabulary / "vocabulary.json"
@@ -432,22 +460,28 @@ class DeepDataFlow:
     def __getitem__(self, i: int):
         torch, Data = _pyg()
 
+        def ints(packed: bytes):
+            # The store's lists are packed little-endian i32s (4 bytes a
+            # value); each item gets its own int64 tensors.
+            if not packed:
+                return torch.zeros(0, dtype=torch.long)
+            return torch.frombuffer(bytearray(packed), dtype=torch.int32).long()
+
         g, root, steps, positives = self._examples[i]
         tokens, edges, labelled = self._graphs[g]
-        n = len(tokens)
-        d = Data(x=torch.tensor(tokens, dtype=torch.long))
+        x = ints(tokens)
+        n = len(x)
+        d = Data(x=x)
         d.num_nodes = n
         d.selector = torch.zeros(n, dtype=torch.long)
         d.selector[root] = 1
         d.y = torch.zeros(n, dtype=torch.long)
-        if positives:
-            d.y[torch.tensor(positives, dtype=torch.long)] = 1
+        d.y[ints(positives)] = 1
         d.labelled = torch.zeros(n, dtype=torch.bool)
-        if labelled:
-            d.labelled[torch.tensor(labelled, dtype=torch.long)] = True
+        d.labelled[ints(labelled)] = True
         for f, (src, dst, pos) in zip(FLOWS, edges):
-            setattr(d, f"{f}_edge_index", torch.tensor([src, dst], dtype=torch.long).reshape(2, -1))
-            setattr(d, f"{f}_position", torch.tensor(pos, dtype=torch.long))
+            setattr(d, f"{f}_edge_index", torch.stack([ints(src), ints(dst)]))
+            setattr(d, f"{f}_position", ints(pos))
         d.root, d.steps = root, steps
         return d
 
