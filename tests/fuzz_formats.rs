@@ -10,6 +10,11 @@
 //! other format (garbage to that reader). A failure keeps its input under
 //! `$CARGO_TARGET_TMPDIR/fuzz-formats/` and names its seed.
 //!
+//! The list reader (`read_graph_list`, upstream's `ProgramGraphList`) gets
+//! the same treatment on lists of one to three of the binary seeds: a list
+//! it accepts holds only valid graphs and is a fixed point of writing and
+//! reading again.
+//!
 //! `PROGRAML_FUZZ_ITERS=N` mutants per format (default 3000),
 //! `PROGRAML_FUZZ_SEED` a different base seed; `--nocapture` prints the
 //! tally by outcome and error kind.
@@ -20,7 +25,7 @@ use std::process::Command;
 
 use petgraph::visit::EdgeRef;
 use programl::builder::{build, check, BuildOptions, Mode};
-use programl::format::{read_graph, write_graph, Format};
+use programl::format::{read_graph, read_graph_list, write_graph, write_graph_list, Format};
 use programl::ProgramGraph;
 use programl_testkit::fuzz::{self, Mutator};
 
@@ -359,4 +364,71 @@ fn readers_never_panic_and_accept_only_valid_graphs() {
     for (format, t) in &tallies {
         assert!(t.accepted > 0 && t.rejected.len() >= 3, "{format}: the fuzzer only scratches the surface: {:?}", t.rejected);
     }
+}
+
+#[test]
+fn the_list_reader_never_panics_and_accepts_only_valid_graphs() {
+    let seeds: Vec<Vec<u8>> = seeds().into_iter().filter(|s| s.1 == Format::Pb).map(|s| s.2).collect();
+    let graphs: Vec<ProgramGraph> = seeds.iter().map(|b| read_graph(b, Format::Pb).unwrap()).collect();
+    let iters = fuzz::iterations(3000);
+    let seed = fuzz::base_seed().wrapping_mul(31).wrapping_add(7);
+    let mut m = Mutator::new(seed, PB_TOKENS);
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-formats");
+    let (mut accepted, mut rejected, mut failures) = (0usize, BTreeMap::<String, usize>::new(), Vec::new());
+    let list = |m: &mut Mutator| {
+        let n = 1 + m.below(3);
+        let chosen: Vec<&ProgramGraph> = (0..n).map(|_| &graphs[m.below(graphs.len())]).collect();
+        let mut bytes = Vec::new();
+        write_graph_list(chosen, &mut bytes).unwrap();
+        bytes
+    };
+    for i in 0..iters {
+        let (input, other) = (list(&mut m), list(&mut m));
+        let (mutant, what) = m.mutate(&input, &other);
+        let mut problems: Vec<String> = Vec::new();
+        match fuzz::no_panic(|| read_graph_list(&mutant)) {
+            Err(panic) => problems.push(format!("panicked: {panic}")),
+            Ok(Err(e)) => {
+                if e.to_string().trim().is_empty() {
+                    problems.push(format!("an error without a message: {e:?}"));
+                }
+                // A bad graph in the list: which of the graph checks refused it.
+                let k = match &e {
+                    programl::format::FormatError::ListItem { source, .. } => format!("ListItem/{}", kind(source)),
+                    _ => kind(&e),
+                };
+                *rejected.entry(k).or_default() += 1;
+            }
+            Ok(Ok(list)) => {
+                accepted += 1;
+                for (k, g) in list.iter().enumerate() {
+                    if let Err(errors) = g.validate() {
+                        problems.push(format!("accepted an invalid graph {k}: {errors:?}"));
+                    }
+                }
+                let mut again = Vec::new();
+                write_graph_list(&list, &mut again).unwrap();
+                match read_graph_list(&again) {
+                    Ok(back) if back.len() == list.len() && back.iter().zip(&list).all(|(a, b)| same_graph(a, b)) => {}
+                    Ok(_) => problems.push("writing and reading the accepted list changed it".into()),
+                    Err(e) => problems.push(format!("the accepted list does not read back: {e}")),
+                }
+            }
+        }
+        for why in problems {
+            let file = fuzz::keep_failure(&keep, &format!("list-{seed}-{i}.pb"), &mutant);
+            failures.push(format!("list seed {seed} #{i} ({what}): {why}; input kept as {}", file.display()));
+        }
+    }
+    let kinds: Vec<String> = rejected.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!(
+        "fuzz list: {iters} mutants of lists of {} seed graphs: {accepted} accepted, rejected ({}), {} failures",
+        graphs.len(),
+        kinds.join(", "),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.iter().take(20).cloned().collect::<Vec<_>>().join("\n"));
+    // Mutants reach the graphs inside: some lists are accepted, and more
+    // than the list's own framing rejects the others.
+    assert!(accepted > 0 && rejected.len() >= 3, "the fuzzer only scratches the surface: {rejected:?}");
 }
