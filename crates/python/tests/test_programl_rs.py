@@ -183,6 +183,7 @@ def test_dataset_counts_are_dataset_stats(store):
             checked += want
     assert checked > 0
     ds = pg.DeepDataFlow(store, task="reachability", split="test", subset="ddf")
+    assert repr(ds) == f"DeepDataFlow({store}, task='reachability', split='test', subset='ddf': {len(ds)} examples of {len(ds._graphs)} graphs)"
     d = ds[0]
     assert d.selector.sum() == 1 and d.selector[d.root] == 1 and d.y.sum() >= 1
     assert int(d.y[~d.labelled].sum()) == 0, "positives carry labels"

@@ -444,7 +444,7 @@ class DeepDataFlow:
         vocabulary = Path(vocabulary)
         if vocabulary.is_dir():
             vocabulary = vocabulary / "vocabulary.json"
-        self.task, self.split, self.subset = task, split, subset
+        self.store, self.task, self.split, self.subset = store, task, split, subset
         #: The ``vocabulary.json`` that gave ``x`` (``None`` where it was
         #: built for a read-only store and removed: pass ``vocabulary=``).
         self.vocabulary: Optional[Path] = None if built else vocabulary
@@ -456,6 +456,12 @@ class DeepDataFlow:
 
     def __len__(self) -> int:
         return len(self._examples)
+
+    def __repr__(self) -> str:
+        return (
+            f"DeepDataFlow({self.store}, task={self.task!r}, split={self.split!r}, subset={self.subset!r}: "
+            f"{len(self._examples)} examples of {len(self._graphs)} graphs)"
+        )
 
     def __getitem__(self, i: int):
         torch, Data = _pyg()
