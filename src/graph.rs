@@ -120,7 +120,7 @@ pub const EXTERNAL_TEXT: &str = "[external]";
 /// The text of the single node of a function that is only declared.
 pub const UNDEFINED_FUNCTION_TEXT: &str = "; undefined function";
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Node {
     pub kind: NodeKind,
     /// Opcode name for instructions, the type for variables and constants.
@@ -142,7 +142,7 @@ pub struct Edge {
     pub position: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Function {
     pub name: String,
     pub module: ModuleId,
@@ -152,7 +152,7 @@ pub struct Function {
     pub entry: Option<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Module {
     pub name: String,
     /// String features, e.g. `llvm_target_triple`, `llvm_data_layout`.
@@ -171,6 +171,38 @@ pub struct ProgramGraph {
 pub const FEATURE_TARGET_TRIPLE: &str = "llvm_target_triple";
 /// Module feature key of the data layout.
 pub const FEATURE_DATA_LAYOUT: &str = "llvm_data_layout";
+
+/// Two graphs are equal when they are the same graph: the same nodes and
+/// edges (endpoints and weights) in the same order, the same functions and
+/// modules. (petgraph's graph has no equality of its own.)
+impl PartialEq for ProgramGraph {
+    fn eq(&self, other: &ProgramGraph) -> bool {
+        let edges = |g: &ProgramGraph| g.graph.raw_edges().iter().map(|e| (e.source(), e.target(), e.weight)).collect::<Vec<_>>();
+        self.graph.node_count() == other.graph.node_count()
+            && self.graph.edge_count() == other.graph.edge_count()
+            && self.graph.node_weights().eq(other.graph.node_weights())
+            && edges(self) == edges(other)
+            && self.functions == other.functions
+            && self.modules == other.modules
+    }
+}
+
+impl Eq for ProgramGraph {}
+
+/// Agrees with `==`: hashes what equality compares.
+impl std::hash::Hash for ProgramGraph {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.graph.node_count().hash(state);
+        for n in self.graph.node_weights() {
+            n.hash(state);
+        }
+        for e in self.graph.raw_edges() {
+            (e.source(), e.target(), e.weight).hash(state);
+        }
+        self.functions.hash(state);
+        self.modules.hash(state);
+    }
+}
 
 impl ProgramGraph {
     /// The `[external]` node, node 0.

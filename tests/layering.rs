@@ -258,15 +258,8 @@ fn the_cuda_runtime_links_libtorch_cuda() {
 /// shows enabled for `krate` built with `--no-default-features --features
 /// feature`.
 fn llvm_features_of_the_core(krate: &str, feature: &str) -> Vec<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let out = Command::new(&cargo)
-        .args(["tree", "-e", "normal,features", "--charset", "ascii", "-p", krate, "--no-default-features", "--features", feature])
-        .args(["-i", "programl"])
-        .current_dir(workspace())
-        .output()
-        .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "cargo tree -p {krate} --features {feature}: {}", String::from_utf8_lossy(&out.stderr));
+    let (ok, text) = cargo_tree(&["-e", "features", "-p", krate, "--no-default-features", "--features", feature, "-i", "programl"]);
+    assert!(ok, "cargo tree -p {krate} --features {feature}: {text}");
     let mut found: Vec<String> = text
         .lines()
         .filter_map(|l| l.split("programl feature \"").nth(1))

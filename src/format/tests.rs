@@ -296,3 +296,17 @@ fn format_graph_list_names_the_bad_graph() {
     let err = read_graph_list(&bytes[..bytes.len() - 3]).unwrap_err().to_string();
     assert!(err.starts_with(&format!("not a binary ProgramGraphList protocol buffer ({} bytes): ", bytes.len() - 3)), "{err}");
 }
+
+#[test]
+fn graphs_are_equal_and_hash_alike_when_they_are_the_same_graph() {
+    use std::hash::{BuildHasher, RandomState};
+    let a = sample();
+    let back = read_graph(&write(&a, Format::Pb), Format::Pb).unwrap();
+    let hasher = RandomState::new();
+    assert!(a == back && hasher.hash_one(&a) == hasher.hash_one(&back));
+    let mut renamed = sample();
+    renamed.modules[0].name = "other.c".into();
+    let mut moved = sample();
+    moved.add_edge(Flow::Data, 3, 2.into(), 1.into());
+    assert!(a != renamed && a != moved);
+}

@@ -153,32 +153,18 @@ impl Graph {
         Ok((slf.get_type().getattr("from_bytes")?, (bytes, "pb")))
     }
 
-    /// Graphs are equal when they are the same graph: the same nodes, edges,
-    /// functions and modules in the same order (their `pb` bytes, which are
-    /// deterministic, are equal).
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Ok(other) = other.cast::<Graph>() else { return Ok(false) };
-        let other = &other.get().graph;
-        Ok(py.detach(|| {
-            let bytes = |g: &ProgramGraph| {
-                let mut out = Vec::new();
-                write_graph(g, Format::Pb, &mut out).map(|()| out).ok()
-            };
-            bytes(&self.graph) == bytes(other)
-        }))
+    /// Graphs are equal when they are the same graph (`ProgramGraph`'s
+    /// equality: nodes, edges, functions and modules, in order).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Graph>().is_ok_and(|other| other.get().graph == self.graph)
     }
 
-    /// Equal graphs hash alike (graphs are immutable): the hash of their
-    /// `pb` bytes.
-    fn __hash__(&self, py: Python<'_>) -> u64 {
+    /// Equal graphs hash alike (graphs are immutable).
+    fn __hash__(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        py.detach(|| {
-            let mut out = Vec::new();
-            let _ = write_graph(&self.graph, Format::Pb, &mut out);
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            out.hash(&mut h);
-            h.finish()
-        })
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.graph.hash(&mut h);
+        h.finish()
     }
 
     fn __repr__(&self) -> String {
@@ -192,13 +178,28 @@ impl Graph {
     }
 }
 
+/// The build options of a `mode=`: a graph mode, or "model", the graphs the
+/// models see (paper mode, debug intrinsics left out).
+fn build_options(mode: &str) -> PyResult<BuildOptions> {
+    if mode == "model" {
+        return Ok(BuildOptions::MODEL);
+    }
+    Ok(BuildOptions { mode: parse_mode(mode)?, ..Default::default() })
+}
+
+/// Checks a `mode=` as `build_ir` reads it, before any work (a compile),
+/// raising `ValueError` naming it.
+#[pyfunction]
+fn check_mode(mode: &str) -> PyResult<()> {
+    build_options(mode).map(|_| ())
+}
+
 /// Builds the graph of IR text or bitcode held in `data`; `name` names it in
 /// errors. Releases the GIL.
 #[pyfunction]
 #[pyo3(signature = (data, name, mode = "paper"))]
 fn build_ir(py: Python<'_>, data: Vec<u8>, name: String, mode: &str) -> PyResult<Graph> {
-    // "model": the graphs the models see (paper mode, debug intrinsics left out).
-    let options = if mode == "model" { BuildOptions::MODEL } else { BuildOptions { mode: parse_mode(mode)?, ..Default::default() } };
+    let options = build_options(mode)?;
     let graph = py.detach(move || -> Result<ProgramGraph, String> {
         let context = inkwell::context::Context::create();
         let module = programl::ir::parse_module(&context, &data, &name).map_err(|e| e.to_string())?;
@@ -531,6 +532,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph_list_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(read_graph_list_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(check_store_names, m)?)?;
+    m.add_function(wrap_pyfunction!(check_mode, m)?)?;
     m.add("LLVM_MAJOR", programl::LLVM_MAJOR.parse::<u32>().map_err(value_error)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -63,13 +63,8 @@ class ClangError(RuntimeError):
     """clang could not compile a source given to :func:`from_clang`."""
 
 
-_MODES = ("paper", "model", "programl-0.3")
-
-
-def _check_mode(mode: str) -> None:
-    # Checked before any work (a compile), not after it.
-    if mode not in _MODES:
-        raise ValueError(f"mode '{mode}': expected one of {', '.join(repr(m) for m in _MODES)}")
+# A mode is checked before any work (a compile), as build_ir reads it.
+_check_mode = _core.check_mode
 
 
 def _read(path: Path, what: str) -> tuple[bytes, str]:
@@ -92,19 +87,26 @@ def _missing(value: str, what: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, f"cannot read {what}: no such file (a string is read as a file when it names one)", value)
 
 
+def _named_file(value: str, what: str) -> Optional[str]:
+    """The file a string names (whitespace around it and ``~`` allowed), or
+    ``None`` where it is text. One that only looks like a file name is a
+    missing file. (A too-long or odd string is never a file:
+    ``os.path.isfile`` does not raise.)"""
+    name = os.path.expanduser(value.strip())
+    if "\n" not in name and os.path.isfile(name):
+        return name
+    if _PATHISH.fullmatch(name):
+        raise _missing(name, what)
+    return None
+
+
 def _read_if_path(value, what: str) -> tuple[bytes, str]:
     if isinstance(value, os.PathLike):
         return _read(Path(value), what)
     if isinstance(value, str):
-        # A string is a path when it names a file; one that only looks like
-        # a file name is a missing file; anything else is IR text. (A
-        # too-long or odd string is never a file: os.path.isfile does not
-        # raise.)
-        name = os.path.expanduser(value.strip())
-        if "\n" not in name and os.path.isfile(name):
+        name = _named_file(value, what)
+        if name is not None:
             return _read(Path(name), what)
-        if _PATHISH.fullmatch(name):
-            raise _missing(name, what)
         return value.encode(), "<string>"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), "<bytes>"
@@ -206,9 +208,15 @@ def from_clang(
             "source: one source text or file path, not a list (upstream's programl.from_clang(['x.c', '-O2']) "
             "is from_clang('x.c', ['-O2']) here)"
         )
-    named = os.path.expanduser(source.strip()) if isinstance(source, str) else None
-    if isinstance(source, os.PathLike) or (named is not None and "\n" not in named and os.path.isfile(named)):
-        path = os.fspath(source) if named is None else named
+    if isinstance(source, os.PathLike):
+        path = os.fspath(source)
+    elif isinstance(source, str):
+        path = _named_file(source, "the source")
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        path = None
+    else:
+        raise TypeError(f"source: text, bytes or a path, got {type(source).__name__}")
+    if path is not None:
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "cannot read the source: a directory", path)
         if not os.path.isfile(path):
@@ -216,14 +224,9 @@ def from_clang(
         suffix = Path(path).suffix
         chosen = language or (None if suffix in _CLANG_KNOWS else _SUFFIX_LANGUAGE.get(suffix, "c"))
         text, shown = None, path
-    elif isinstance(source, str):
-        if _PATHISH.fullmatch(named):
-            raise _missing(named, "the source")
-        path, chosen, text, shown = "-", language or "c", source.encode(), "<source>"
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        path, chosen, text, shown = "-", language or "c", bytes(source), "<source>"
     else:
-        raise TypeError(f"source: text, bytes or a path, got {type(source).__name__}")
+        text = source.encode() if isinstance(source, str) else bytes(source)
+        path, chosen, shown = "-", language or "c", "<source>"
     lang = _LANGUAGES[chosen] if chosen else []
     cmd = [_clang(), *lang, *args, "-c", "-emit-llvm", "-o", "-", path]
     try:
