@@ -8,11 +8,14 @@ dependencies:
 - every libLLVM mapped into the process is the wheel's own copy (in
   programl_rs.libs/, renamed by hash), never the system's;
 - its graph of HELLO.ll is the CLI's (HELLO.pb) byte for byte; a bundle
-  predicts; save_graphs/load_graphs round-trip.
+  predicts; save_graphs/load_graphs round-trip;
+- the wheel's metadata carries the package page (crates/python/README.md)
+  and its classifiers.
 """
 
 import os
 import sys
+from importlib.metadata import metadata
 import tempfile
 from pathlib import Path
 
@@ -37,6 +40,12 @@ assert len(p) == len(bundle.classes) and abs(sum(p) - 1) < 1e-4, p
 with tempfile.TemporaryDirectory() as d:
     pg.save_graphs(Path(d) / "g.pb.gz", [g, g])
     assert pg.load_graphs(Path(d) / "g.pb.gz") == [g, g]
+
+meta = metadata("programl-rs")
+page = meta.get_payload() or meta.get("Description") or ""
+assert "# programl-rs" in page and meta.get("Description-Content-Type", "").startswith("text/markdown"), \
+    "the wheel's metadata lacks the package page (crates/python/README.md)"
+assert any(c.startswith("Topic :: Software Development :: Compilers") for c in meta.get_all("Classifier") or []), meta.get_all("Classifier")
 
 hidden = os.environ.get("PROGRAML_WHEEL_HIDDEN", "no")
 print(f"[wheel-check] passed: programl_rs {pg.__version__} from {here}, libLLVM {sorted(mapped)[0]}, "
