@@ -223,12 +223,50 @@ EPOCHS=ten||got 'ten'
 |45x|got '45x'
 |0m|got '0m'
 |45m extra|got '45m extra'
+|2000000|got '2000000'
 CASES
 if [ -n "$(ls -A "$empty_cache")" ]; then
     echo "it wrote into PROGRAML_CACHE: $(ls -A "$empty_cache" | tr '\n' ' ')" >>"$settings_log"
     ok=0
 fi
 rm -rf "$empty_cache"
+# Which record a run continues, and to which epoch count: the script
+# (bootstrap left out) against a stand-in trainer that records its
+# arguments, with the committed checkpoint and a run of this machine
+# (its examples seen, its epoch target, whether a killed swap left its
+# checkpoint aside). Each case: name|local examples|local epochs|aside|
+# EPOCHS|the epoch count wanted|whether the local run is moved aside.
+fake="$(mktemp -d)"
+printf '#!/bin/sh\necho "$*" >>"$FAKE_LOG"\ncase "$*" in *--compile-only*) echo "{\\"programs\\": 1, \\"failed\\": 0, \\"failure_rate\\": 0}" ;; esac\n' >"$fake/train"
+chmod +x "$fake/train"
+committed="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_seen"])' "$root/models/poj104/checkpoint/state.json")"
+while IFS='|' read -r name seen target aside epochs want moved; do
+    t="$fake/$name"
+    mkdir -p "$t/scripts" "$t/models/poj104/checkpoint" "$t/cache/runs"
+    sed '/source "$root\/scripts\/bootstrap.sh"/d' "$root/scripts/train-poj104.sh" >"$t/scripts/train-poj104.sh"
+    cp "$root/models/poj104/checkpoint/state.json" "$t/models/poj104/checkpoint/"
+    if [ -n "$seen" ]; then
+        mkdir -p "$t/cache/runs/poj104-levels/checkpoint"
+        python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["examples_seen"]=int(eval(sys.argv[2])); s["settings"]["epochs"]=int(sys.argv[3]); json.dump(s, open(sys.argv[4], "w"))' \
+            "$root/models/poj104/checkpoint/state.json" "${seen//C/$committed}" "$target" "$t/cache/runs/poj104-levels/checkpoint/state.json"
+        [ "$aside" = aside ] && mv "$t/cache/runs/poj104-levels/checkpoint" "$t/cache/runs/poj104-levels/.checkpoint.old"
+    fi
+    env -u EPOCHS -u HIDDEN ${epochs:+EPOCHS=$epochs} PROGRAML_CACHE="$t/cache" PROGRAML_TRAIN="$fake/train" FAKE_LOG="$t/args" \
+        bash "$t/scripts/train-poj104.sh" 1m </dev/null >"$t/out" 2>&1
+    got="$(tail -n 1 "$t/args" 2>/dev/null | grep -o -- '--epochs [0-9]*')"
+    behind="$(ls "$t/cache/runs" | grep -c 'behind-' || true)"
+    if [ "$got" != "--epochs $want" ] || [ "$behind" != "$moved" ]; then
+        echo "continuation case $name: $got (--epochs $want wanted), $behind set aside ($moved wanted): $(cat "$t/out")" >>"$settings_log"
+        ok=0
+    fi
+done <<'CASES'
+fresh clone|||||10|0
+the committed record is ahead|C-1000|14|||10|1
+this machine's run is ahead, extended to 14|C+1000|14|||14|0
+EPOCHS given|C+1000|14||12|12|0
+a swap killed half-way|C+1000|13|aside||13|0
+CASES
+rm -rf "$fake"
 sed 's/^/[test]   /' "$settings_log" | head -n 8
 outcome "train-poj104.sh settings" "$ok" "$([ "$ok" = 1 ] && echo 0 || echo 1)" "$settings_log"
 

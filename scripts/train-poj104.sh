@@ -2,7 +2,7 @@
 # Compiles POJ-104 at every -O level and trains the algorithm-classification
 # model on all four (issue 29, README "Algorithm classification"):
 #
-#   [HIDDEN=66|34] [EPOCHS=10] bash scripts/train-poj104.sh [BUDGET]
+#   [HIDDEN=66|34] [EPOCHS=N] bash scripts/train-poj104.sh [BUDGET]
 #
 # 1. `programl-train poj104 --compile-only`: every program of the dataset
 #    compiled at -O0, -O1, -O2 and -O3 into $PROGRAML_CACHE/poj104/ir
@@ -45,11 +45,12 @@ if [ $# -gt 1 ]; then
     echo "train-poj104.sh: one argument, the budget (got '$*')" >&2
     exit 2
 fi
-# What programl-train's --budget takes (Budget::from_str in
-# crates/train/src/train.rs): a duration or an example count, checked here
-# so that a bad one fails before the bootstrap.
-if ! [[ "$budget" =~ ^([0-9]+([.][0-9]+)?[smh]|[0-9][0-9_]*)$ ]] || [[ "$budget" =~ ^0+([.]0+)?[smh]?$ ]]; then
-    echo "train-poj104.sh: the budget is a duration (45m, 2h, 90s) or an example count (got '$budget')" >&2
+# What `programl-train poj104 --budget` takes (Budget::from_str in
+# crates/train/src/train.rs; poj104 refuses its example counts): a
+# duration, checked here so that a bad one fails before the bootstrap and
+# the compile.
+if ! [[ "$budget" =~ ^[0-9]+([.][0-9]+)?[smh]$ ]] || [[ "$budget" =~ ^0+([.]0+)?[smh]$ ]]; then
+    echo "train-poj104.sh: the budget is a duration (45m, 2h, 90s) (got '$budget')" >&2
     exit 2
 fi
 width="${HIDDEN:-66}"
@@ -60,9 +61,11 @@ case "$width" in
     *) echo "train-poj104.sh: HIDDEN is 66 (the default) or 34 (got '$width')" >&2; exit 2 ;;
 esac
 # EPOCHS extends a finished run (the cosine schedule stretches over the
-# new count from where the run stands: docs/user/training.md).
-epochs="${EPOCHS:-10}"
-if ! [[ "$epochs" =~ ^[1-9][0-9]*$ ]]; then
+# new count from where the run stands: docs/user/training.md). Unset, it
+# is the count the continued run records (10 for a new one), so running
+# the script again continues an extended run instead of ending it early.
+epochs="${EPOCHS:-}"
+if [ -n "$epochs" ] && ! [[ "$epochs" =~ ^[1-9][0-9]*$ ]]; then
     echo "train-poj104.sh: EPOCHS is a whole number of epochs, at least 1 (got '$epochs')" >&2
     exit 2
 fi
@@ -72,6 +75,40 @@ train="${PROGRAML_TRAIN:-$root/target/release/programl-train}"
 run="$PROGRAML_CACHE/runs/$name"
 log="$PROGRAML_CACHE/runs/$name.log"
 mkdir -p "$PROGRAML_CACHE/runs"
+
+# A swap of the checkpoint killed half-way (replace_dir in
+# crates/model/src/bundle.rs) leaves it as .checkpoint.old: put back before
+# asking whether the run has one (as programl-train's recover_run does).
+if [ ! -e "$run/checkpoint" ] && [ -d "$run/.checkpoint.old" ]; then
+    mv "$run/.checkpoint.old" "$run/checkpoint"
+fi
+# A field of a run's checkpoint/state.json (empty when it has none).
+state_of() { python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); v=s["settings"][sys.argv[2]] if sys.argv[2] in s["settings"] else s[sys.argv[2]]; print(",".join(v) if isinstance(v, list) else v)' "$1/checkpoint/state.json" "$2" 2>/dev/null || true; }
+# The committed record to continue: the shipped one, if it is this
+# four-level run (a checkpoint of other settings is refused).
+from=""
+if [ "$(state_of "$ship" levels)" = "O0,O1,O2,O3" ]; then
+    from="$ship"
+fi
+# A run of this machine that the committed record is ahead of (another
+# machine trained on and committed) is set aside, not continued: shipping
+# it would take the record back. Kept as $run.behind-<time>, nothing lost.
+if [ -n "$from" ] && [ -e "$run/checkpoint/state.json" ]; then
+    here="$(state_of "$run" examples_seen)" there="$(state_of "$from" examples_seen)"
+    if [ -n "$here" ] && [ -n "$there" ] && [ "$there" -gt "$here" ]; then
+        aside="$run.behind-$(date +%Y%m%d-%H%M%S)"
+        echo "[train-poj104] $run has seen $here examples, the committed $from/checkpoint $there: continuing the committed one ($run moved to $aside)"
+        mv "$run" "$aside"
+    fi
+fi
+if [ -z "$epochs" ]; then
+    if [ -e "$run/checkpoint/state.json" ]; then
+        epochs="$(state_of "$run" epochs)"
+    elif [ -n "$from" ]; then
+        epochs="$(state_of "$from" epochs)"
+    fi
+    [[ "$epochs" =~ ^[1-9][0-9]*$ ]] || epochs=10
+fi
 common=(poj104 --out "$run" --levels O0,O1,O2,O3 --epochs "$epochs" --steps 6 "${width_flag[@]}" --pool mean --lr 3e-3 --lr-schedule cosine
     --batch-nodes 5000 --seed 0 --threads "${PROGRAML_THREADS:-2}" --device cpu)
 
@@ -80,13 +117,6 @@ echo "[train-poj104] compiling ($(date +%H:%M:%S)); log $log"
 mv "$run.compile.json.tmp" "$run.compile.json"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print("[train-poj104] %d programs, %d failed (%.2f%%)" % (c["programs"], c["failed"], 100*c["failure_rate"]))' "$run.compile.json"
 
-# The committed run to continue: the shipped one, if it is this
-# four-level run (a checkpoint of other settings is refused).
-levels_of() { python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))["settings"]["levels"]))' "$1" 2>/dev/null || true; }
-from=""
-if [ "$(levels_of "$ship/checkpoint/state.json")" = "O0,O1,O2,O3" ]; then
-    from="$ship"
-fi
 if [ ! -e "$run/checkpoint/state.json" ] && [ -n "$from" ]; then
     echo "[train-poj104] seeding $run from $from/checkpoint (a run of an earlier session)"
     rm -rf "$run" && mkdir -p "$run"
@@ -98,7 +128,7 @@ if [ ! -e "$run/checkpoint/state.json" ] && [ -n "$from" ]; then
         cp "$from/config.json" "$from/weights.safetensors" "$from/vocabulary.json" "$run/model/"
     fi
 fi
-echo "[train-poj104] training, budget $budget ($(date +%H:%M:%S))"
+echo "[train-poj104] training to epoch $epochs, budget $budget ($(date +%H:%M:%S))"
 "$train" "${common[@]}" --budget "$budget" --ship "$ship" >>"$log" 2>&1
 grep -E 'shipped to|not shipped there' "$log" | tail -n 1 || true
 echo "[train-poj104] done ($(date +%H:%M:%S)); last epoch: $(tail -n 1 "$run/log.csv" 2>/dev/null)"

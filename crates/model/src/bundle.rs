@@ -115,10 +115,7 @@ pub fn replace_dir(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), BundleErro
     std::fs::create_dir_all(parent).map_err(io(parent))?;
     let name = dir.file_name().ok_or_else(|| invalid(dir, "needs a directory name"))?.to_string_lossy().into_owned();
     let old = parent.join(format!(".{name}.old"));
-    // A previous call killed between its two renames left only the old one.
-    if !dir.exists() && old.exists() {
-        std::fs::rename(&old, dir).map_err(io(dir))?;
-    }
+    recover_dir(dir)?;
     for entry in std::fs::read_dir(parent).map_err(io(parent))?.flatten() {
         let n = entry.file_name().to_string_lossy().into_owned();
         if n.starts_with(&format!(".{name}.stage")) {
@@ -134,9 +131,7 @@ pub fn replace_dir(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), BundleErro
         std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(staging.path()))?;
     }
     fill(staging.path())?;
-    for entry in std::fs::read_dir(staging.path()).map_err(io(staging.path()))?.flatten() {
-        std::fs::File::open(entry.path()).and_then(|f| f.sync_all()).map_err(io(&entry.path()))?;
-    }
+    sync_tree(staging.path())?;
     let _ = std::fs::remove_dir_all(&old);
     if dir.exists() {
         std::fs::rename(dir, &old).map_err(io(dir))?;
@@ -146,6 +141,38 @@ pub fn replace_dir(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), BundleErro
     let _ = std::fs::remove_dir_all(&old);
     programl::fsutil::sync_dir(parent).map_err(io(parent))?;
     Ok(())
+}
+
+/// Puts back a directory that [`replace_dir`] moved aside and was killed
+/// before renaming the new one into place (`dir` gone, `.NAME.old` beside
+/// it). Readers of a run call it first: without it a killed swap reads as
+/// a run that never started. Nothing to do otherwise.
+pub fn recover_dir(dir: &Path) -> Result<(), BundleError> {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Some(name) = dir.file_name() else { return Ok(()) };
+    let old = parent.join(format!(".{}.old", name.to_string_lossy()));
+    if !dir.exists() && old.is_dir() {
+        std::fs::rename(&old, dir).map_err(|source| BundleError::Io { path: dir.to_path_buf(), source })?;
+    }
+    Ok(())
+}
+
+/// Flushes every file and directory under `dir` (a checkpoint's nested
+/// files too) before the rename that publishes it.
+fn sync_tree(dir: &Path) -> Result<(), BundleError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BundleError::Io { path, source }
+    };
+    for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let path = entry.path();
+        if entry.file_type().map_err(io(&path))?.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            std::fs::File::open(&path).and_then(|f| f.sync_all()).map_err(io(&path))?;
+        }
+    }
+    programl::fsutil::sync_dir(dir).map_err(io(dir))
 }
 
 /// Writes the model's parameters as safetensors (f32, on the CPU).

@@ -32,6 +32,16 @@ pub struct Checkpoint {
     names: Vec<&'static str>,
 }
 
+/// Puts back what a swap killed half-way left aside in the run directory
+/// `run` (its `checkpoint/` and `model/`, [`bundle::recover_dir`]). Every
+/// reader of a run calls it before asking whether the run has started.
+pub fn recover_run(run: &Path) -> Result<()> {
+    for part in ["checkpoint", "model"] {
+        bundle::recover_dir(&run.join(part)).with_context(|| format!("{}: cannot recover {part}/", run.display()))?;
+    }
+    Ok(())
+}
+
 impl Checkpoint {
     pub fn new(run: &Path, model: &Ggnn) -> Checkpoint {
         Checkpoint { dir: run.join("checkpoint"), names: model.named_parameters().into_iter().map(|(n, _)| n).collect() }
@@ -143,5 +153,23 @@ mod tests {
         assert_eq!(ckpt.state::<State>(3).unwrap().epoch, 8);
         let leftovers: Vec<_> = std::fs::read_dir(run.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("checkpoint")]);
+
+        // A swap killed between its two renames: the checkpoint aside as
+        // `.checkpoint.old`, none in place. The run reads as not started
+        // until it is recovered, and then as the epoch it had reached.
+        std::fs::rename(run.path().join("checkpoint"), run.path().join(".checkpoint.old")).unwrap();
+        assert!(!ckpt.exists());
+        recover_run(run.path()).unwrap();
+        assert!(ckpt.exists());
+        assert_eq!(ckpt.state::<State>(3).unwrap().epoch, 8);
+        assert!(!run.path().join(".checkpoint.old").exists());
+        // With a checkpoint in place, what lies aside is left alone.
+        std::fs::create_dir(run.path().join(".checkpoint.old")).unwrap();
+        recover_run(run.path()).unwrap();
+        assert_eq!(ckpt.state::<State>(3).unwrap().epoch, 8);
+        // The next save clears it, and writes the nested files as before.
+        ckpt.save(&State { version: 3, epoch: 9 }, &model, &opt).unwrap();
+        assert_eq!(ckpt.state::<State>(3).unwrap().epoch, 9);
+        assert!(!run.path().join(".checkpoint.old").exists());
     }
 }

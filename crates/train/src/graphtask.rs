@@ -269,6 +269,14 @@ pub struct State<S> {
     /// The best validation figure so far (-1 before the first).
     pub best_val: f64,
     pub log: Vec<LogRow>,
+    /// The training loss summed over the examples of `epoch`'s batches
+    /// trained so far, and their count: an epoch that a kill splits
+    /// across sessions logs the loss of all its batches. (Absent from
+    /// checkpoints written before: 0.)
+    #[serde(default)]
+    pub epoch_loss_sum: f64,
+    #[serde(default)]
+    pub epoch_loss_n: u64,
 }
 
 /// The state's format. Version 1 is POJ-104's own, which this one reads.
@@ -375,6 +383,7 @@ pub fn fit<S: RunSettings>(
     std::fs::create_dir_all(run.out).map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", run.out.display()))?;
     let params = model.parameters();
     let mut opt = AdamW::new(&params, lr);
+    crate::checkpoint::recover_run(run.out)?;
     let ckpt = Checkpoint::new(run.out, model);
     let mut state = if ckpt.exists() {
         let st: State<S> = ckpt.state(STATE_VERSION)?;
@@ -412,8 +421,21 @@ pub fn fit<S: RunSettings>(
             adam_step: 0,
             best_val: -1.0,
             log: Vec::new(),
+            epoch_loss_sum: 0.0,
+            epoch_loss_n: 0,
         }
     };
+    if state.epoch >= run.epochs && state.batch > 0 && !run.quiet {
+        eprintln!(
+            "{}: {} stands at batch {} of epoch {}, past --epochs {}: the run ends here without that epoch's rest (--epochs {} or more continues it)",
+            run.name,
+            run.out.display(),
+            state.batch,
+            state.epoch + 1,
+            run.epochs,
+            state.epoch + 1
+        );
+    }
     let session = Instant::now();
     let wall0 = state.wall_s;
     let save = |state: &mut State<S>, opt: &AdamW| -> Result<()> {
@@ -427,7 +449,7 @@ pub fn fit<S: RunSettings>(
         let batches = epoch_batches(data, train, run.seed, state.epoch, run.batch_nodes, run.min_items);
         let epoch_start = Instant::now();
         let first_batch = state.batch;
-        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        let mut session_n = 0usize;
         for (b, items) in batches.iter().enumerate().skip(state.batch) {
             // At least one batch per session, so that any budget makes progress.
             let trained = state.examples_seen > examples_at_start;
@@ -439,8 +461,9 @@ pub fn fit<S: RunSettings>(
             let loss = train_step(model, &mut opt, &params, data, items, 0.0).map_err(|e| {
                 anyhow::anyhow!("{e} at epoch {}, batch {}: stopping (the checkpoint holds the last good state)", state.epoch + 1, b + 1)
             })?;
-            loss_sum += loss * items.len() as f64;
-            loss_n += items.len();
+            state.epoch_loss_sum += loss * items.len() as f64;
+            state.epoch_loss_n += items.len() as u64;
+            session_n += items.len();
             state.examples_seen += items.len() as u64;
             state.batch = b + 1;
             if !run.quiet && (b + 1) % 50 == 0 {
@@ -452,8 +475,8 @@ pub fn fit<S: RunSettings>(
                     run.epochs,
                     b + 1,
                     batches.len(),
-                    loss_sum / loss_n.max(1) as f64,
-                    loss_n as f64 / epoch_start.elapsed().as_secs_f64(),
+                    state.epoch_loss_sum / state.epoch_loss_n.max(1) as f64,
+                    session_n as f64 / epoch_start.elapsed().as_secs_f64(),
                     per * (batches.len() - b - 1) as f64
                 );
             }
@@ -464,7 +487,7 @@ pub fn fit<S: RunSettings>(
         }
         let val = validate(model);
         let wall = wall0 + session.elapsed().as_secs_f64();
-        let train_loss = loss_sum / loss_n.max(1) as f64;
+        let train_loss = state.epoch_loss_sum / state.epoch_loss_n.max(1) as f64;
         state.log.push(LogRow { epoch: state.epoch + 1, examples: state.examples_seen, wall_s: wall, train_loss, val_accuracy: val });
         if !run.quiet {
             eprintln!(
@@ -481,6 +504,7 @@ pub fn fit<S: RunSettings>(
         }
         state.epoch += 1;
         state.batch = 0;
+        (state.epoch_loss_sum, state.epoch_loss_n) = (0.0, 0);
         write_log(run.out, &state.log)?;
         save(&mut state, &opt)?;
         last_checkpoint = Instant::now();

@@ -605,10 +605,26 @@ fn run(cli: Cli) -> Result<()> {
                 if !runtime.on_cpu(device) {
                     bail!("--device cuda: device-mapping eval runs on the CPU (the pass's inference); use --device cpu");
                 }
-                let cpu = programl_infer::Model::open(&model)?;
                 if data.is_dir() {
+                    // Kernels alone give no transfer or work-group sizes:
+                    // a bundle that needs them decides by its noaux/
+                    // model, as `predict` and the learned pass do.
+                    let needs_aux = bundle.config.hyper.graph.as_ref().is_some_and(|h| !h.aux.is_empty());
+                    let noaux = model.join("noaux");
+                    let dir = if needs_aux && noaux.join(programl_model::bundle::CONFIG_FILE).exists() {
+                        eprintln!(
+                            "eval: {} has no transfer or work-group sizes; {} decides (trained without them)",
+                            data.display(),
+                            noaux.display()
+                        );
+                        noaux
+                    } else {
+                        model.clone()
+                    };
+                    let cpu = programl_infer::Model::open(&dir)?;
                     return devmap::eval_cl_dir(&cpu, &runtime.infer_options()?, &data, json);
                 }
+                let cpu = programl_infer::Model::open(&model)?;
                 if !data.is_file() {
                     bail!(
                         "{}: a device-mapping bundle evaluates a DevMap CSV (benchmark, dataset, transfer, wgsize, oracle, src) or a directory DIR/cpu/*.cl, DIR/gpu/*.cl",

@@ -321,6 +321,7 @@ fn spent(run: &Path, budget: Budget) -> bool {
 /// an earlier session or machine): its checkpoint, log and curves, and
 /// the shipped bundle as its best model so far.
 fn seed(run: &Path, kept: &Path, shipped: &Path) -> Result<()> {
+    crate::checkpoint::recover_run(run)?;
     if run.join("checkpoint/state.json").exists() || !kept.join("checkpoint/state.json").exists() {
         return Ok(());
     }
@@ -337,8 +338,36 @@ fn seed(run: &Path, kept: &Path, shipped: &Path) -> Result<()> {
             std::fs::copy(shipped.join(f), run.join("model").join(f))?;
         }
     }
-    std::fs::copy(shipped.join(bundle::VOCABULARY_FILE), run.join(bundle::VOCABULARY_FILE))?;
+    // The run's vocabulary: the shipped one is the last phase's, which a
+    // phase that extends the vocabulary (`extend_vocab`) made longer by
+    // appending; an earlier phase's is its first rows, as many as the
+    // phase's checkpoint has embedding rows (less the unknown text's).
+    let rows = embedding_rows(&run.join("checkpoint/weights.safetensors"))?;
+    let path = shipped.join(bundle::VOCABULARY_FILE);
+    let mut vocabulary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}: not a vocabulary", path.display()))?;
+    let tokens = vocabulary["tokens"].as_array_mut().with_context(|| format!("{}: no tokens", path.display()))?;
+    if rows < 1 || rows - 1 > tokens.len() {
+        bail!("{}: {rows} embedding rows, more than {} holds texts for", run.join("checkpoint").display(), path.display());
+    }
+    tokens.truncate(rows - 1);
+    std::fs::write(run.join(bundle::VOCABULARY_FILE), serde_json::to_vec_pretty(&vocabulary)?)?;
     Ok(())
+}
+
+/// The rows of `embedding.weight` in a safetensors file, from its header.
+fn embedding_rows(weights: &Path) -> Result<usize> {
+    let bytes = std::fs::read(weights).with_context(|| format!("{}: cannot read", weights.display()))?;
+    let header = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+        .and_then(|n| bytes.get(8..8usize.checked_add(n)?))
+        .with_context(|| format!("{}: not safetensors", weights.display()))?;
+    let header: serde_json::Value = serde_json::from_slice(header).with_context(|| format!("{}: not safetensors", weights.display()))?;
+    header["embedding.weight"]["shape"][0]
+        .as_u64()
+        .map(|r| r as usize)
+        .with_context(|| format!("{}: no embedding.weight", weights.display()))
 }
 
 /// Replaces `dir` as a whole: the last run's bundle, the recipe, and each
@@ -459,5 +488,35 @@ mod tests {
             read += 1;
         }
         assert_eq!(read, 9);
+    }
+
+    /// Seeding each phase of a shipped bundle whose last phase extended the
+    /// vocabulary (datadep: main, finetune, large, then max with
+    /// `extend_vocab`): every run gets the vocabulary its checkpoint's
+    /// embedding was trained with, the shipped one's first rows before the
+    /// extension and the whole of it after; the checkpoint, log and bundle
+    /// are copied.
+    #[test]
+    fn seeded_phases_get_the_vocabulary_of_their_checkpoint() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/datadep");
+        let recipe = Recipe::read(&dir).unwrap();
+        let shipped = programl::vocab::Vocabulary::load(dir.join(bundle::VOCABULARY_FILE)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let mut lengths = Vec::new();
+        for (i, phase) in recipe.phases.iter().enumerate() {
+            let run = tmp.path().join(&phase.name);
+            seed(&run, &recipe.record(&dir, i), &dir).unwrap();
+            let rows = embedding_rows(&run.join("checkpoint/weights.safetensors")).unwrap();
+            let vocabulary = programl::vocab::Vocabulary::load(run.join(bundle::VOCABULARY_FILE)).unwrap();
+            assert_eq!(vocabulary.len(), rows, "{}: ids, the unknown text's included", phase.name);
+            assert!(vocabulary.tokens().zip(shipped.tokens()).all(|(a, b)| a == b), "{}: not the shipped one's first rows", phase.name);
+            assert!(run.join("model").join(bundle::CONFIG_FILE).exists() && run.join("checkpoint/state.json").exists());
+            lengths.push(vocabulary.len());
+        }
+        assert!(lengths[0] < shipped.len() && lengths[3] == shipped.len(), "{lengths:?} of {}", shipped.len());
+        // A phase's run already under way is not seeded again.
+        std::fs::write(tmp.path().join("main/marker"), "").unwrap();
+        seed(&tmp.path().join("main"), &dir, &dir).unwrap();
+        assert!(tmp.path().join("main/marker").exists());
     }
 }

@@ -463,6 +463,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
 
     // The vocabulary: fixed at the first start.
     let vocab_path = out.join(bundle::VOCABULARY_FILE);
+    crate::checkpoint::recover_run(out)?;
     let fresh = !out.join("checkpoint").join("state.json").exists();
     let init = match (&args.init, fresh) {
         (Some(dir), true) => {

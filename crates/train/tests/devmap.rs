@@ -324,6 +324,14 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert_eq!(e["kernel_failures"]["expected expression"].as_u64(), Some(1), "{e}");
     // 2 GPU and 2 CPU examples: the static mapping is wrong on half.
     assert!((e["static_error"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{e}");
+    // A bundle with auxiliary inputs and a noaux/ model (as every shipped
+    // devmap bundle): the directory is decided by noaux/, as `predict`
+    // and the learned pass decide without the sizes.
+    assert!(Command::new("cp").arg("-r").arg(&noaux).arg(bundle.join("noaux")).status().unwrap().success());
+    let by_noaux = eval_json(&bundle, &kernels, Some(&cache));
+    for key in ["rows", "rows_failed", "error", "files"] {
+        assert_eq!(by_noaux[key], e[key], "{key}: {by_noaux} against {e}");
+    }
 }
 
 /// The rows of the first `programs` distinct programs (the benchmark's

@@ -1824,7 +1824,8 @@ fn print_eval(model: &programl_infer::Model, f: &serde_json::Value, json: bool) 
 /// sources (from its own directory, `-I.`), each of its kernels an example
 /// with its file's label and its own graph (the kernel and its callees).
 /// There are no transfer or work-group sizes, so the bundle must be one
-/// without auxiliary inputs (a `noaux/` bundle).
+/// without auxiliary inputs (a `noaux/` bundle: `eval` passes a bundle's
+/// own `noaux/` where it has one).
 pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options, dir: &Path, json: bool) -> Result<()> {
     let head = model.config.hyper.graph.as_ref().with_context(|| format!("{}: not a graph-level bundle", model.dir.display()))?;
     if !head.aux.is_empty() {

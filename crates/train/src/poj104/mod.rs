@@ -311,8 +311,11 @@ pub struct Settings {
 
 impl RunSettings for Settings {
     /// Everything but the epoch count (a target: a run can be extended).
+    /// A width of SPEC.md §3's 34 is the same run with or without
+    /// `--hidden` (runs from before the flag record none).
     fn continues(&self, saved: &Settings) -> bool {
-        Settings { epochs: self.epochs, ..saved.clone() } == *self
+        let same = |s: &Settings| Settings { epochs: 0, hidden: s.hidden.filter(|&h| h != programl_model::HIDDEN), ..s.clone() };
+        same(saved) == same(self)
     }
 }
 
@@ -440,6 +443,7 @@ fn ship_all(o: &Options, best_val: f64, compile: &serde_json::Value) -> Result<(
 /// ships too, so that another machine continues it from `dir/checkpoint`;
 /// before its first epoch ends it has no bundle, and ships without one.
 pub fn ship(run: &Path, dir: &Path, compile: &serde_json::Value) -> Result<()> {
+    crate::checkpoint::recover_run(run)?;
     let model = run.join("model");
     let has_bundle = model.join(bundle::CONFIG_FILE).exists();
     bundle::replace_dir(dir, |staging| {
@@ -549,6 +553,27 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     let ids = |want: Split| -> Vec<usize> { (0..n).filter(|&p| split[p] == want).collect() };
     let (train, val, test) = (ids(Split::Train), ids(Split::Val), ids(Split::Test));
     let vocabulary = corpus.vocabulary(&train);
+    // The vocabulary is rebuilt from the corpus at every start, and the
+    // data hash sees only the graphs' sizes: a run continued on IR of
+    // another clang or prelude (the same sizes, other texts) would read
+    // its embedding rows as other texts'. The run's bundle records the
+    // vocabulary it was trained with; another one is refused.
+    crate::checkpoint::recover_run(&o.out)?;
+    let trained_with = o.out.join("model").join(bundle::VOCABULARY_FILE);
+    if o.out.join("checkpoint/state.json").exists() && trained_with.exists() {
+        let kept = Vocabulary::load(&trained_with).with_context(|| format!("{}: cannot read", trained_with.display()))?;
+        if !kept.tokens().map(|(t, _)| t).eq(vocabulary.tokens().map(|(t, _)| t)) {
+            let differ =
+                kept.tokens().zip(vocabulary.tokens()).position(|((a, _), (b, _))| a != b).unwrap_or(kept.len().min(vocabulary.len()));
+            bail!(
+                "{}: the run was trained with another vocabulary ({} texts) than this corpus gives ({}; the first difference at id {}): its IR comes from another compiler or prelude. Use another --out, or the IR the run was trained on",
+                o.out.display(),
+                kept.len(),
+                vocabulary.len(),
+                differ + 1
+            );
+        }
+    }
     let hyper = Hyper {
         steps: s.steps,
         state_dropout: 0.0,
@@ -909,6 +934,12 @@ mod tests {
         assert!(now.continues(&saved));
         let cosine = Settings { lr_schedule: graphtask::LrSchedule::Cosine, ..saved.clone() };
         assert!(!cosine.continues(&saved));
+        // `--hidden 34` names the width a run without the flag has, both
+        // ways round; another width is another run.
+        let spec = Settings { hidden: Some(programl_model::HIDDEN), ..saved.clone() };
+        assert!(spec.continues(&saved) && saved.continues(&spec));
+        let wide = Settings { hidden: Some(66), ..saved.clone() };
+        assert!(!wide.continues(&saved) && !wide.continues(&spec) && !saved.continues(&wide));
     }
 
     #[test]
