@@ -9,6 +9,18 @@
 // RUN: env PROGRAML_INFER='device=cpu' %clang -fpass-plugin=%plugin -O2 -c %s -o %t/a.o 2>&1 | %FileCheck %s --check-prefix=NO-MODEL
 // NO-MODEL: programl-infer: PROGRAML_INFER: model=DIR is required (a bundle directory, e.g. models/reachability); no prediction
 //
+// A blank PROGRAML_INFER counts as unset: nothing said, and the graph pass
+// writes its graph as without it. (One that is not UTF-8 is one warning:
+// passes/src/infer/params.rs, the_environment_value.)
+// RUN: mkdir %t/blank && cd %t/blank && env PROGRAML_INFER=' ' %clang -fpass-plugin=%plugin -O1 -c %s -o %t/a.o 2>&1 | count 0
+// RUN: ls %t/blank | %FileCheck %s --check-prefix=BLANK
+// BLANK: {{^}}infer-env.{{[0-9a-f]+}}.{{[0-9]+}}.pb{{$}}
+//
+// In a `;` list a path may hold `,` (a pipeline cannot give one).
+// RUN: cp -r %models/reachability '%t/reach,1'
+// RUN: env PROGRAML_INFER='model=%t/reach,1;device=cpu' %clang -fpass-plugin=%plugin -O1 -S -emit-llvm %s -o %t/comma.ll 2>&1 | count 0
+// RUN: grep -q '!programl.schema' %t/comma.ll
+//
 // RUN: %clang -O1 -S -emit-llvm %s -o %t/a.ll
 // RUN: not %opt -passes='programl-infer<model=%models/reachability;colour=red>' %t/a.ll -disable-output 2>&1 | %FileCheck %s --check-prefix=BAD-PASS
 // BAD-PASS: programl-infer: in 'programl-infer<model={{.*}};colour=red>': unknown parameter 'colour'

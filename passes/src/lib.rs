@@ -27,8 +27,10 @@
 //! The pass `programl-infer` ([`infer`]) runs a trained GGNN bundle on the
 //! module's graph and writes its predictions into the IR as metadata: by
 //! name (`programl-infer<model=DIR;...>`), and with `PROGRAML_INFER` set at
-//! `OptimizerLast` and at the full-LTO extension point. It opens the model
-//! runtime (`libprograml_runtime.so`, which links libtorch) on first use.
+//! `OptimizerLast` and at the full-LTO extension point. On the CPU it
+//! predicts in-process with `programl-infer`'s torch-free inference; only
+//! CUDA opens the model runtime (`libprograml_runtime_cuda.so`, which links
+//! libtorch), on first use.
 //!
 //! **Architecture invariants:** registration does no work beyond
 //! registering callbacks (loading the plugin must stay cheap, and the plugin

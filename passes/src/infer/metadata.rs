@@ -222,6 +222,8 @@ pub unsafe fn model_entries(module: LLVMModuleRef) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Index of the head (`node`, `graph`) in a `!programl.model` entry.
+pub const MODEL_HEAD: usize = 3;
 /// Index of the graph fingerprint in a `!programl.model` entry.
 pub const MODEL_GRAPH: usize = 5;
 
@@ -282,8 +284,37 @@ pub unsafe fn clear(module: LLVMModuleRef, what: Annotated<'_>, fingerprint: &st
     }
     let entries = model_entries(module);
     let same_graph = entries.iter().all(|e| e.get(MODEL_GRAPH).map(String::as_str) == Some(fingerprint));
-    let keep: Vec<Vec<String>> =
-        if same_graph { entries.into_iter().filter(|e| e.first().map(String::as_str) != Some(what.name())).collect() } else { Vec::new() };
+    // The entries whose annotations this run's replace: its own task's,
+    // and, as a function holds one `!programl.device` and a module one
+    // `!programl.class`, another device-mapping task's (devmap-amd, then
+    // devmap-nvidia) or another graph classification's. Their entries go
+    // with their annotations, so every entry kept describes what is there.
+    let replaced = |e: &Vec<String>| -> bool {
+        let task = e.first().map(String::as_str).unwrap_or("");
+        let graph_head = e.get(MODEL_HEAD).map(String::as_str) == Some("graph");
+        task == what.name()
+            || match what {
+                Annotated::Graph(t) if is_device_mapping(t) => is_device_mapping(task),
+                Annotated::Graph(_) => graph_head && !is_device_mapping(task),
+                Annotated::Node(_) => false,
+            }
+    };
+    let keep: Vec<Vec<String>> = if same_graph {
+        let (gone, kept): (Vec<Vec<String>>, Vec<Vec<String>>) = entries.into_iter().partition(|e| replaced(e));
+        for e in gone.iter().filter(|e| e.first().is_some_and(|t| t != what.name())) {
+            log::warn!(
+                target: super::params::PASS_NAME,
+                "{}'s annotation replaces {}'s (one {} a {})",
+                what.name(),
+                e[0],
+                if matches!(what, Annotated::Graph(t) if is_device_mapping(t)) { "!programl.device" } else { "!programl.class" },
+                if matches!(what, Annotated::Graph(t) if is_device_mapping(t)) { "kernel" } else { "module" }
+            );
+        }
+        kept
+    } else {
+        Vec::new()
+    };
     let mut inst_kinds = Vec::new();
     let mut function_kinds = Vec::new();
     let mut names = vec![SCHEMA_NAMED, MODEL_NAMED];

@@ -8,8 +8,9 @@
 //!    process) and check its provenance against the module: graph mode,
 //!    LLVM major version, opaque pointers, featurisation version. A
 //!    mismatch stops here, before any libtorch is loaded;
-//! 2. open the model runtime and the bundle in it ([`runtime`]: `dlopen`
-//!    on first use, both cached per process);
+//! 2. open the bundle for its device ([`runtime`]: on the CPU in this
+//!    process, torch-free; on CUDA in the runtime library, `dlopen`ed on
+//!    first use; both cached per process);
 //! 3. build the module's graph with the core's builder (paper mode) and its
 //!    model input with `programl::batch` ([`GraphInput`], [`Batcher`]):
 //!    the code training used, so the model sees what it saw in training;
@@ -349,19 +350,27 @@ unsafe fn read_matching(module: LLVMModuleRef, dir: &Path) -> Result<std::sync::
     Ok(bundle)
 }
 
-/// The most steps a prediction with `p` runs: `steps=`, else the bundle's
-/// stopping rule's cap, else its T. (A rule that does not parse fails the
-/// bundle's opening; until then it counts as the largest cap.)
+/// The steps a prediction with `p` is reckoned to run, for `device=auto`:
+/// `steps=`, else the bundle's T, and under a stopping rule the steps its
+/// graphs typically run, [`RULE_TYPICAL_STEPS`] (at most the rule's cap).
+/// Reckoning a rule at its cap (4,000 for reachability-adaptive) would
+/// send a module of 200 nodes to CUDA and its ~1 s start. (A rule that
+/// does not parse fails the bundle's opening.)
 fn step_bound(p: &Params, config: &bundle::Config) -> u64 {
     let steps = match (p.steps, &config.hyper.stop) {
         (Some(steps), _) => steps,
-        (None, Some(rule)) => {
-            serde_json::from_value::<programl_infer::config::Stop>(rule.clone()).map_or(programl_infer::bundle::MAX_STEPS, |s| s.max_steps)
-        }
+        (None, Some(rule)) => serde_json::from_value::<programl_infer::config::Stop>(rule.clone())
+            .map_or(RULE_TYPICAL_STEPS, |s| s.max_steps.min(RULE_TYPICAL_STEPS)),
         (None, None) => config.hyper.steps,
     };
     steps.max(1) as u64
 }
+
+/// Steps a graph runs under a stopping rule, typically: 36 to 135 a root
+/// over the whole DDF's examples up to 200 steps deep, more only on the
+/// few deeper ones (docs/perf/models.md: the fixed-T bundles under a
+/// stopping rule, mean steps run per step-count range).
+const RULE_TYPICAL_STEPS: i64 = 100;
 
 /// The runtime, and `bundle` opened in it (both once per process), checked
 /// against what the pass read of the bundle. `work` (nodes × steps of the
@@ -371,7 +380,8 @@ fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings, work: u
     let clock = Instant::now();
     let device = runtime::resolve(p.device, work);
     log::debug!(target: PASS_NAME, "device={} for {work} node-steps: {device:?}", p.device.name());
-    if let Some(isa) = p.isa {
+    // `isa=` picks the CPU's kernel path: checked where the CPU predicts.
+    if let Some(isa) = p.isa.filter(|_| device != params::Device::Cuda || p.device == params::Device::Auto) {
         isa.check()?;
     }
     let mut runtime_load = 0.0;
@@ -383,7 +393,20 @@ fn open_in_runtime(p: &Params, bundle: &bundle::Bundle, t: &mut Timings, work: u
         }
         Ok(rt)
     };
-    let (model, fresh) = runtime::open_model(&bundle.dir, device, load).map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
+    let (model, fresh) = match runtime::open_model(&bundle.dir, device, load) {
+        // `auto` chose CUDA for a large module, and it did not open (no
+        // runtime library beside the plugin, no driver): the CPU predicts,
+        // as it does for every smaller module. Said once a process.
+        Err(e) if p.device == params::Device::Auto && device == params::Device::Cuda => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                log::warn!(target: PASS_NAME, "device=auto: CUDA did not open for bundle {shown} ({e}); predicting on the CPU");
+            }
+            runtime::open_model(&bundle.dir, params::Device::Cpu, || Err("the CPU opens no runtime".into()))
+        }
+        opened => opened,
+    }
+    .map_err(|e| format!("cannot open bundle {shown}: {e}"))?;
     t.runtime_load = runtime_load;
     if fresh {
         t.bundle_open = ms(clock) - t.runtime_load;
@@ -441,17 +464,26 @@ struct GraphDecision<'a> {
     probabilities: BTreeMap<&'a str, f32>,
 }
 
+/// One kernel of a module: the function, its name, and its function id in
+/// the module's graph (its place among [`anchor::functions`]).
+struct Kernel {
+    f: LLVMValueRef,
+    name: String,
+    id: u32,
+}
+
 /// The module's kernels (defined functions with the `spir_kernel`,
-/// `ptx_kernel` or `amdgpu_kernel` calling convention), with their names.
+/// `ptx_kernel` or `amdgpu_kernel` calling convention).
 ///
 /// # Safety
 /// `module` is valid.
-unsafe fn kernels(module: LLVMModuleRef) -> Vec<(LLVMValueRef, String)> {
+unsafe fn kernels(module: LLVMModuleRef) -> Vec<Kernel> {
     const KERNEL_CONVENTIONS: [u32; 3] = [71, 76, 91]; // ptx_kernel, spir_kernel, amdgpu_kernel
     anchor::functions(module)
         .into_iter()
-        .filter(|&f| LLVMIsDeclaration(f) == 0 && KERNEL_CONVENTIONS.contains(&LLVMGetFunctionCallConv(f)))
-        .map(|f| {
+        .enumerate()
+        .filter(|&(_, f)| LLVMIsDeclaration(f) == 0 && KERNEL_CONVENTIONS.contains(&LLVMGetFunctionCallConv(f)))
+        .map(|(id, f)| {
             let mut len = 0usize;
             let p = LLVMGetValueName2(f, &mut len);
             let name = if p.is_null() {
@@ -459,7 +491,7 @@ unsafe fn kernels(module: LLVMModuleRef) -> Vec<(LLVMValueRef, String)> {
             } else {
                 String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
             };
-            (f, name)
+            Kernel { f, name, id: id as u32 }
         })
         .collect()
 }
@@ -467,15 +499,15 @@ unsafe fn kernels(module: LLVMModuleRef) -> Vec<(LLVMValueRef, String)> {
 /// Each kernel's graph, for a module with several: the kernel and what it
 /// calls, the other kernels left out ([`ProgramGraph::call_closure`]), as
 /// a kernel compiled alone gives it (device mapping is trained on one
-/// kernel per module). `None` with fewer than two kernels, or where a
-/// kernel has no function of its name in the graph.
-fn kernel_graphs(graph: &ProgramGraph, kernels: &[(LLVMValueRef, String)]) -> Option<Vec<ProgramGraph>> {
-    if kernels.len() < 2 {
+/// kernel per module). `None` with fewer than two kernels, or where the
+/// graph's function at a kernel's id is not that kernel (then the module's
+/// graph decides for all). By id, not name: unnamed kernels (`@0`, `@1`)
+/// share the empty name.
+fn kernel_graphs(graph: &ProgramGraph, kernels: &[Kernel]) -> Option<Vec<ProgramGraph>> {
+    if kernels.len() < 2 || kernels.iter().any(|k| graph.functions.get(k.id as usize).is_none_or(|f| f.name != k.name)) {
         return None;
     }
-    let ids: Option<Vec<u32>> =
-        kernels.iter().map(|(_, name)| graph.functions.iter().position(|f| &f.name == name).map(|i| i as u32)).collect();
-    let ids = ids?;
+    let ids: Vec<u32> = kernels.iter().map(|k| k.id).collect();
     Some(
         ids.iter()
             .map(|&k| {
@@ -540,6 +572,9 @@ unsafe fn run_graph(
     // Device mapping decides per kernel: a module with several kernels
     // gives each its own graph; otherwise the module's graph decides.
     let kernels = if metadata::is_device_mapping(&config.task) { kernels(module) } else { Vec::new() };
+    if metadata::is_device_mapping(&config.task) && kernels.is_empty() {
+        return Err("no kernel to decide for (a function with the spir_kernel, ptx_kernel or amdgpu_kernel convention)".into());
+    }
     let per_kernel = kernel_graphs(&graph, &kernels);
     t.graph = ms(clock);
     let clock = Instant::now();
@@ -573,7 +608,7 @@ unsafe fn run_graph(
             dtype: model.dtype_in_effect(),
             steps,
             aux: names.iter().map(String::as_str).zip(aux.iter().copied()).collect(),
-            kernel: per_kernel.as_ref().map(|_| kernels[g].1.as_str()),
+            kernel: per_kernel.as_ref().map(|_| kernels[g].name.as_str()),
             class: &config.classes[best_of(probs)],
             probabilities: config.classes.iter().map(String::as_str).zip(probs.iter().copied()).collect(),
         };
@@ -597,7 +632,7 @@ unsafe fn run_graph(
     };
     let annotated = match &per_kernel {
         Some(_) => {
-            let decisions: Vec<(LLVMValueRef, &[f32])> = kernels.iter().map(|k| k.0).zip(all.chunks_exact(c)).collect();
+            let decisions: Vec<(LLVMValueRef, &[f32])> = kernels.iter().map(|k| k.f).zip(all.chunks_exact(c)).collect();
             annotate_kernels(module, &entry, &config.classes, &decisions)?
         }
         None => annotate_graph_level(module, &entry, &config.classes, probs)?,
@@ -866,7 +901,7 @@ pub unsafe fn annotate_graph_level(
         return Err(format!("{} probabilities for {} classes", probabilities.len(), classes.len()));
     }
     if metadata::is_device_mapping(entry.task) {
-        let decisions: Vec<(LLVMValueRef, &[f32])> = kernels(module).into_iter().map(|(f, _)| (f, probabilities)).collect();
+        let decisions: Vec<(LLVMValueRef, &[f32])> = kernels(module).into_iter().map(|k| (k.f, probabilities)).collect();
         return annotate_kernels(module, entry, classes, &decisions);
     }
     let best = (0..classes.len()).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
@@ -997,5 +1032,20 @@ define void @helper() {
         assert!(!class.contains(", "), "one class: {ir}");
         assert!(ir.contains(r#"!{!"b", float 0x3FE99999A0000000}"#) && !ir.contains(r#"!{!"a", float"#), "{ir}");
         assert!(ir.contains("!programl.device"), "{ir}");
+
+        // A kernel holds one device decision and a module one class: a
+        // second device-mapping bundle (devmap-nvidia after devmap-amd)
+        // replaces the first's decision and its entry, and another
+        // classification task the class and poj104's entry; every entry
+        // left describes an annotation in the module.
+        annotate(&module, "devmap-nvidia", &["cpu", "gpu"], &[0.9, 0.1]).unwrap();
+        annotate(&module, "other-classes", &["x", "y"], &[0.3, 0.7]).unwrap();
+        let ir = module.print_to_string().to_string();
+        let model = ir.lines().find(|l| l.starts_with("!programl.model = ")).expect("!programl.model");
+        assert_eq!(model.matches(", ").count(), 1, "two entries: {ir}");
+        assert!(!ir.contains(r#"!{!"devmap-amd""#) && !ir.contains(r#"!{!"poj104""#), "{ir}");
+        assert!(ir.contains(r#"!{!"devmap-nvidia""#) && ir.contains(r#"!{!"other-classes""#), "{ir}");
+        assert!(ir.contains(r#"!{!"cpu", float 0x3FECCCCCC0000000}"#) && !ir.contains(r#"!{!"gpu", float"#), "{ir}");
+        assert!(ir.contains(r#"!{!"y", float 0x3FE6666660000000}"#) && !ir.contains(r#"!{!"b", float"#), "{ir}");
     }
 }

@@ -100,10 +100,20 @@ pub const DEFAULT_MAX_ROOTS: usize = 1000;
 /// Settings that cannot be used; each names its culprit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParamError {
-    Unknown { name: String },
-    MissingValue { name: String },
-    Bad { name: String, value: String, expected: &'static str },
+    Unknown {
+        name: String,
+    },
+    MissingValue {
+        name: String,
+    },
+    Bad {
+        name: String,
+        value: String,
+        expected: &'static str,
+    },
     NoModel,
+    /// `PROGRAML_INFER` holds bytes that are not UTF-8.
+    NotUtf8,
 }
 
 impl fmt::Display for ParamError {
@@ -116,6 +126,7 @@ impl fmt::Display for ParamError {
             ParamError::MissingValue { name } => write!(f, "parameter '{name}' needs a value ({name}=...)"),
             ParamError::Bad { name, value, expected } => write!(f, "{name}='{value}' is not valid (expected {expected})"),
             ParamError::NoModel => write!(f, "model=DIR is required (a bundle directory, e.g. models/reachability)"),
+            ParamError::NotUtf8 => write!(f, "{ENV_INFER} is not UTF-8 text"),
         }
     }
 }
@@ -148,7 +159,10 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         transfer: None,
         wgsize: None,
     };
-    for item in text.split([';', ',']).map(str::trim).filter(|s| !s.is_empty()) {
+    // `;` separates; in a list without any (`PROGRAML_INFER` from a CMake
+    // list), `,` does. So a path with `,` is given in a `;` list.
+    let separator = if text.contains(';') { ';' } else { ',' };
+    for item in text.split(separator).map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (item, None),
@@ -188,7 +202,15 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
                     _ => return Err(bad("sample, all or marked")),
                 }
             }
-            "steps" => p.steps = Some(positive("a number of steps, at least 1")?.min(1 << 20) as i64),
+            "steps" => {
+                p.steps = Some(
+                    positive("a number of steps, 1 to 10000")?
+                        .try_into()
+                        .ok()
+                        .filter(|&n| n <= programl_infer::bundle::MAX_STEPS)
+                        .ok_or_else(|| bad("a number of steps, 1 to 10000"))?,
+                )
+            }
             "threads" => p.threads = positive("a number of threads, at least 1")?.min(1024) as i32,
             "dtype" => {
                 p.dtype = value.parse().map_err(|_| bad("auto, f32, bf16 or int8"))?;
@@ -204,15 +226,26 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
     Ok(p)
 }
 
-/// `PROGRAML_INFER`, if set and not empty.
+/// `PROGRAML_INFER`, if set and not blank (what [`env_enabled`] says); a
+/// value that is not UTF-8 is an error, so that it gets its warning.
 pub fn from_env() -> Option<Result<Params, ParamError>> {
-    let value = std::env::var(ENV_INFER).ok().filter(|v| !v.trim().is_empty())?;
-    Some(parse(&value))
+    from_value(std::env::var_os(ENV_INFER))
 }
 
-/// Whether `PROGRAML_INFER` is set (not empty).
+fn from_value(value: Option<std::ffi::OsString>) -> Option<Result<Params, ParamError>> {
+    match value?.into_string() {
+        Ok(text) if text.trim().is_empty() => None,
+        Ok(text) => Some(parse(&text)),
+        Err(_) => Some(Err(ParamError::NotUtf8)),
+    }
+}
+
+/// Whether `PROGRAML_INFER` is set and not blank: the learned pass then
+/// runs (or warns why not), and the graph pass's environment instance
+/// stands down unless a `PROGRAML_GRAPH_*` variable is set too. A blank
+/// value counts as unset for both.
 pub fn env_enabled() -> bool {
-    std::env::var_os(ENV_INFER).is_some_and(|v| !v.is_empty())
+    from_value(std::env::var_os(ENV_INFER)).is_some()
 }
 
 #[cfg(test)]
@@ -241,6 +274,33 @@ mod tests {
         assert!(parse("model=m;isa=sse").unwrap_err().to_string().contains("vnni, avx512, avxvnni, avx2 or portable"));
         let c = parse("model=m,device=cpu,verify").unwrap();
         assert_eq!((c.model.to_str(), c.device, c.verify), (Some("m"), Device::Cpu, true));
+        // In a `;` list, `,` belongs to the values: a path may hold one.
+        let comma = parse("model=/tmp/m,1;sidecar=a,b.jsonl;device=cpu").unwrap();
+        assert_eq!(
+            (comma.model.to_str(), comma.sidecar.as_deref(), comma.device),
+            (Some("/tmp/m,1"), Some("a,b.jsonl".as_ref()), Device::Cpu)
+        );
+        assert_eq!(parse("model=m;steps=10000").unwrap().steps, Some(10_000));
+    }
+
+    /// PROGRAML_INFER: unset or blank is off (the graph pass runs as
+    /// without it); set, it is parsed; not UTF-8, it is an error to warn
+    /// about, never silence.
+    #[test]
+    fn the_environment_value() {
+        use std::ffi::OsString;
+        assert!(from_value(None).is_none());
+        assert!(from_value(Some(OsString::new())).is_none());
+        assert!(from_value(Some(OsString::from(" \t"))).is_none());
+        assert_eq!(from_value(Some(OsString::from("model=m"))).unwrap().unwrap().model, PathBuf::from("m"));
+        assert_eq!(from_value(Some(OsString::from("device=cpu"))), Some(Err(ParamError::NoModel)));
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt;
+            let bytes = OsString::from_vec(b"model=/tmp/\xff".to_vec());
+            assert_eq!(from_value(Some(bytes)), Some(Err(ParamError::NotUtf8)));
+            assert!(ParamError::NotUtf8.to_string().contains("PROGRAML_INFER is not UTF-8"));
+        }
     }
 
     #[test]
@@ -253,6 +313,12 @@ mod tests {
             Err(ParamError::Bad { name: "device".into(), value: "tpu".into(), expected: "auto, cpu or cuda" })
         );
         assert!(matches!(parse("model=m;steps=0"), Err(ParamError::Bad { .. })));
+        // Past any bundle's limit (bundle::MAX_STEPS): refused by name, not a
+        // compile that runs for hours.
+        assert!(parse("model=m;steps=300000")
+            .unwrap_err()
+            .to_string()
+            .contains("steps='300000' is not valid (expected a number of steps, 1 to 10000)"));
         assert!(matches!(parse("model=m;threads=-1"), Err(ParamError::Bad { .. })));
         assert!(matches!(parse("model=m;verify=maybe"), Err(ParamError::Bad { .. })));
         assert!(parse("model=m;roots=some").unwrap_err().to_string().contains("sample, all or marked"));

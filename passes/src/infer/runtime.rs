@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use programl::batch::{Batch, EdgeType};
 
-use super::params::{Device, Dtype, ENV_RUNTIME};
+use super::params::{Device, Dtype, ENV_RUNTIME, PASS_NAME};
 
 /// The C ABI shared with `crates/runtime` (one file, included by both).
 #[allow(dead_code)]
@@ -325,7 +325,13 @@ impl Model {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
         if got == 0 && dtype == Dtype::Bf16 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            log::warn!("dtype={dtype}: this CPU has no BF16 instructions (AVX512-BF16); the products stay FP32")
+            // Two causes: the CPU, or a bundle of another width than 34,
+            // whose general step has no BF16 path (programl_infer::Model).
+            if programl_infer::cpu::bf16() {
+                log::warn!(target: PASS_NAME, "dtype={dtype}: this bundle's step (a state of another width than 34) has no BF16 path; the products stay FP32")
+            } else {
+                log::warn!(target: PASS_NAME, "dtype={dtype}: this CPU has no BF16 instructions (AVX512-BF16); the products stay FP32")
+            }
         }
     }
 
