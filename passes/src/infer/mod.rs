@@ -197,6 +197,17 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<b
     let bundle = read_matching(module, &p.model)?;
     let config = &bundle.config;
     if config.head == "graph" {
+        if p.verify || p.roots != Roots::Sample {
+            // Settings of node-level bundles: said once a process, not per unit.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                log::warn!(
+                    target: PASS_NAME,
+                    "{name}: roots= and verify are settings of node-level (DeepDataFlow) bundles; {shown}, a {} bundle, decides for the whole module and ignores them",
+                    config.task
+                );
+            }
+        }
         return run_graph(module, p, site, optimised, bundle, start, t);
     }
     if config.head != "node" {
