@@ -47,3 +47,10 @@ pub use graph::ProgramGraph;
 pub const LLVM_MAJOR: &str = env!("PROGRAML_LLVM_MAJOR");
 /// The `bin` directory of that LLVM (opt, clang, FileCheck).
 pub const LLVM_BINDIR: &str = env!("PROGRAML_LLVM_BINDIR");
+
+/// The stack of a thread that reads IR and builds graphs (the CLI's and the
+/// dataset builder's workers): LLVM's reader and the builder recurse on
+/// nested types, and IR that the main thread's 8 MiB reads overflowed a
+/// worker's default 2 MiB (a type nested 8,000 deep). Address space only,
+/// until touched.
+pub const WORKER_STACK: usize = 64 << 20;

@@ -44,7 +44,15 @@ struct Line<'a> {
 }
 
 pub fn run(args: &AnalyzeArgs) -> Result<bool> {
-    let graph = build_file(&args.file, &BuildOptions::MODEL)?;
+    // An input that does not read is a failed input (exit 1), as for
+    // `graph` and `convert`; 2 is for a command that cannot run at all.
+    let graph = match build_file(&args.file, &BuildOptions::MODEL) {
+        Ok(graph) => graph,
+        Err(e) => {
+            eprintln!("programl: {}", crate::message(&e.into()));
+            return Ok(false);
+        }
+    };
     let mut analyzer = Analyzer::new(&graph);
     let roots = match args.root {
         Some(r) => vec![r],
@@ -54,6 +62,11 @@ pub fn run(args: &AnalyzeArgs) -> Result<bool> {
     if args.lookalikes {
         if args.task != Task::Subexpressions {
             anyhow::bail!("--lookalikes is for --task subexpressions, not {}", args.task.name());
+        }
+        // A --root is checked as without --lookalikes (one not in the
+        // graph, or not a subexpressions root, is an error naming why).
+        if let Some(root) = args.root {
+            analyzer.analyze(args.task, root).with_context(|| format!("{}", args.file.display()))?;
         }
         let (positives, lookalikes) = analyzer.subexpression_lookalikes(&roots);
         let line = serde_json::json!({

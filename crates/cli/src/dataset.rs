@@ -194,19 +194,23 @@ fn build(args: &BuildArgs) -> Result<bool> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     if skipped > 0 {
-        bar.println(format!("resuming: {skipped} of {} inputs already recorded", builder.inputs()));
+        // (A hidden bar drops its println: stderr not a terminal.)
+        bar.suspend(|| eprintln!("programl: resuming: {skipped} of {} inputs already recorded", builder.inputs()));
     }
     let examples = AtomicUsize::new(0);
     let shards = AtomicUsize::new(0);
+    let progress = PlainProgress::new(&bar, builder.pending());
     let report = builder.run(&|event| match event {
         Event::Done { examples: n, .. } => {
             let total = examples.fetch_add(n, Ordering::Relaxed) + n;
             bar.set_message(format!("{total} examples, {} shards", shards.load(Ordering::Relaxed)));
             bar.inc(1);
+            progress.tick(&format!("{total} examples"));
         }
         Event::Failed { error, .. } => {
             bar.suspend(|| eprintln!("programl: {}", error.lines().next().unwrap_or(error)));
             bar.inc(1);
+            progress.tick(&format!("{} examples", examples.load(Ordering::Relaxed)));
         }
         Event::Shard { .. } => {
             shards.fetch_add(1, Ordering::Relaxed);
@@ -256,6 +260,42 @@ fn build(args: &BuildArgs) -> Result<bool> {
     Ok(true)
 }
 
+/// Progress as plain lines on stderr, every [`PlainProgress::EVERY`], where
+/// the bar is hidden (stderr is not a terminal: a build under nohup, in CI,
+/// or with `2>log`), so that a long build still says its rate and ETA.
+pub(crate) struct PlainProgress<'a> {
+    bar: &'a ProgressBar,
+    total: usize,
+    start: std::time::Instant,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl<'a> PlainProgress<'a> {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub(crate) fn new(bar: &'a ProgressBar, total: usize) -> PlainProgress<'a> {
+        let now = std::time::Instant::now();
+        PlainProgress { bar, total, start: now, last: std::sync::Mutex::new(now) }
+    }
+
+    /// After an input: a line if the bar is hidden and one is due.
+    pub(crate) fn tick(&self, what: &str) {
+        if !self.bar.is_hidden() {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        // Nothing for a run shorter than one interval: its report says it all.
+        if last.elapsed() < Self::EVERY {
+            return;
+        }
+        let done = self.bar.position() as usize;
+        *last = std::time::Instant::now();
+        let rate = done as f64 / self.start.elapsed().as_secs_f64().max(1e-9);
+        let eta = if rate > 0.0 { format!("{:.0} s", (self.total - done.min(self.total)) as f64 / rate) } else { "-".into() };
+        eprintln!("programl: {done}/{} inputs ({rate:.1}/s, ETA {eta}), {what}", self.total);
+    }
+}
+
 fn stats(args: &StatsArgs) -> Result<bool> {
     let dataset = Dataset::open(&args.data)?;
     let stats = Stats::collect(&dataset);
@@ -270,9 +310,19 @@ fn stats(args: &StatsArgs) -> Result<bool> {
         let font = match args.font.as_deref() {
             None => PlotFont::Auto,
             Some(f) if f == Path::new("none") => PlotFont::None,
-            Some(f) => PlotFont::File(f),
+            // A font asked for by name that cannot be read is an error, not
+            // a plot quietly drawn in another.
+            Some(f) => {
+                std::fs::File::open(f).with_context(|| format!("--font {}", f.display()))?;
+                PlotFont::File(f)
+            }
         };
         let outcome = stats.plot(path, font)?;
+        if let (PlotFont::File(asked), Some(used)) = (font, &outcome.font) {
+            if used.as_path() != asked {
+                eprintln!("programl: --font {}: not a usable TrueType font; the plot used {}", asked.display(), used.display());
+            }
+        }
         match outcome.font {
             Some(font) => writeln!(out, "plot: {} (font {})", path.display(), font.display())?,
             None if font == PlotFont::None => writeln!(out, "plot: {} (no text)", path.display())?,

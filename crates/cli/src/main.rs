@@ -78,9 +78,10 @@ enum Command {
 /// `programl graph`
 #[derive(clap::Args)]
 struct GraphArgs {
-    /// Output format.
-    #[arg(long, default_value = "pb", value_parser = parse_format)]
-    format: Format,
+    /// Output format (default: `-o FILE`'s extension where it names one of
+    /// them, else pb).
+    #[arg(long, value_parser = parse_format)]
+    format: Option<Format>,
     /// Reproduce another implementation's graphs: `programl-0.3`.
     #[arg(long, value_parser = parse_mode)]
     compat: Option<Mode>,
@@ -224,7 +225,7 @@ fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8
 }
 
 fn graph(args: &GraphArgs) -> Result<bool> {
-    let (files, format, output, jobs) = (&args.files, args.format, args.output.as_deref(), args.jobs);
+    let (files, output, jobs) = (&args.files, args.output.as_deref(), args.jobs);
     let options = &BuildOptions { mode: args.compat.unwrap_or_default(), ..Default::default() };
     let inputs = collect_inputs(files)?;
     if inputs.is_empty() {
@@ -233,6 +234,10 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     let single = inputs.len() == 1 && !files[0].is_dir();
     // One input: stdout, or -o names the file unless it is a directory.
     if single && output.map_or(true, |o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
+        // `-o x.json` without --format writes JSON, not protobuf under a
+        // .json name that `summary` and `convert` would then refuse.
+        let by_name = output.and_then(|o| o.extension()).and_then(|e| Format::ALL.into_iter().find(|f| e == f.extension()));
+        let format = args.format.or(by_name).unwrap_or(Format::Pb);
         let input = &inputs[0].input;
         return match render(input, format, options) {
             Ok(bytes) => {
@@ -248,28 +253,43 @@ fn graph(args: &GraphArgs) -> Result<bool> {
             }
         };
     }
+    let format = args.format.unwrap_or(Format::Pb);
     let Some(dir) = output else {
         bail!("{} inputs: give an output directory with -o DIR", inputs.len());
     };
-    let mut seen = std::collections::HashSet::new();
+    // By the file each would write: `a.ll` and `a.bc` both write `a.pb`.
+    let mut seen = std::collections::HashMap::new();
     for job in &inputs {
-        if !seen.insert(&job.relative) {
-            bail!("two inputs would both write {}: pass their common parent directory instead", job.relative.display());
+        let target = job.relative.with_extension(format.extension());
+        if let Some(first) = seen.insert(target.clone(), &job.input) {
+            bail!(
+                "{} and {} would both write {}: pass them in separate runs, or their common parent directory",
+                first.display(),
+                job.input.display(),
+                dir.join(&target).display()
+            );
         }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
 
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs.unwrap_or(0)).build().context("starting worker threads")?;
+    // The main thread's stack (8 MiB) and more: deeply nested IR types
+    // recurse in LLVM and the builder, and a 2 MiB worker overflowed on IR
+    // that one file on the main thread read.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.unwrap_or(0))
+        .stack_size(programl::WORKER_STACK)
+        .build()
+        .context("starting worker threads")?;
     let bar = ProgressBar::new(inputs.len() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let failed = AtomicUsize::new(0);
     let skipped = AtomicUsize::new(0);
+    let progress = dataset::PlainProgress::new(&bar, inputs.len());
     pool.install(|| {
         inputs.par_iter().for_each(|job| {
-            let mut target = dir.join(&job.relative);
-            target.set_extension(format.extension());
+            let target = dir.join(job.relative.with_extension(format.extension()));
             if args.resume && target.is_file() {
                 skipped.fetch_add(1, Ordering::Relaxed);
                 bar.inc(1);
@@ -281,6 +301,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
                 bar.suspend(|| eprintln!("programl: {}", message(&e)));
             }
             bar.inc(1);
+            progress.tick(&format!("{} failed", failed.load(Ordering::Relaxed)));
         })
     });
     bar.finish_and_clear();

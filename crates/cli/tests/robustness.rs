@@ -341,4 +341,67 @@ fn cli_single_input_goes_to_stdout_and_round_trips() {
     let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph"]).arg(&bc).arg(&pb).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-o DIR"));
+    // `a.ll` beside `a.bc` would both write `a.pb`: refused before anything
+    // is built, naming both (one graph had silently replaced the other).
+    let both = dir.path().join("both");
+    std::fs::create_dir_all(&both).unwrap();
+    std::fs::copy(&bc, both.join("a.bc")).unwrap();
+    run(Command::new(tool("llvm-dis")).arg(&bc).arg("-o").arg(both.join("a.ll")));
+    let clash = dir.path().join("clash");
+    let out = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o"]).arg(&clash).arg(&both).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a.bc and ") && stderr.contains("a.ll would both write") && stderr.contains("a.pb"), "{stderr}");
+    assert!(!clash.exists(), "nothing written");
+    // `-o x.json` without --format writes JSON (it wrote protobuf, which
+    // summary then refused by its name).
+    let named = dir.path().join("named.json");
+    run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o"]).arg(&named).arg(&bc));
+    let back = read_graph(&std::fs::read(&named).unwrap(), Format::Json).unwrap();
+    assert_eq!((back.node_count(), back.edge_count()), (g.node_count(), g.edge_count()));
+    run(Command::new(env!("CARGO_BIN_EXE_programl")).arg("summary").arg(&named));
+}
+
+/// Directory runs read IR on worker threads: a type nested 8,000 deep, which
+/// the main thread reads, overflowed a worker's default 2 MiB stack and
+/// aborted the run (`graph -o DIR` and `dataset build`).
+#[test]
+fn deeply_nested_types_build_on_worker_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    let mut ty = String::from("i8");
+    for _ in 0..8000 {
+        ty = format!("[1 x {ty}]");
+    }
+    std::fs::write(inputs.join("deep.ll"), format!("@g = global {ty} zeroinitializer\ndefine i32 @main() {{\n  ret i32 0\n}}\n")).unwrap();
+    let graphs = dir.path().join("graphs");
+    run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-j", "2", "-o"]).arg(&graphs).arg(&inputs));
+    assert!(graphs.join("deep.pb").is_file());
+    let data = dir.path().join("data");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_programl"))
+        .args(["dataset", "build", "-j", "2", "--ir"])
+        .arg(&inputs)
+        .arg("--out")
+        .arg(&data));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("this run: 1 ok, 0 failed"), "{}", String::from_utf8_lossy(&out.stdout));
+    // A mistyped --ir (no IR there, or no such directory) is refused before
+    // anything is created: it once left a dataset tied to the wrong
+    // directory, which the right one could then not resume.
+    let sources = dir.path().join("sources");
+    std::fs::create_dir_all(&sources).unwrap();
+    std::fs::write(sources.join("x.c"), "int main(void) { return 0; }\n").unwrap();
+    for ir in [sources.clone(), dir.path().join("nowhere")] {
+        let wrong = dir.path().join("wrong");
+        let out = Command::new(env!("CARGO_BIN_EXE_programl"))
+            .args(["dataset", "build", "--ir"])
+            .arg(&ir)
+            .arg("--out")
+            .arg(&wrong)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&*ir.to_string_lossy()), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!wrong.exists(), "{} created", wrong.display());
+    }
 }

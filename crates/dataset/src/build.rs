@@ -195,7 +195,17 @@ fn collect_inputs(dir: &Path) -> Result<Vec<Input>, DatasetError> {
         })
         .collect();
     found.sort_by(|a, b| a.relative.cmp(&b.relative));
-    found.dedup_by(|a, b| a.relative == b.relative);
+    // Names that are not UTF-8 are recorded lossily: two that become the
+    // same name would be one input, and the other silently dropped.
+    if let Some(w) = found.windows(2).find(|w| w[0].relative == w[1].relative) {
+        return Err(DatasetError::Io {
+            path: w[1].path.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("its name is not UTF-8 and reads as {}'s, {}: rename it", w[0].path.display(), w[0].relative),
+            ),
+        });
+    }
     Ok(found)
 }
 
@@ -206,8 +216,8 @@ impl Builder {
     /// temporary files, and lists the inputs not yet recorded.
     pub fn open(config: BuildConfig) -> Result<Builder, DatasetError> {
         let out = &config.out;
-        std::fs::create_dir_all(out).map_err(DatasetError::io(out))?;
-        let lock = lock(out)?;
+        // The IR directory is checked before anything is created: a
+        // mistyped --ir must not leave a dataset tied to it.
         let ir = config.ir.canonicalize().map_err(DatasetError::io(&config.ir))?;
         if !ir.is_dir() {
             return Err(DatasetError::Io {
@@ -215,6 +225,15 @@ impl Builder {
                 source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"),
             });
         }
+        let all = collect_inputs(&ir)?;
+        if all.is_empty() && !out.join(super::MANIFEST).exists() {
+            return Err(DatasetError::Io {
+                path: config.ir.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no .ll or .bc files"),
+            });
+        }
+        std::fs::create_dir_all(out).map_err(DatasetError::io(out))?;
+        let lock = lock(out)?;
         let ir_text = ir.to_string_lossy().into_owned();
         if !out.join(super::MANIFEST).exists() {
             Manifest::create(out, config.seed, &ir_text)?;
@@ -258,7 +277,6 @@ impl Builder {
         if !config.retry_failed {
             done.extend(manifest.failures.iter().map(|(i, _)| i.as_str()));
         }
-        let all = collect_inputs(&ir)?;
         let inputs = all.len();
         let pending = all.into_iter().filter(|i| !done.contains(i.relative.as_str())).collect();
         let next_shard = manifest.shards.iter().filter_map(|s| manifest::shard_number(&s.file)).max().unwrap_or(0) + 1;
@@ -290,6 +308,7 @@ impl Builder {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.jobs)
             .thread_name(|i| format!("programl-dataset-{i}"))
+            .stack_size(programl::WORKER_STACK)
             .build()
             .map_err(|e| DatasetError::Io { path: config.out.clone(), source: std::io::Error::other(e.to_string()) })?;
         let (tx, rx) = mpsc::sync_channel::<Msg>(2 * pool.current_num_threads());
