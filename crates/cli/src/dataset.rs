@@ -188,6 +188,12 @@ fn build(args: &BuildArgs) -> Result<bool> {
     if builder.orphans_removed() > 0 {
         eprintln!("programl: removed {} uncommitted shard(s) of an interrupted build", builder.orphans_removed());
     }
+    if let Some(input) = builder.died_on() {
+        eprintln!("programl: the last build died reading {input} alone: recorded as failed (--retry-failed tries it again)");
+    }
+    if builder.suspects() > 0 {
+        eprintln!("programl: the last build died reading one of {} input(s): reading them first, one at a time", builder.suspects());
+    }
     let skipped = builder.inputs() - builder.pending();
     let bar = ProgressBar::new(builder.pending() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")

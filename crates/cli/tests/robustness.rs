@@ -405,3 +405,51 @@ fn deeply_nested_types_build_on_worker_threads() {
         assert!(!wrong.exists(), "{} created", wrong.display());
     }
 }
+
+/// Bitcode on which LLVM 16's reader crashes the process (SIGSEGV: hello.c's
+/// bitcode with bytes flipped, tests/data/llvm16-reader-crash.bc), among good
+/// and broken inputs. No Rust code can catch that, so `dataset build` keeps
+/// a journal of what it is reading: the run after a crash reads the inputs
+/// in flight one at a time, and the run after that records the one it died
+/// on as failed. The build gets past it, losing nothing else, instead of
+/// dying on it at every resume.
+#[test]
+fn dataset_build_gets_past_bitcode_that_crashes_llvm() {
+    let dir = tempfile::tempdir().unwrap();
+    let ir = dir.path().join("ir");
+    std::fs::create_dir_all(&ir).unwrap();
+    let crash = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llvm16-reader-crash.bc");
+    std::fs::copy(&crash, ir.join("crash.bc")).unwrap();
+    compile(&ir, &["-O1"], "good.bc");
+    std::fs::write(ir.join("broken.ll"), "define i32 @f( {\n").unwrap();
+    for i in 0..4 {
+        std::fs::copy(ir.join("good.bc"), ir.join(format!("copy{i}.bc"))).unwrap();
+    }
+    let data = dir.path().join("data");
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let out = Command::new(env!("CARGO_BIN_EXE_programl"))
+            .args(["dataset", "build", "-j", "2", "--ir"])
+            .arg(&ir)
+            .arg("--out")
+            .arg(&data)
+            .output()
+            .unwrap();
+        runs.push(out.status.code());
+        if out.status.success() {
+            break;
+        }
+    }
+    assert_eq!(runs.last(), Some(&Some(0)), "the build never got past the crash: {runs:?}");
+    assert!(runs.len() <= 3, "{runs:?}");
+    let stats = run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["dataset", "stats", "--no-plot"]).arg(&data));
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert_eq!(text.lines().filter(|l| l.starts_with("failed input:")).count(), 2, "{text}");
+    assert!(text.contains("broken.ll"), "{text}");
+    if programl::LLVM_MAJOR == "16" {
+        // This LLVM crashes on it: two runs died, the third recorded it.
+        assert_eq!(runs, [None, None, Some(0)], "{runs:?}");
+        assert!(text.contains("crash.bc: the build died reading it"), "{text}");
+    }
+    assert!(!data.join(".inflight").exists(), "the journal goes when a run ends");
+}

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -155,6 +155,12 @@ pub struct Builder {
     manifest: Manifest,
     _lock: std::fs::File,
     pending: Vec<Input>,
+    /// Inputs of `pending` that were being read when an earlier run died:
+    /// read first, one at a time ([`JOURNAL`]).
+    suspects: usize,
+    /// An input on which an earlier run died reading it alone, recorded
+    /// as failed by this open.
+    died_on: Option<String>,
     inputs: usize,
     orphans_removed: usize,
     next_shard: u64,
@@ -180,6 +186,63 @@ fn lock(dir: &Path) -> Result<std::fs::File, DatasetError> {
         return Err(DatasetError::Io { path, source: e });
     }
     Ok(file)
+}
+
+/// `<dataset>/.inflight`, the journal of the inputs being read: a line
+/// `S\tINPUT` (started beside others) or `A\tINPUT` (started alone) before
+/// an input is read, `F\tINPUT` once it is done with. An input started and
+/// not done is one a run died reading: LLVM's bitcode reader crashes the
+/// process (SIGSEGV, or abort on "out of memory") on some damaged files,
+/// where no Rust code can catch it. The next run reads those first, one at
+/// a time; the one it dies on alone, the run after records as failed.
+/// Removed when a run ends, by success or error.
+pub const JOURNAL: &str = ".inflight";
+
+struct Journal {
+    file: Mutex<std::fs::File>,
+}
+
+impl Journal {
+    /// A new, empty journal in `dir`.
+    fn create(dir: &Path) -> std::io::Result<Journal> {
+        let file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(dir.join(JOURNAL))?;
+        Ok(Journal { file: Mutex::new(file) })
+    }
+
+    /// One line, in one write (best effort: the journal only narrows down
+    /// what a crash hit).
+    fn note(&self, tag: char, relative: &str) {
+        let line = format!("{tag}\t{relative}\n");
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = std::io::Write::write_all(&mut *file, line.as_bytes());
+    }
+
+    /// What the journal in `dir` says of the run that wrote it: the input
+    /// it died on alone, if any, and those it died with beside others.
+    fn read(dir: &Path) -> std::io::Result<(Option<String>, HashSet<String>)> {
+        let text = match std::fs::read(dir.join(JOURNAL)) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, HashSet::new())),
+            Err(e) => return Err(e),
+        };
+        let mut started: Vec<(char, &str)> = Vec::new();
+        let mut finished = HashSet::new();
+        // A line cut short by the crash has no newline: left out.
+        for line in text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')) {
+            match line.split_once('\t') {
+                Some(("F", r)) => {
+                    finished.insert(r);
+                }
+                Some(("S", r)) => started.push(('S', r)),
+                Some(("A", r)) => started.push(('A', r)),
+                _ => {}
+            }
+        }
+        let died_alone = started.iter().rev().find(|(t, _)| *t == 'A').map(|&(_, r)| r).filter(|r| !finished.contains(r));
+        let in_flight =
+            started.iter().map(|&(_, r)| r).filter(|r| !finished.contains(r) && Some(*r) != died_alone).map(String::from).collect();
+        Ok((died_alone.map(String::from), in_flight))
+    }
 }
 
 /// The `.ll` and `.bc` files under `dir`, sorted by relative path. Symbolic
@@ -277,15 +340,51 @@ impl Builder {
         if !config.retry_failed {
             done.extend(manifest.failures.iter().map(|(i, _)| i.as_str()));
         }
+        // What an earlier run was reading when it died (LLVM's reader
+        // crashes the process on some damaged bitcode; a kill looks the
+        // same): the input it died on alone is recorded as failed, so that
+        // no resume dies on it again; those in flight beside others are
+        // read first, one at a time, to find out.
+        let (died_alone, in_flight) = Journal::read(out).map_err(DatasetError::io(out.join(JOURNAL)))?;
+        let died_on = died_alone.filter(|r| !done.contains(r.as_str()));
+        if let Some(relative) = &died_on {
+            let mut appender = Appender::open(&manifest)?;
+            appender.append(&Line::Failure {
+                input: relative.clone(),
+                error: format!(
+                    "{}: the build died reading it (LLVM's reader crashed on it, or the build was killed then); --retry-failed tries it again",
+                    ir.join(relative).display()
+                ),
+            })?;
+            appender.sync()?;
+        }
         let inputs = all.len();
-        let pending = all.into_iter().filter(|i| !done.contains(i.relative.as_str())).collect();
+        let (mut pending, rest): (Vec<Input>, Vec<Input>) = all
+            .into_iter()
+            .filter(|i| !done.contains(i.relative.as_str()) && died_on.as_deref() != Some(i.relative.as_str()))
+            .partition(|i| in_flight.contains(&i.relative));
+        let suspects = pending.len();
+        pending.extend(rest);
         let next_shard = manifest.shards.iter().filter_map(|s| manifest::shard_number(&s.file)).max().unwrap_or(0) + 1;
-        Ok(Builder { config, manifest, _lock: lock, pending, inputs, orphans_removed, next_shard })
+        let manifest = if died_on.is_some() { Manifest::read(out)? } else { manifest };
+        Ok(Builder { config, manifest, _lock: lock, pending, suspects, died_on, inputs, orphans_removed, next_shard })
     }
 
     /// Inputs this run will label.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Of [`Builder::pending`], those an earlier run died reading beside
+    /// others, which this run reads first, one at a time ([`JOURNAL`]).
+    pub fn suspects(&self) -> usize {
+        self.suspects
+    }
+
+    /// The input an earlier run died reading alone, which this open
+    /// recorded as failed ([`JOURNAL`]).
+    pub fn died_on(&self) -> Option<&str> {
+        self.died_on.as_deref()
     }
 
     /// IR files found under the IR directory.
@@ -303,7 +402,9 @@ impl Builder {
     /// I/O error the workers stop, and what was committed stays valid.
     pub fn run(self, on_event: &(dyn Fn(Event<'_>) + Sync)) -> Result<BuildReport, DatasetError> {
         let start = Instant::now();
-        let Builder { config, manifest, _lock, pending, inputs, orphans_removed, next_shard } = self;
+        let Builder { config, manifest, _lock, pending, suspects, died_on: _, inputs, orphans_removed, next_shard } = self;
+        let journal = Journal::create(&config.out).map_err(DatasetError::io(config.out.join(JOURNAL)))?;
+        let (alone, together) = pending.split_at(suspects);
         let mut report = BuildReport { inputs, skipped: inputs - pending.len(), orphans_removed, ..Default::default() };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.jobs)
@@ -333,11 +434,26 @@ impl Builder {
                 result
             });
             pool.install(|| {
-                pending.par_iter().for_each_with(tx, |tx, input| {
+                // What an earlier run died reading beside others: one at a
+                // time, so that a crash names its input.
+                for input in alone {
+                    if abort.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    journal.note('A', &input.relative);
+                    let msg = label_file(input, seed);
+                    journal.note('F', &input.relative);
+                    if tx.send(msg).is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                }
+                together.par_iter().for_each_with(tx, |tx, input| {
                     if abort.load(Ordering::Relaxed) {
                         return;
                     }
+                    journal.note('S', &input.relative);
                     let msg = label_file(input, seed);
+                    journal.note('F', &input.relative);
                     if tx.send(msg).is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
@@ -347,6 +463,10 @@ impl Builder {
                 Err(DatasetError::Io { path: config.out.clone(), source: std::io::Error::other("the shard writer panicked") })
             })
         });
+        // An orderly end, an error's included, finished every input it
+        // started: only a crash or a kill leaves the journal.
+        drop(journal);
+        let _ = std::fs::remove_file(config.out.join(JOURNAL));
         written?;
         let after = Manifest::read(&config.out)?;
         let recorded: HashSet<&str> = after.shards.iter().flat_map(|s| s.inputs.iter().map(String::as_str)).collect();
