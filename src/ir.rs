@@ -113,9 +113,65 @@ pub fn load_module<'ctx>(context: &'ctx Context, path: &Path) -> Result<Module<'
     parse_module(context, &bytes, &path.display().to_string())
 }
 
+/// What this process is reading now: for a fatal-signal handler (the CLI's)
+/// to name the input on which LLVM's reader killed the process (it
+/// segfaults on some damaged bitcode). One slot per parse in progress; a
+/// handler reads them with [`for_each_reading`], lock- and allocation-free.
+mod reading {
+    use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+    const SLOTS: usize = 256;
+    /// A slot being filled in (its length not yet stored).
+    const CLAIMED: *mut u8 = 1 as *mut u8;
+    static NAMES: [AtomicPtr<u8>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+    static LENS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+    /// Holds a slot while a parse runs; frees it when dropped.
+    pub struct Reading {
+        slot: Option<usize>,
+        _text: Box<[u8]>,
+    }
+
+    pub fn start(name: &str) -> Reading {
+        let mut text: Box<[u8]> = format!("  {name}\n").into_bytes().into_boxed_slice();
+        let ptr = text.as_mut_ptr();
+        let slot =
+            (0..SLOTS).find(|&i| NAMES[i].compare_exchange(std::ptr::null_mut(), CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        if let Some(i) = slot {
+            LENS[i].store(text.len(), Ordering::Release);
+            NAMES[i].store(ptr, Ordering::Release);
+        }
+        Reading { slot, _text: text }
+    }
+
+    impl Drop for Reading {
+        fn drop(&mut self) {
+            if let Some(i) = self.slot {
+                NAMES[i].store(std::ptr::null_mut(), Ordering::Release);
+            }
+        }
+    }
+
+    /// Calls `f` with each name being read (`  NAME\n`): atomic loads only,
+    /// so a signal handler may call it.
+    pub fn for_each(mut f: impl FnMut(&[u8])) {
+        for i in 0..SLOTS {
+            let p = NAMES[i].load(Ordering::Acquire);
+            if !p.is_null() && p != CLAIMED {
+                // SAFETY: a published slot points at its guard's live text of
+                // LENS[i] bytes until the guard clears it.
+                f(unsafe { std::slice::from_raw_parts(p, LENS[i].load(Ordering::Acquire)) });
+            }
+        }
+    }
+}
+
+pub use reading::for_each as for_each_reading;
+
 /// Parses IR text or bitcode held in memory; `name` names it in errors and
 /// becomes the module identifier.
 pub fn parse_module<'ctx>(context: &'ctx Context, bytes: &[u8], name: &str) -> Result<Module<'ctx>, LoadError> {
+    let _reading = reading::start(name);
     let is_bitcode = bytes.starts_with(b"BC\xC0\xDE") || bytes.starts_with(&[0xDE, 0xC0, 0x17, 0x0B]);
     // Bitcode says nothing cheap about its pointers: try typed first, since
     // typed-mode parsing rejects opaque-pointer bitcode outright rather than

@@ -13,6 +13,7 @@
 
 mod analyze;
 mod annotations;
+mod crash;
 mod dataset;
 
 use std::io::Write;
@@ -115,6 +116,8 @@ fn main() -> ExitCode {
     // write cut short either way leaves the target as it was.
     // SAFETY: setting a signal's disposition to SIG_IGN, before any thread.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    // LLVM's reader killing the process on a damaged file: name the file.
+    crash::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Graph(args) => graph(&args),

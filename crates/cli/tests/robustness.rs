@@ -453,3 +453,24 @@ fn dataset_build_gets_past_bitcode_that_crashes_llvm() {
     }
     assert!(!data.join(".inflight").exists(), "the journal goes when a run ends");
 }
+
+/// When LLVM's reader kills `programl graph` (this LLVM 16 segfaults on
+/// tests/data/llvm16-reader-crash.bc), the CLI's fatal-signal handler names
+/// the file it was reading before the process dies by the signal.
+#[test]
+fn a_crash_in_llvm_names_the_file_being_read() {
+    use std::os::unix::process::ExitStatusExt;
+    let crash = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llvm16-reader-crash.bc");
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_programl")).arg("graph").arg(&crash).arg("-o").arg(dir.path().join("g.pb")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if programl::LLVM_MAJOR == "16" {
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{stderr}");
+        assert!(stderr.starts_with("programl: killed by signal 11 while reading"), "{stderr}");
+        assert!(stderr.lines().nth(1).is_some_and(|l| l.trim() == crash.display().to_string()), "{stderr}");
+    } else {
+        // Another LLVM may read it as the broken file it is.
+        assert!(out.status.code() == Some(1) || out.status.signal().is_some(), "{stderr}");
+    }
+}

@@ -433,29 +433,25 @@ impl Builder {
                 }
                 result
             });
+            // One input, journalled as started (`A` alone, `S` beside
+            // others) and as done.
+            let read = |tag: char, input: &Input, tx: &mpsc::SyncSender<Msg>| {
+                journal.note(tag, &input.relative);
+                let msg = label_file(input, seed);
+                journal.note('F', &input.relative);
+                if tx.send(msg).is_err() {
+                    abort.store(true, Ordering::Relaxed);
+                }
+            };
             pool.install(|| {
                 // What an earlier run died reading beside others: one at a
                 // time, so that a crash names its input.
-                for input in alone {
-                    if abort.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    journal.note('A', &input.relative);
-                    let msg = label_file(input, seed);
-                    journal.note('F', &input.relative);
-                    if tx.send(msg).is_err() {
-                        abort.store(true, Ordering::Relaxed);
-                    }
+                for input in alone.iter().take_while(|_| !abort.load(Ordering::Relaxed)) {
+                    read('A', input, &tx);
                 }
                 together.par_iter().for_each_with(tx, |tx, input| {
-                    if abort.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    journal.note('S', &input.relative);
-                    let msg = label_file(input, seed);
-                    journal.note('F', &input.relative);
-                    if tx.send(msg).is_err() {
-                        abort.store(true, Ordering::Relaxed);
+                    if !abort.load(Ordering::Relaxed) {
+                        read('S', input, tx);
                     }
                 });
             });
