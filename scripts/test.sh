@@ -247,8 +247,8 @@ while IFS='|' read -r name seen target aside epochs want moved; do
     cp "$root/models/poj104/checkpoint/state.json" "$t/models/poj104/checkpoint/"
     if [ -n "$seen" ]; then
         mkdir -p "$t/cache/runs/poj104-levels/checkpoint"
-        python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["examples_seen"]=int(eval(sys.argv[2])); s["settings"]["epochs"]=int(sys.argv[3]); json.dump(s, open(sys.argv[4], "w"))' \
-            "$root/models/poj104/checkpoint/state.json" "${seen//C/$committed}" "$target" "$t/cache/runs/poj104-levels/checkpoint/state.json"
+        python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); s["examples_seen"]=int(sys.argv[2]); s["settings"]["epochs"]=int(sys.argv[3]); json.dump(s, open(sys.argv[4], "w"))' \
+            "$root/models/poj104/checkpoint/state.json" "$((${seen//C/$committed}))" "$target" "$t/cache/runs/poj104-levels/checkpoint/state.json"
         [ "$aside" = aside ] && mv "$t/cache/runs/poj104-levels/checkpoint" "$t/cache/runs/poj104-levels/.checkpoint.old"
     fi
     env -u EPOCHS -u HIDDEN ${epochs:+EPOCHS=$epochs} PROGRAML_CACHE="$t/cache" PROGRAML_TRAIN="$fake/train" FAKE_LOG="$t/args" \

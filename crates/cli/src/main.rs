@@ -239,7 +239,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     if single && output.map_or(true, |o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
         // `-o x.json` without --format writes JSON, not protobuf under a
         // .json name that `summary` and `convert` would then refuse.
-        let by_name = output.and_then(|o| o.extension()).and_then(|e| Format::ALL.into_iter().find(|f| e == f.extension()));
+        let by_name = output.and_then(|o| o.extension()).and_then(|e| e.to_str()).and_then(Format::parse);
         let format = args.format.or(by_name).unwrap_or(Format::Pb);
         let input = &inputs[0].input;
         return match render(input, format, options) {
@@ -261,15 +261,15 @@ fn graph(args: &GraphArgs) -> Result<bool> {
         bail!("{} inputs: give an output directory with -o DIR", inputs.len());
     };
     // By the file each would write: `a.ll` and `a.bc` both write `a.pb`.
+    let targets: Vec<PathBuf> = inputs.iter().map(|job| dir.join(job.relative.with_extension(format.extension()))).collect();
     let mut seen = std::collections::HashMap::new();
-    for job in &inputs {
-        let target = job.relative.with_extension(format.extension());
-        if let Some(first) = seen.insert(target.clone(), &job.input) {
+    for (job, target) in inputs.iter().zip(&targets) {
+        if let Some(first) = seen.insert(target, &job.input) {
             bail!(
                 "{} and {} would both write {}: pass them in separate runs, or their common parent directory",
                 first.display(),
                 job.input.display(),
-                dir.join(&target).display()
+                target.display()
             );
         }
     }
@@ -291,14 +291,13 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     let skipped = AtomicUsize::new(0);
     let progress = dataset::PlainProgress::new(&bar, inputs.len());
     pool.install(|| {
-        inputs.par_iter().for_each(|job| {
-            let target = dir.join(job.relative.with_extension(format.extension()));
+        inputs.par_iter().zip(&targets).for_each(|(job, target)| {
             if args.resume && target.is_file() {
                 skipped.fetch_add(1, Ordering::Relaxed);
                 bar.inc(1);
                 return;
             }
-            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(&target, &bytes).map_err(Into::into));
+            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(target, &bytes).map_err(Into::into));
             if let Err(e) = result {
                 failed.fetch_add(1, Ordering::Relaxed);
                 bar.suspend(|| eprintln!("programl: {}", message(&e)));

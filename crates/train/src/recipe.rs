@@ -358,15 +358,11 @@ fn seed(run: &Path, kept: &Path, shipped: &Path) -> Result<()> {
 /// The rows of `embedding.weight` in a safetensors file, from its header.
 fn embedding_rows(weights: &Path) -> Result<usize> {
     let bytes = std::fs::read(weights).with_context(|| format!("{}: cannot read", weights.display()))?;
-    let header = bytes
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
-        .and_then(|n| bytes.get(8..8usize.checked_add(n)?))
-        .with_context(|| format!("{}: not safetensors", weights.display()))?;
-    let header: serde_json::Value = serde_json::from_slice(header).with_context(|| format!("{}: not safetensors", weights.display()))?;
-    header["embedding.weight"]["shape"][0]
-        .as_u64()
-        .map(|r| r as usize)
+    let (_, metadata) =
+        safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| anyhow::anyhow!("{}: not safetensors: {e}", weights.display()))?;
+    metadata
+        .info("embedding.weight")
+        .and_then(|t| t.shape.first().copied())
         .with_context(|| format!("{}: no embedding.weight", weights.display()))
 }
 

@@ -301,15 +301,13 @@ pub unsafe fn clear(module: LLVMModuleRef, what: Annotated<'_>, fingerprint: &st
     };
     let keep: Vec<Vec<String>> = if same_graph {
         let (gone, kept): (Vec<Vec<String>>, Vec<Vec<String>>) = entries.into_iter().partition(|e| replaced(e));
-        for e in gone.iter().filter(|e| e.first().is_some_and(|t| t != what.name())) {
-            log::warn!(
-                target: super::params::PASS_NAME,
-                "{}'s annotation replaces {}'s (one {} a {})",
-                what.name(),
-                e[0],
-                if matches!(what, Annotated::Graph(t) if is_device_mapping(t)) { "!programl.device" } else { "!programl.class" },
-                if matches!(what, Annotated::Graph(t) if is_device_mapping(t)) { "kernel" } else { "module" }
-            );
+        let (kind, holder) = if matches!(what, Annotated::Graph(t) if is_device_mapping(t)) {
+            ("!programl.device", "kernel")
+        } else {
+            ("!programl.class", "module")
+        };
+        for other in gone.iter().filter_map(|e| e.first()).filter(|t| *t != what.name()) {
+            log::warn!(target: super::params::PASS_NAME, "{}'s annotation replaces {other}'s (one {kind} a {holder})", what.name());
         }
         kept
     } else {
