@@ -24,7 +24,8 @@
 #       build time, removed by `clean`). FORMAT defaults to pb.
 #   programl_add_inference(<target> MODEL <bundle dir> [DEVICE auto|cpu|cuda]
 #                          [ROOTS sample|all|marked] [STEPS <n>] [THREADS <n>]
-#                          [MAX_ROOTS <n>] [VERIFY] [SIDECAR <file>])
+#                          [MAX_ROOTS <n>] [MAX_NODES <n>] [VERIFY]
+#                          [SIDECAR <file>])
 #       Compiles <target>'s C and C++ sources with the learned pass
 #       (programl-infer, passes/README.md): each translation unit's final IR
 #       is annotated with the bundle's predictions. VERIFY prints the exact
@@ -194,7 +195,7 @@ function(programl_add_graphs target)
 endfunction()
 
 function(programl_add_inference target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "VERIFY" "MODEL;DEVICE;ROOTS;STEPS;THREADS;MAX_ROOTS;SIDECAR" "")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "VERIFY" "MODEL;DEVICE;ROOTS;STEPS;THREADS;MAX_ROOTS;MAX_NODES;SIDECAR" "")
   set(_fn programl_add_inference)
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "${_fn}: unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
@@ -218,20 +219,22 @@ function(programl_add_inference target)
       "build it (cargo build --release -p programl-runtime-cuda) or set Programl_RUNTIME to its path")
   endif()
   set(_settings "model=${arg_MODEL}")
-  if(arg_DEVICE)
+  if(DEFINED arg_DEVICE)
     if(NOT arg_DEVICE MATCHES "^(auto|cpu|cuda)$")
       message(FATAL_ERROR "${_fn}: DEVICE ${arg_DEVICE} is not one of auto, cpu, cuda")
     endif()
     string(APPEND _settings ",device=${arg_DEVICE}")
   endif()
-  if(arg_ROOTS)
+  if(DEFINED arg_ROOTS)
     if(NOT arg_ROOTS MATCHES "^(sample|all|marked)$")
       message(FATAL_ERROR "${_fn}: ROOTS ${arg_ROOTS} is not one of sample, all, marked")
     endif()
     string(APPEND _settings ",roots=${arg_ROOTS}")
   endif()
-  foreach(_key STEPS THREADS MAX_ROOTS)
-    if(arg_${_key})
+  foreach(_key STEPS THREADS MAX_ROOTS MAX_NODES)
+    # DEFINED, not the value: `0` is false to if(), and would be dropped
+    # without a word instead of refused.
+    if(DEFINED arg_${_key})
       if(NOT arg_${_key} MATCHES "^[1-9][0-9]*$")
         message(FATAL_ERROR "${_fn}: ${_key} ${arg_${_key}} is not a positive number")
       endif()

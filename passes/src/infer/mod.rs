@@ -126,6 +126,49 @@ pub fn llvm_major() -> u32 {
     programl::LLVM_MAJOR.parse().unwrap_or(0)
 }
 
+/// Inference's memory per node with the shipped bundles (34 and 66 wide,
+/// every dtype): the states, each step's products and messages, for every
+/// node at once. Measured on a 315,549-node module, the process's peak RSS
+/// against opt's alone: 2.2-2.5 KB (docs/perf/learned-pass.md).
+const BYTES_PER_NODE: usize = 2_500;
+
+/// The failure of a module whose graph has `nodes` nodes (`exact`, else
+/// at least that many), past `max_nodes`; `what` qualifies the count.
+fn too_large(nodes: usize, exact: bool, what: &str, p: &Params) -> String {
+    let (count, memory) = if exact { ("", "about") } else { ("at least ", "at least") };
+    format!(
+        "the module's graph has {count}{nodes} nodes{what}, more than max_nodes={}: inference would hold {memory} {} MB at {} KB \
+         a node; max_nodes=N raises the bound",
+        p.max_nodes,
+        nodes.saturating_mul(BYTES_PER_NODE).div_ceil(1 << 20),
+        BYTES_PER_NODE as f64 / 1000.0
+    )
+}
+
+/// The instructions of the module's graph (each one node of it): every
+/// instruction of every defined function but the debug intrinsics' calls,
+/// which the models' graphs leave out (`BuildOptions::MODEL`).
+///
+/// # Safety
+/// `module` is a valid module.
+unsafe fn model_instructions(module: LLVMModuleRef) -> usize {
+    let mut count = 0usize;
+    let mut f = LLVMGetFirstFunction(module);
+    while !f.is_null() {
+        let mut b = LLVMGetFirstBasicBlock(f);
+        while !b.is_null() {
+            let mut i = LLVMGetFirstInstruction(b);
+            while !i.is_null() {
+                count += !programl::builder::is_debug_intrinsic_call(i) as usize;
+                i = LLVMGetNextInstruction(i);
+            }
+            b = LLVMGetNextBasicBlock(b);
+        }
+        f = LLVMGetNextFunction(f);
+    }
+    count
+}
+
 /// Whether `module`'s context uses opaque pointers.
 ///
 /// # Safety
@@ -195,6 +238,12 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<b
     let shown = p.model.display();
 
     let bundle = read_matching(module, &p.model)?;
+    // Past `max_nodes`, not even the graph is built: every instruction is
+    // a node of it, so the count of them is a bound from below.
+    let instructions = model_instructions(module);
+    if instructions > p.max_nodes {
+        return Err(too_large(instructions, false, "", p));
+    }
     let config = &bundle.config;
     if config.head == "graph" {
         if p.verify || p.roots != Roots::Sample {
@@ -224,6 +273,9 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<b
     // Only the subexpressions analysis reads `full_text` (its roots and
     // verify's labels); the model never does.
     let graph = build_raw(module, &BuildOptions { skip_full_text: task != Task::Subexpressions, ..BuildOptions::MODEL });
+    if graph.node_count() > p.max_nodes {
+        return Err(too_large(graph.node_count(), true, "", p));
+    }
     let anchors = Anchors::new(module, &graph)?;
     t.graph = ms(clock);
 
@@ -580,6 +632,9 @@ unsafe fn run_graph(
 
     let clock = Instant::now();
     let graph = build_raw(module, &BuildOptions { skip_full_text: true, ..BuildOptions::MODEL });
+    if graph.node_count() > p.max_nodes {
+        return Err(too_large(graph.node_count(), true, "", p));
+    }
     // Device mapping decides per kernel: a module with several kernels
     // gives each its own graph; otherwise the module's graph decides.
     let kernels = if metadata::is_device_mapping(&config.task) { kernels(module) } else { Vec::new() };
@@ -597,6 +652,11 @@ unsafe fn run_graph(
         .map_err(|e| format!("not model input: {e}"))?;
     let samples: Vec<Sample<'_>> = inputs.iter().map(|g| Sample { graph: g, root: None, positives: None }).collect();
     let batch = Batch::from_samples(&samples).map_err(|e| e.to_string())?;
+    // Kernels that share callees hold them once each: their graphs
+    // together can outgrow the module's.
+    if batch.node_count() > p.max_nodes {
+        return Err(too_large(batch.node_count(), true, " (its kernels' graphs together)", p));
+    }
     t.features = ms(clock);
     let steps = p.steps.unwrap_or(if config.hyper.stop.is_some() { 0 } else { config.hyper.steps });
     let model = open_in_runtime(p, &bundle, &mut t, (batch.node_count() as u64).saturating_mul(step_bound(p, config)))?;

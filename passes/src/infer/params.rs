@@ -20,6 +20,7 @@
 //! | `dtype` | `auto` (`int8` where the CPU has AVX-512 VNNI, else `f32`), `f32`, `bf16` (BF16 products where the CPU has them) or `int8` (INT8 products on every CPU: the VNNI, AVX-VNNI, AVX2 or portable INT8 step) | `auto` |
 //! | `isa` | the highest CPU kernel path: `vnni`, `avx512`, `avxvnni`, `avx2`, `portable` (for tests and benchmarks; a path the CPU lacks is an error) | the best the CPU runs |
 //! | `max_roots` | roots for `roots=all`, ≥ 1 | 1000 |
+//! | `max_nodes` | the largest module graph to predict for, ≥ 1 (past it: one warning, the module unchanged) | 100000 |
 //! | `verify` | flag (or `verify=1`/`0`) | off |
 //! | `sidecar` | a file to append decisions to | none |
 //! | `transfer`, `wgsize` | device mapping's auxiliary inputs (bytes, work-group size) | none |
@@ -89,6 +90,11 @@ pub struct Params {
     /// `isa`: the highest CPU kernel path (`None`: the best the CPU runs).
     pub isa: Option<programl_infer::Isa>,
     pub max_roots: usize,
+    /// `max_nodes`: a module whose graph has more nodes is left unchanged,
+    /// with one warning. Inference holds its states, products and messages
+    /// for every node at once (about 2.5 KB a node with the shipped
+    /// bundles, 34 or 66 wide), so this bounds the pass's memory.
+    pub max_nodes: usize,
     pub verify: bool,
     pub sidecar: Option<PathBuf>,
     pub transfer: Option<u64>,
@@ -96,6 +102,11 @@ pub struct Params {
 }
 
 pub const DEFAULT_MAX_ROOTS: usize = 1000;
+/// `max_nodes`' default: about 250 MB of inference memory at most, the
+/// order of clang's own for a unit of that size (a graph of 100,000 nodes
+/// is a C file of about 15,000 dense lines); the time, at most about a
+/// second for a graph-level bundle on one thread (docs/perf/learned-pass.md).
+pub const DEFAULT_MAX_NODES: usize = 100_000;
 
 /// Settings that cannot be used; each names its culprit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,7 +132,7 @@ impl fmt::Display for ParamError {
         match self {
             ParamError::Unknown { name } => write!(
                 f,
-                "unknown parameter '{name}' (expected model, device, roots, steps, threads, dtype, isa, max_roots, verify, sidecar, transfer or wgsize)"
+                "unknown parameter '{name}' (expected model, device, roots, steps, threads, dtype, isa, max_roots, max_nodes, verify, sidecar, transfer or wgsize)"
             ),
             ParamError::MissingValue { name } => write!(f, "parameter '{name}' needs a value ({name}=...)"),
             ParamError::Bad { name, value, expected } => write!(f, "{name}='{value}' is not valid (expected {expected})"),
@@ -154,6 +165,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         dtype: Dtype::Auto,
         isa: None,
         max_roots: DEFAULT_MAX_ROOTS,
+        max_nodes: DEFAULT_MAX_NODES,
         verify: false,
         sidecar: None,
         transfer: None,
@@ -177,7 +189,18 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
         }
         if !matches!(
             key,
-            "model" | "device" | "roots" | "steps" | "threads" | "dtype" | "isa" | "max_roots" | "sidecar" | "transfer" | "wgsize"
+            "model"
+                | "device"
+                | "roots"
+                | "steps"
+                | "threads"
+                | "dtype"
+                | "isa"
+                | "max_roots"
+                | "max_nodes"
+                | "sidecar"
+                | "transfer"
+                | "wgsize"
         ) {
             return Err(ParamError::Unknown { name: key.to_string() });
         }
@@ -217,6 +240,7 @@ pub fn parse(text: &str) -> Result<Params, ParamError> {
             }
             "isa" => p.isa = Some(value.parse().map_err(|_| bad("vnni, avx512, avxvnni, avx2 or portable"))?),
             "max_roots" => p.max_roots = positive("a number of roots, at least 1")? as usize,
+            "max_nodes" => p.max_nodes = positive("a number of nodes, at least 1")?.try_into().unwrap_or(usize::MAX),
             "sidecar" => p.sidecar = Some(PathBuf::from(value)),
             "transfer" => p.transfer = Some(value.parse().map_err(|_| bad("a number of bytes"))?),
             _ => p.wgsize = Some(positive("a work-group size, at least 1")?),
@@ -254,13 +278,17 @@ mod tests {
 
     #[test]
     fn parameters() {
-        let p = parse("model=m;device=cpu;roots=all;steps=7;threads=2;max_roots=5;verify;sidecar=s.jsonl;transfer=64;wgsize=8").unwrap();
+        let p = parse("model=m;device=cpu;roots=all;steps=7;threads=2;max_roots=5;max_nodes=9;verify;sidecar=s.jsonl;transfer=64;wgsize=8")
+            .unwrap();
+        assert_eq!(p.max_nodes, 9);
         assert_eq!(p.model, PathBuf::from("m"));
         assert_eq!((p.device, p.roots, p.steps, p.threads, p.max_roots), (Device::Cpu, Roots::All, Some(7), 2, 5));
         assert!(p.verify);
         assert_eq!((p.sidecar.as_deref(), p.transfer, p.wgsize), (Some("s.jsonl".as_ref()), Some(64), Some(8)));
         let d = parse(" model = models/x ; ").unwrap();
         assert_eq!((d.device, d.roots, d.steps, d.threads, d.max_roots, d.verify), (Device::Auto, Roots::Sample, None, 1, 1000, false));
+        assert_eq!(d.max_nodes, 100_000);
+        assert_eq!(parse("model=m;max_nodes=18446744073709551615").unwrap().max_nodes, usize::MAX);
         assert_eq!(parse("model=a;model=b;verify=0").unwrap().model, PathBuf::from("b"));
         assert_eq!(d.dtype, Dtype::Auto);
         assert_eq!(parse("model=m;dtype=f32").unwrap().dtype, Dtype::F32);
@@ -320,6 +348,11 @@ mod tests {
             .to_string()
             .contains("steps='300000' is not valid (expected a number of steps, 1 to 10000)"));
         assert!(matches!(parse("model=m;threads=-1"), Err(ParamError::Bad { .. })));
+        assert!(parse("model=m;max_nodes=0")
+            .unwrap_err()
+            .to_string()
+            .contains("max_nodes='0' is not valid (expected a number of nodes, at least 1)"));
+        assert!(matches!(parse("model=m;max_nodes=1e6"), Err(ParamError::Bad { .. })));
         assert!(matches!(parse("model=m;verify=maybe"), Err(ParamError::Bad { .. })));
         assert!(parse("model=m;roots=some").unwrap_err().to_string().contains("sample, all or marked"));
         assert!(parse("model=m;dtype=f16").unwrap_err().to_string().contains("auto, f32, bf16 or int8"));
