@@ -439,3 +439,87 @@ fn skipping_full_text_keeps_the_models_input() {
     assert!(bare.graph.node_weights().skip(1).all(|n| n.full_text.as_deref() == Some("")));
     bare.validate().unwrap();
 }
+
+/// Several functions with debug info, TBAA, loop metadata, structs, an
+/// anonymous struct and call-site attributes: the metadata numbering and
+/// the attribute groups differ between a function's and the module's
+/// printing.
+const PRINTING_C: &str = r#"
+#include <string.h>
+struct node { struct node *next; int value; };
+static struct { long a; double b; } pair;
+int walk(struct node *n) { int s = 0; for (; n; n = n->next) s += n->value; return s; }
+double mix(double *xs, int n) { double t = pair.b; for (int i = 0; i < n; i++) t = t * 0.5 + xs[i]; return t; }
+void fill(char *buf, int n) { memset(buf, n & 0x7f, (unsigned)n); pair.a += n; }
+int main(int argc, char **argv) {
+    struct node b = {0, argc}, a = {&b, 2};
+    double xs[8];
+    char buf[32];
+    for (int i = 0; i < 8; i++) xs[i] = i * argc;
+    fill(buf, argc);
+    return walk(&a) + (int)mix(xs, 8) + buf[1] + (int)strlen(argv[0]);
+}
+"#;
+
+/// Every instruction node's `full_text` is the instruction as LLVM prints
+/// it: in compat mode, as `LLVMPrintValueToString` prints it alone (what
+/// upstream ProGraML did, one value at a time: the metadata numbered as
+/// the module header and that function, or, for an instruction with
+/// metadata operands, all of the module's metadata); in paper mode, a line
+/// of the module's own textual form. The builder reads the texts from one
+/// printing of each function or of the module (shim.cc), not value by
+/// value (quadratic in the module's size); this pins the two together.
+#[test]
+fn instruction_texts_are_llvms_printing() {
+    use inkwell::llvm_sys::core::{LLVMDisposeMessage, LLVMPrintModuleToString, LLVMPrintValueToString};
+    use inkwell::values::AsValueRef;
+    fn owned(p: *mut std::ffi::c_char) -> String {
+        // SAFETY: a message LLVM allocated, freed once here.
+        let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        unsafe { LLVMDisposeMessage(p) };
+        s
+    }
+    for flags in [&["-O2", "-g"][..], &["-O0", "-g"], &["-O1"]] {
+        let ll = clang(PRINTING_C, flags);
+        let context = inkwell::context::Context::create();
+        let module = programl::ir::load_module(&context, &ll).unwrap();
+        let mut alone = Vec::new();
+        for f in module.get_functions() {
+            for b in f.get_basic_block_iter() {
+                for i in b.get_instructions() {
+                    // SAFETY: a valid instruction of the module.
+                    let text = owned(unsafe { LLVMPrintValueToString(i.as_value_ref()) });
+                    alone.push(text.trim_start().trim_end_matches('\n').to_string());
+                }
+            }
+        }
+        assert!(alone.len() > 100, "{flags:?}: {} instructions", alone.len());
+        alone.sort();
+        // SAFETY: the module is valid.
+        let whole = owned(unsafe { LLVMPrintModuleToString(module.as_mut_ptr()) });
+        let lines: std::collections::BTreeSet<&str> = whole.lines().map(str::trim_start).collect();
+        for mode in [Mode::Programl03, Mode::Paper] {
+            let g = build(&module, &BuildOptions { mode, ..Default::default() });
+            let mut texts: Vec<String> = g
+                .graph
+                .node_weights()
+                .filter(|n| n.kind == NodeKind::Instruction && n.function.is_some())
+                .filter_map(|n| n.full_text.clone())
+                // A declared function's node has no text.
+                .filter(|t| !t.is_empty())
+                .collect();
+            texts.sort();
+            if texts.len() != alone.len() {
+                let extra: Vec<&String> = texts.iter().filter(|t| !alone.contains(t)).collect();
+                panic!("{flags:?} {mode:?}: {} nodes, {} instructions; {:?}", texts.len(), alone.len(), extra);
+            }
+            match mode {
+                Mode::Programl03 => assert!(texts == alone, "{flags:?}: compat texts differ from LLVMPrintValueToString's"),
+                _ => {
+                    let missing: Vec<&String> = texts.iter().filter(|t| !lines.contains(t.as_str())).collect();
+                    assert!(missing.is_empty(), "{flags:?}: not lines of the module's printing: {:?}", &missing[..missing.len().min(3)]);
+                }
+            }
+        }
+    }
+}
