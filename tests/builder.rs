@@ -441,13 +441,14 @@ fn skipping_full_text_keeps_the_models_input() {
 }
 
 /// Several functions with debug info, TBAA, loop metadata, structs, an
-/// anonymous struct and call-site attributes: the metadata numbering and
+/// anonymous struct, global variables and call-site attributes: the metadata numbering and
 /// the attribute groups differ between a function's and the module's
 /// printing.
 const PRINTING_C: &str = r#"
 #include <string.h>
 struct node { struct node *next; int value; };
 static struct { long a; double b; } pair;
+const char *names[2] = {"left", "right"};
 int walk(struct node *n) { int s = 0; for (; n; n = n->next) s += n->value; return s; }
 double mix(double *xs, int n) { double t = pair.b; for (int i = 0; i < n; i++) t = t * 0.5 + xs[i]; return t; }
 void fill(char *buf, int n) { memset(buf, n & 0x7f, (unsigned)n); pair.a += n; }
@@ -457,7 +458,7 @@ int main(int argc, char **argv) {
     char buf[32];
     for (int i = 0; i < 8; i++) xs[i] = i * argc;
     fill(buf, argc);
-    return walk(&a) + (int)mix(xs, 8) + buf[1] + (int)strlen(argv[0]);
+    return walk(&a) + (int)mix(xs, 8) + buf[1] + (int)strlen(argv[0]) + (int)strlen(names[argc & 1]);
 }
 "#;
 
@@ -495,11 +496,23 @@ fn instruction_texts_are_llvms_printing() {
         }
         assert!(alone.len() > 100, "{flags:?}: {} instructions", alone.len());
         alone.sort();
+        // Global variables' definitions, printed alone (no two alike).
+        let globals: std::collections::BTreeSet<String> = module
+            .get_globals()
+            // SAFETY: a valid global of the module.
+            .map(|g| owned(unsafe { LLVMPrintValueToString(g.as_value_ref()) }).trim_end_matches('\n').to_string())
+            .collect();
         // SAFETY: the module is valid.
         let whole = owned(unsafe { LLVMPrintModuleToString(module.as_mut_ptr()) });
         let lines: std::collections::BTreeSet<&str> = whole.lines().map(str::trim_start).collect();
         for mode in [Mode::Programl03, Mode::Paper] {
             let g = build(&module, &BuildOptions { mode, ..Default::default() });
+            let defined: Vec<&str> =
+                g.graph.node_weights().filter_map(|n| n.full_text.as_deref()).filter(|t| t.starts_with('@') && t.contains(" = ")).collect();
+            assert!(defined.len() >= 2, "{flags:?} {mode:?}: global variable nodes {defined:?}");
+            for t in &defined {
+                assert!(globals.contains(*t) && lines.contains(t), "{flags:?} {mode:?}: global {t:?} is not LLVM's printing of it");
+            }
             let mut texts: Vec<String> = g
                 .graph
                 .node_weights()

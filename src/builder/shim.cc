@@ -44,6 +44,10 @@ namespace {
 class Spans : public AssemblyAnnotationWriter {
 public:
   DenseMap<const Instruction *, std::pair<uint64_t, uint64_t>> at;
+  // A global variable's definition is one line, and the writer calls
+  // printInfoComment at its end (printGlobal, as Value::print runs it):
+  // where the line ends.
+  DenseMap<const GlobalVariable *, uint64_t> global_end;
 
   void emitInstructionAnnot(const Instruction *inst, formatted_raw_ostream &os) override {
     current = inst;
@@ -53,6 +57,8 @@ public:
   void printInfoComment(const Value &v, formatted_raw_ostream &os) override {
     if (&v == current)
       at[current] = {start, os.tell()};
+    else if (auto *gv = dyn_cast<GlobalVariable>(&v))
+      global_end[gv] = os.tell();
     current = nullptr;
   }
 
@@ -74,16 +80,29 @@ struct Printed {
     out.assign(text, it->second.first, it->second.second - it->second.first);
     return true;
   }
+
+  // The global variable's definition line into `out`; false if none.
+  bool get(const GlobalVariable *gv, std::string &out) const {
+    auto it = spans.global_end.find(gv);
+    if (it == spans.global_end.end() || it->second == 0 || it->second > text.size())
+      return false;
+    size_t end = it->second;
+    size_t nl = text.rfind('\n', end - 1);
+    size_t start = nl == std::string::npos ? 0 : nl + 1;
+    out.assign(text, start, end - start);
+    return true;
+  }
 };
 
 // Value::print makes an AssemblyWriter for every call, and its constructor
 // walks every global object of the module (for comdats): printing the
 // instructions one by one is quadratic in the module's size (16 s for a
 // module of 3,000 functions and 180,000 instructions, 0.2 s for a tenth
-// of it). Instructions are therefore read from one printing of the module
-// (its own numbering, `whole`'s) or, in compat mode, of their function
-// (Function::print numbers as a tracker that has seen the module header
-// and that function, `per_function`'s): linear.
+// of it; each global variable's definition likewise). Instructions are
+// therefore read from one printing of the module (its own numbering,
+// `whole`'s) or, in compat mode, of their function (Function::print
+// numbers as a tracker that has seen the module header and that function,
+// `per_function`'s), and global variables from the module's: linear.
 std::unique_ptr<Printed> printModule(const Module &m) {
   auto p = std::make_unique<Printed>();
   raw_string_ostream os(p->text);
@@ -193,6 +212,10 @@ const char *programl_print_value(void *printer, LLVMValueRef value, size_t *len)
   if (auto *inst = dyn_cast<Instruction>(v)) {
     bool whole = !p->compat || hasMetadataOperand(*inst);
     if (f && (whole ? p->moduleText() : p->functionText(f)).get(inst, p->buf))
+      return finish(p, len);
+  } else if (auto *gv = dyn_cast<GlobalVariable>(v)) {
+    // Printed with the whole-module numbering in both modes, as below.
+    if (p->moduleText().get(gv, p->buf))
       return finish(p, len);
   }
   ModuleSlotTracker *mst = &p->wholeModule();
