@@ -38,6 +38,7 @@ pub mod fsutil;
 pub mod graph;
 pub mod hash;
 pub mod ir;
+pub mod journal;
 pub mod metrics;
 pub mod vocab;
 

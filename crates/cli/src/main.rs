@@ -275,6 +275,28 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
 
+    // LLVM's reader crashes the process on some damaged bitcode, beyond any
+    // error handling: a journal of the inputs being read (`DIR/.inflight`,
+    // programl::journal) lets the next run read those an earlier one died
+    // reading alone, first, and skip (as failed) the one it died on alone,
+    // in this run and every later one while the journal names it.
+    let journal_path = dir.join(programl::journal::JOURNAL);
+    let record = programl::journal::Journal::read(&journal_path).with_context(|| format!("{}: cannot read", journal_path.display()))?;
+    let mut crashed = record.crashed;
+    crashed.extend(record.died_alone);
+    let key = |job: &Job| job.relative.to_string_lossy().into_owned();
+    let journal = programl::journal::Journal::create(&journal_path, crashed.iter().map(String::as_str))
+        .with_context(|| format!("{}: cannot write", journal_path.display()))?;
+    let (mut order, mut alone) = (Vec::with_capacity(inputs.len()), 0);
+    for first in [true, false] {
+        for (i, job) in inputs.iter().enumerate() {
+            if record.in_flight.contains(&key(job)) == first {
+                order.push(i);
+                alone += first as usize;
+            }
+        }
+    }
+
     // The main thread's stack (8 MiB) and more: deeply nested IR types
     // recurse in LLVM and the builder, and a 2 MiB worker overflowed on IR
     // that one file on the main thread read.
@@ -290,23 +312,51 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     let failed = AtomicUsize::new(0);
     let skipped = AtomicUsize::new(0);
     let progress = dataset::PlainProgress::new(&bar, inputs.len());
-    pool.install(|| {
-        inputs.par_iter().zip(&targets).for_each(|(job, target)| {
-            if args.resume && target.is_file() {
-                skipped.fetch_add(1, Ordering::Relaxed);
-                bar.inc(1);
-                return;
-            }
-            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(target, &bytes).map_err(Into::into));
-            if let Err(e) = result {
-                failed.fetch_add(1, Ordering::Relaxed);
-                bar.suspend(|| eprintln!("programl: {}", message(&e)));
-            }
+    let one = |tag: char, i: usize| {
+        let (job, target) = (&inputs[i], &targets[i]);
+        if args.resume && target.is_file() {
+            skipped.fetch_add(1, Ordering::Relaxed);
             bar.inc(1);
-            progress.tick(&format!("{} failed", failed.load(Ordering::Relaxed)));
-        })
+            return;
+        }
+        let name = key(job);
+        let result = if crashed.contains(&name) {
+            Err(anyhow::anyhow!(
+                "{}: skipped: an earlier run into {} died reading it alone (LLVM's reader crashes on some damaged bitcode; delete {} to read it again)",
+                job.input.display(),
+                dir.display(),
+                journal_path.display()
+            ))
+        } else {
+            journal.note(tag, &name);
+            let result = render(&job.input, format, options).and_then(|bytes| write_atomically(target, &bytes).map_err(Into::into));
+            journal.note('F', &name);
+            result
+        };
+        if let Err(e) = result {
+            failed.fetch_add(1, Ordering::Relaxed);
+            bar.suspend(|| eprintln!("programl: {}", message(&e)));
+        }
+        bar.inc(1);
+        progress.tick(&format!("{} failed", failed.load(Ordering::Relaxed)));
+    };
+    pool.install(|| {
+        // What an earlier run died reading beside others: one at a time,
+        // so that a crash names its input.
+        for &i in &order[..alone] {
+            one('A', i);
+        }
+        order[alone..].par_iter().for_each(|&i| one('S', i));
     });
     bar.finish_and_clear();
+    // An orderly end: the journal keeps only the inputs known to crash.
+    drop(journal);
+    if crashed.is_empty() {
+        let _ = std::fs::remove_file(&journal_path);
+    } else {
+        programl::journal::Journal::create(&journal_path, crashed.iter().map(String::as_str))
+            .with_context(|| format!("{}: cannot write", journal_path.display()))?;
+    }
     let skipped = skipped.into_inner();
     if skipped > 0 {
         eprintln!("programl: {skipped} of {} graphs were already written (--resume)", inputs.len());

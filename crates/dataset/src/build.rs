@@ -19,9 +19,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use programl::journal::Journal;
 use rayon::prelude::*;
 
 use super::manifest::{self, Appender, Line, Manifest};
@@ -195,55 +196,8 @@ fn lock(dir: &Path) -> Result<std::fs::File, DatasetError> {
 /// process (SIGSEGV, or abort on "out of memory") on some damaged files,
 /// where no Rust code can catch it. The next run reads those first, one at
 /// a time; the one it dies on alone, the run after records as failed.
-/// Removed when a run ends, by success or error.
-pub const JOURNAL: &str = ".inflight";
-
-struct Journal {
-    file: Mutex<std::fs::File>,
-}
-
-impl Journal {
-    /// A new, empty journal in `dir`.
-    fn create(dir: &Path) -> std::io::Result<Journal> {
-        let file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(dir.join(JOURNAL))?;
-        Ok(Journal { file: Mutex::new(file) })
-    }
-
-    /// One line, in one write (best effort: the journal only narrows down
-    /// what a crash hit).
-    fn note(&self, tag: char, relative: &str) {
-        let line = format!("{tag}\t{relative}\n");
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = std::io::Write::write_all(&mut *file, line.as_bytes());
-    }
-
-    /// What the journal in `dir` says of the run that wrote it: the input
-    /// it died on alone, if any, and those it died with beside others.
-    fn read(dir: &Path) -> std::io::Result<(Option<String>, HashSet<String>)> {
-        let text = match std::fs::read(dir.join(JOURNAL)) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, HashSet::new())),
-            Err(e) => return Err(e),
-        };
-        let mut started: Vec<(char, &str)> = Vec::new();
-        let mut finished = HashSet::new();
-        // A line cut short by the crash has no newline: left out.
-        for line in text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n')) {
-            match line.split_once('\t') {
-                Some(("F", r)) => {
-                    finished.insert(r);
-                }
-                Some(("S", r)) => started.push(('S', r)),
-                Some(("A", r)) => started.push(('A', r)),
-                _ => {}
-            }
-        }
-        let died_alone = started.iter().rev().find(|(t, _)| *t == 'A').map(|&(_, r)| r).filter(|r| !finished.contains(r));
-        let in_flight =
-            started.iter().map(|&(_, r)| r).filter(|r| !finished.contains(r) && Some(*r) != died_alone).map(String::from).collect();
-        Ok((died_alone.map(String::from), in_flight))
-    }
-}
+/// Removed when a run ends, by success or error ([`programl::journal`]).
+pub const JOURNAL: &str = programl::journal::JOURNAL;
 
 /// The `.ll` and `.bc` files under `dir`, sorted by relative path. Symbolic
 /// links to files are followed, to directories not (no cycles).
@@ -345,7 +299,9 @@ impl Builder {
         // same): the input it died on alone is recorded as failed, so that
         // no resume dies on it again; those in flight beside others are
         // read first, one at a time, to find out.
-        let (died_alone, in_flight) = Journal::read(out).map_err(DatasetError::io(out.join(JOURNAL)))?;
+        let journal = out.join(JOURNAL);
+        let record = Journal::read(&journal).map_err(DatasetError::io(&journal))?;
+        let (died_alone, in_flight) = (record.died_alone, record.in_flight);
         let died_on = died_alone.filter(|r| !done.contains(r.as_str()));
         if let Some(relative) = &died_on {
             let mut appender = Appender::open(&manifest)?;
@@ -403,7 +359,7 @@ impl Builder {
     pub fn run(self, on_event: &(dyn Fn(Event<'_>) + Sync)) -> Result<BuildReport, DatasetError> {
         let start = Instant::now();
         let Builder { config, manifest, _lock, pending, suspects, died_on: _, inputs, orphans_removed, next_shard } = self;
-        let journal = Journal::create(&config.out).map_err(DatasetError::io(config.out.join(JOURNAL)))?;
+        let journal = Journal::create(&config.out.join(JOURNAL), []).map_err(DatasetError::io(config.out.join(JOURNAL)))?;
         let (alone, together) = pending.split_at(suspects);
         let mut report = BuildReport { inputs, skipped: inputs - pending.len(), orphans_removed, ..Default::default() };
         let pool = rayon::ThreadPoolBuilder::new()
