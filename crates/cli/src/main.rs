@@ -63,7 +63,8 @@ enum Command {
     /// per root: {"task","root","steps","positives"}.
     Analyze(analyze::AnalyzeArgs),
     /// DeepDataFlow datasets: label IR files for the five tasks (build),
-    /// print their statistics (stats).
+    /// print their statistics (stats), write a split as upstream's files
+    /// (export).
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
     /// Node-text vocabulary of a dataset's train split.

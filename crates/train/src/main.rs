@@ -63,8 +63,8 @@ struct Runtime {
     /// products, on every CPU path); or auto, the learned pass's default:
     /// int8 where the CPU has AVX-512 VNNI, else f32, for eval and
     /// predict (what the pass computes on this machine), f32 for training
-    /// and bench. The shipped models were trained in f32; README "Shipped
-    /// models" gives their figures in f32 and int8.
+    /// and bench. The shipped models were trained in f32; models/README.md
+    /// gives each one's figures and the precision they were measured in.
     #[arg(long, default_value = "auto")]
     dtype: Dtype,
     /// The highest CPU kernel path for eval and predict: vnni, avx512,
