@@ -12,7 +12,8 @@ plugin loaded (the floor), then, per bundle, of `opt` running
 `programl-infer` with `max_nodes` past the graph (so the unit is
 predicted for) and at the default bound; what the pass adds over the floor,
 per node of the module's graph (the count the pass logs), and the wall
-times. The CPU is printed first: name it beside the figures.
+times; for the synthetic unit, also `clang-16 -O2 -c` with and without the
+pass (the first bundle, the bound lifted). The CPU is printed first: name it beside the figures.
 """
 import argparse
 import os
@@ -90,6 +91,11 @@ def main():
         synthetic_unit(args.functions, c)
         rss, wall, _ = measure([args.clang, "-O2", "-c", c, "-o", os.path.join(tmp, "unit.o")])
         print("synthetic unit: %d functions; clang -O2 -c: %.2f s, peak RSS %.0f MB" % (args.functions, wall, rss / 1024))
+        # The whole compile with the pass (the first bundle), bound lifted.
+        env = dict(os.environ, PROGRAML_INFER="model=%s;device=cpu;max_nodes=%d" % (args.model[0], 1 << 62))
+        cmd = [args.clang, "-O2", "-fpass-plugin=" + args.plugin, "-c", c, "-o", os.path.join(tmp, "unit.o")]
+        rss, wall, _ = measure(cmd, env)
+        print("  with the learned pass (%s, max_nodes lifted): %.2f s, peak RSS %.0f MB" % (args.model[0], wall, rss / 1024))
         subprocess.run([args.clang, "-O2", "-S", "-emit-llvm", c, "-o", ll], check=True)
         files = [ll]
     env = dict(os.environ, PROGRAML_LOG="info")

@@ -135,10 +135,10 @@ const BYTES_PER_NODE: usize = 2_500;
 /// The failure of a module whose graph has `nodes` nodes (`exact`, else
 /// at least that many), past `max_nodes`; `what` qualifies the count.
 fn too_large(nodes: usize, exact: bool, what: &str, p: &Params) -> String {
-    let (count, memory) = if exact { ("", "about") } else { ("at least ", "at least") };
+    let (count, more) = if exact { ("", "") } else { ("at least ", " or more") };
     format!(
-        "the module's graph has {count}{nodes} nodes{what}, more than max_nodes={}: inference would hold {memory} {} MB at {} KB \
-         a node; max_nodes=N raises the bound",
+        "the module's graph has {count}{nodes} nodes{what}, more than max_nodes={}: inference would hold about {} MB{more} (about {} \
+         KB a node); max_nodes=N raises the bound",
         p.max_nodes,
         nodes.saturating_mul(BYTES_PER_NODE).div_ceil(1 << 20),
         BYTES_PER_NODE as f64 / 1000.0
@@ -566,19 +566,33 @@ unsafe fn kernels(module: LLVMModuleRef) -> Vec<Kernel> {
 /// graph's function at a kernel's id is not that kernel (then the module's
 /// graph decides for all). By id, not name: unnamed kernels (`@0`, `@1`)
 /// share the empty name.
-fn kernel_graphs(graph: &ProgramGraph, kernels: &[Kernel]) -> Option<Vec<ProgramGraph>> {
+///
+/// Kernels that share callees hold them once each, so the graphs together
+/// can outgrow the module's: past `max_nodes`, refused before any is built
+/// (the nodes of each kernel's functions, summed, count from below).
+fn kernel_graphs(graph: &ProgramGraph, kernels: &[Kernel], p: &Params) -> Result<Option<Vec<ProgramGraph>>, String> {
     if kernels.len() < 2 || kernels.iter().any(|k| graph.functions.get(k.id as usize).is_none_or(|f| f.name != k.name)) {
-        return None;
+        return Ok(None);
     }
     let ids: Vec<u32> = kernels.iter().map(|k| k.id).collect();
-    Some(
-        ids.iter()
-            .map(|&k| {
-                let others: Vec<u32> = ids.iter().copied().filter(|&x| x != k).collect();
-                graph.functions_subgraph(&graph.call_closure(k, &others))
-            })
-            .collect(),
-    )
+    let closures: Vec<_> = ids
+        .iter()
+        .map(|&k| {
+            let others: Vec<u32> = ids.iter().copied().filter(|&x| x != k).collect();
+            graph.call_closure(k, &others)
+        })
+        .collect();
+    let mut per_function = vec![0usize; graph.functions.len()];
+    for n in graph.graph.node_weights() {
+        if let Some(slot) = n.function.and_then(|f| per_function.get_mut(f as usize)) {
+            *slot += 1;
+        }
+    }
+    let at_least: usize = closures.iter().flatten().map(|&f| per_function.get(f as usize).copied().unwrap_or(0)).sum();
+    if at_least > p.max_nodes {
+        return Err(too_large(at_least, false, " (its kernels' graphs together)", p));
+    }
+    Ok(Some(closures.iter().map(|c| graph.functions_subgraph(c)).collect()))
 }
 
 /// A graph-level bundle (device mapping, classification): one prediction
@@ -641,7 +655,7 @@ unsafe fn run_graph(
     if metadata::is_device_mapping(&config.task) && kernels.is_empty() {
         return Err("no kernel to decide for (a function with the spir_kernel, ptx_kernel or amdgpu_kernel convention)".into());
     }
-    let per_kernel = kernel_graphs(&graph, &kernels);
+    let per_kernel = kernel_graphs(&graph, &kernels, p)?;
     t.graph = ms(clock);
     let clock = Instant::now();
     let graphs: Vec<&ProgramGraph> = per_kernel.as_ref().map_or_else(|| vec![&graph], |g| g.iter().collect());
@@ -1067,6 +1081,37 @@ define void @helper() {
         let module = context.create_module_from_ir(buffer).unwrap();
         let n = annotate(&module, task, classes, probabilities);
         (n, module.print_to_string().to_string())
+    }
+
+    /// Two kernels sharing a callee larger than both: the module's graph
+    /// holds the callee once, the kernels' graphs together twice. Past
+    /// `max_nodes` they are refused from the kernels' functions' nodes,
+    /// before any kernel's graph is built; within it, built.
+    #[test]
+    fn kernels_sharing_a_callee_are_bounded_before_their_graphs_are_built() {
+        let mut body = String::new();
+        for i in 0..40 {
+            body.push_str(&format!("  %v{} = add i32 %v{}, {}\n", i + 1, i, i + 1));
+        }
+        let ir = format!(
+            "define i32 @shared(i32 %v0) {{\n{body}  ret i32 %v40\n}}\n\
+             define spir_kernel void @a(ptr %p) {{\n  %x = call i32 @shared(i32 1)\n  store i32 %x, ptr %p\n  ret void\n}}\n\
+             define spir_kernel void @b(ptr %p) {{\n  %x = call i32 @shared(i32 2)\n  store i32 %x, ptr %p\n  ret void\n}}\n"
+        );
+        let context = Context::create();
+        let buffer = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), "kernels");
+        let module = context.create_module_from_ir(buffer).unwrap();
+        let graph = programl::builder::build(&module, &programl::builder::BuildOptions::MODEL);
+        // SAFETY: the module lives through the call.
+        let kernels = unsafe { super::kernels(module.as_mut_ptr()) };
+        assert_eq!(kernels.len(), 2);
+        let mut p = super::params::parse("model=m").unwrap();
+        let built = super::kernel_graphs(&graph, &kernels, &p).unwrap().expect("a graph per kernel");
+        let together: usize = built.iter().map(|g| g.node_count()).sum();
+        assert!(graph.node_count() < together, "module {} against kernels {together}", graph.node_count());
+        p.max_nodes = graph.node_count();
+        let refused = super::kernel_graphs(&graph, &kernels, &p).err().expect("refused");
+        assert!(refused.contains("has at least ") && refused.contains("(its kernels' graphs together), more than max_nodes="), "{refused}");
     }
 
     #[test]

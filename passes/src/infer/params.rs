@@ -102,8 +102,9 @@ pub struct Params {
 }
 
 pub const DEFAULT_MAX_ROOTS: usize = 1000;
-/// `max_nodes`' default: about 250 MB of inference memory at most, the
-/// order of clang's own for a unit of that size (a graph of 100,000 nodes
+/// `max_nodes`' default: about 250 MB of inference memory at most (a
+/// node-level bundle's per-root probabilities beside, which `max_roots`
+/// bounds), the order of clang's own for a unit of that size (a graph of 100,000 nodes
 /// is a C file of about 15,000 dense lines); the time, at most about a
 /// second for a graph-level bundle on one thread (docs/perf/learned-pass.md).
 pub const DEFAULT_MAX_NODES: usize = 100_000;
