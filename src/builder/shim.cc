@@ -104,18 +104,11 @@ struct Printed {
 // numbers as a tracker that has seen the module header and that function,
 // `per_function`'s), and global variables from the module's: linear.
 // (Aliases and ifuncs, rare, are still printed one by one.)
-std::unique_ptr<Printed> printModule(const Module &m) {
+// A Module or a Function, printed whole with its spans.
+template <typename Whole> std::unique_ptr<Printed> printWhole(const Whole &w) {
   auto p = std::make_unique<Printed>();
   raw_string_ostream os(p->text);
-  m.print(os, &p->spans);
-  os.flush();
-  return p;
-}
-
-std::unique_ptr<Printed> printFunction(const Function &f) {
-  auto p = std::make_unique<Printed>();
-  raw_string_ostream os(p->text);
-  f.print(os, &p->spans);
+  w.print(os, &p->spans);
   os.flush();
   return p;
 }
@@ -140,13 +133,13 @@ struct Printer {
 
   const Printed &moduleText() {
     if (!module_text)
-      module_text = printModule(*module);
+      module_text = printWhole(*module);
     return *module_text;
   }
 
   const Printed &functionText(const Function *f) {
     if (function_text_for != f || !function_text) {
-      function_text = printFunction(*f);
+      function_text = printWhole(*f);
       function_text_for = f;
     }
     return *function_text;

@@ -406,6 +406,22 @@ fn deeply_nested_types_build_on_worker_threads() {
     }
 }
 
+/// `DIR/ir`: crash.bc (tests/data/llvm16-reader-crash.bc, on which LLVM
+/// 16's reader crashes the process), good.bc and four copies of it, and
+/// broken.ll (which does not parse).
+fn ir_with_a_reader_crash(dir: &Path) -> PathBuf {
+    let ir = dir.join("ir");
+    std::fs::create_dir_all(&ir).unwrap();
+    let crash = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llvm16-reader-crash.bc");
+    std::fs::copy(&crash, ir.join("crash.bc")).unwrap();
+    compile(&ir, &["-O1"], "good.bc");
+    std::fs::write(ir.join("broken.ll"), "define i32 @f( {\n").unwrap();
+    for i in 0..4 {
+        std::fs::copy(ir.join("good.bc"), ir.join(format!("copy{i}.bc"))).unwrap();
+    }
+    ir
+}
+
 /// Bitcode on which LLVM 16's reader crashes the process (SIGSEGV: hello.c's
 /// bitcode with bytes flipped, tests/data/llvm16-reader-crash.bc), among good
 /// and broken inputs. No Rust code can catch that, so `dataset build` keeps
@@ -416,15 +432,7 @@ fn deeply_nested_types_build_on_worker_threads() {
 #[test]
 fn dataset_build_gets_past_bitcode_that_crashes_llvm() {
     let dir = tempfile::tempdir().unwrap();
-    let ir = dir.path().join("ir");
-    std::fs::create_dir_all(&ir).unwrap();
-    let crash = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llvm16-reader-crash.bc");
-    std::fs::copy(&crash, ir.join("crash.bc")).unwrap();
-    compile(&ir, &["-O1"], "good.bc");
-    std::fs::write(ir.join("broken.ll"), "define i32 @f( {\n").unwrap();
-    for i in 0..4 {
-        std::fs::copy(ir.join("good.bc"), ir.join(format!("copy{i}.bc"))).unwrap();
-    }
+    let ir = ir_with_a_reader_crash(dir.path());
     let data = dir.path().join("data");
     let mut runs = Vec::new();
     for _ in 0..4 {
@@ -464,16 +472,7 @@ fn dataset_build_gets_past_bitcode_that_crashes_llvm() {
 fn graph_into_a_directory_gets_past_bitcode_that_crashes_llvm() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
-    let ir = dir.path().join("ir");
-    std::fs::create_dir_all(&ir).unwrap();
-    let crash = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llvm16-reader-crash.bc");
-    std::fs::copy(&crash, ir.join("crash.bc")).unwrap();
-    compile(&ir, &["-O1"], "good.bc");
-    std::fs::remove_file(ir.join("list.c")).unwrap();
-    std::fs::write(ir.join("broken.ll"), "define i32 @f( {\n").unwrap();
-    for i in 0..4 {
-        std::fs::copy(ir.join("good.bc"), ir.join(format!("copy{i}.bc"))).unwrap();
-    }
+    let ir = ir_with_a_reader_crash(dir.path());
     let out = dir.path().join("graphs");
     let graph = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-j", "2"]).args(extra).arg(&ir).arg("-o").arg(&out).output().unwrap()
