@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 /// The journal's file name in the output directory.
@@ -39,7 +39,6 @@ pub struct Record {
 
 /// An open journal; lines are appended as inputs start and finish.
 pub struct Journal {
-    path: PathBuf,
     file: Mutex<std::fs::File>,
 }
 
@@ -56,7 +55,7 @@ impl Journal {
             file.write_all(head.as_bytes())?;
             file.sync_data()?;
         }
-        Ok(Journal { path: path.to_path_buf(), file: Mutex::new(file) })
+        Ok(Journal { file: Mutex::new(file) })
     }
 
     /// One line, in one write. Best effort: the journal only narrows down
@@ -65,11 +64,6 @@ impl Journal {
         let line = format!("{tag}\t{input}\n");
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let _ = file.write_all(line.as_bytes());
-    }
-
-    /// Where the journal is.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// What the journal at `path` says (an empty record if there is none).
