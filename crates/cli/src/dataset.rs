@@ -188,6 +188,15 @@ fn build(args: &BuildArgs) -> Result<bool> {
     if builder.orphans_removed() > 0 {
         eprintln!("programl: removed {} uncommitted shard(s) of an interrupted build", builder.orphans_removed());
     }
+    for lost in builder.lost_shards() {
+        let kept = lost.kept_as.as_ref().map(|p| format!(", the file kept as {}", p.display())).unwrap_or_default();
+        eprintln!(
+            "programl: committed shard {} is lost ({}{kept}): its {} record(s) are built again",
+            args.out.join(&lost.file).display(),
+            lost.reason,
+            lost.records
+        );
+    }
     if let Some(input) = builder.died_on() {
         eprintln!("programl: the last build died reading {input} alone: recorded as failed (--retry-failed tries it again)");
     }

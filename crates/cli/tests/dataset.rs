@@ -347,6 +347,50 @@ fn corrupt_shards_are_named_and_the_others_stay_readable() {
 }
 
 #[test]
+fn a_resumed_build_rebuilds_shards_lost_from_the_disk() {
+    let ir = small_corpus(10);
+    let inputs_n = 10 * LEVELS.len() + 2;
+    let data = tempfile::tempdir().unwrap();
+    let out = data.path();
+    run_build(ir.path(), out, &["--shard-size", "4"]);
+    let reference = all_records(out);
+    let shards = Dataset::open(out).unwrap().shards().to_vec();
+    assert_eq!(shards.len(), 5);
+    // One deleted, one cut short: a resume notices both.
+    std::fs::remove_file(&shards[1].path).unwrap();
+    let bytes = std::fs::read(&shards[3].path).unwrap();
+    std::fs::write(&shards[3].path, &bytes[..bytes.len() - 10]).unwrap();
+
+    let output = programl().args(["dataset", "build", "--shard-size", "4", "--ir"]).arg(ir.path()).arg("--out").arg(out).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let lost = |shard: &programl_dataset::ShardInfo, why: &str| {
+        format!("committed shard {} is lost ({why}", shard.path.display()) + &format!("): its {} record(s) are built again", shard.records)
+    };
+    assert!(stderr.contains(&lost(&shards[1], "missing")), "{stderr}");
+    let damaged = shards[3].path.with_extension("pgds.damaged");
+    let why = format!("{} bytes on the disk, {} committed, the file kept as {}", bytes.len() - 10, bytes.len(), damaged.display());
+    assert!(stderr.contains(&lost(&shards[3], &why)), "{stderr}");
+    assert_eq!(std::fs::read(&damaged).unwrap(), bytes[..bytes.len() - 10], "the damaged file is kept as it was");
+    let again = shards[1].records + shards[3].records;
+    let recorded = inputs_n as u32 - again;
+    assert!(stdout.contains(&format!("{recorded} already recorded; this run: {again} ok, 0 failed")), "{stdout}");
+
+    // Every record back, equal to the first build's; every shard readable.
+    let dataset = Dataset::open(out).unwrap();
+    assert!(dataset.records().all(|r| r.is_ok()));
+    assert_eq!(all_records(out), reference);
+    let mut inputs = recorded_inputs(out);
+    inputs.sort();
+    inputs.dedup();
+    assert_eq!(inputs.len(), inputs_n);
+    // And a further resume finds nothing lost.
+    let output = programl().args(["dataset", "build", "--ir"]).arg(ir.path()).arg("--out").arg(out).output().unwrap();
+    assert!(output.status.success() && !String::from_utf8_lossy(&output.stderr).contains("lost"));
+    assert!(String::from_utf8_lossy(&output.stdout).contains(&format!("{inputs_n} already recorded; this run: 0 ok")));
+}
+
+#[test]
 fn stats_plot_and_vocabulary() {
     let ir = corpus();
     let data = tempfile::tempdir().unwrap();

@@ -11,9 +11,11 @@
 //!
 //! Resuming: [`Builder::open`] reads the manifest, deletes shard files no
 //! manifest line names (a kill between rename and manifest append) and
-//! temporary files, and skips every input that a committed shard or a
-//! failure line already records. An input is thus in exactly one committed
-//! record or failure, however often the build is killed.
+//! temporary files, drops the lines of committed shards that are gone from
+//! the disk or cut short ([`LostShard`]: their inputs are read again), and
+//! skips every input that a committed shard or a failure line already
+//! records. An input is thus in exactly one committed record or failure,
+//! however often the build is killed.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::fd::AsRawFd;
@@ -164,7 +166,58 @@ pub struct Builder {
     died_on: Option<String>,
     inputs: usize,
     orphans_removed: usize,
+    lost: Vec<LostShard>,
     next_shard: u64,
+}
+
+/// A shard the manifest committed that is no longer on the disk as it was
+/// committed (deleted, cut short, overwritten by another size). The build
+/// drops its manifest line and reads its inputs again; a file that is there
+/// but wrong is kept beside it, renamed, never deleted. (A shard of the
+/// right size with damaged bytes is caught by its checksum when read, as
+/// `programl dataset stats` does for every shard.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostShard {
+    /// Its file name in the dataset directory.
+    pub file: String,
+    /// Records the manifest committed in it.
+    pub records: u32,
+    /// What was wrong with it.
+    pub reason: String,
+    /// Where the file that was there now is (`<file>.damaged`, or
+    /// `<file>.damaged-N` when that is taken).
+    pub kept_as: Option<PathBuf>,
+}
+
+/// Finds the committed shards of `manifest` that are missing or of another
+/// size than committed, and moves those that are there aside.
+fn set_aside_lost_shards(out: &Path, manifest: &Manifest) -> Result<Vec<LostShard>, DatasetError> {
+    let mut lost = Vec::new();
+    for shard in &manifest.shards {
+        let path = out.join(&shard.file);
+        let reason = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() && m.len() == shard.bytes => continue,
+            Ok(m) if m.is_file() => format!("{} bytes on the disk, {} committed", m.len(), shard.bytes),
+            Ok(_) => "not a plain file".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "missing".to_string(),
+            Err(e) => return Err(DatasetError::Io { path, source: e }),
+        };
+        let kept_as = if reason == "missing" {
+            None
+        } else {
+            let aside = (0..)
+                .map(|n| out.join(if n == 0 { format!("{}.damaged", shard.file) } else { format!("{}.damaged-{n}", shard.file) }))
+                .find(|p| std::fs::symlink_metadata(p).is_err())
+                .unwrap_or_else(|| out.join(format!("{}.damaged", shard.file)));
+            std::fs::rename(&path, &aside).map_err(DatasetError::io(&path))?;
+            Some(aside)
+        };
+        lost.push(LostShard { file: shard.file.clone(), records: shard.records, reason, kept_as });
+    }
+    if lost.iter().any(|l| l.kept_as.is_some()) {
+        programl::fsutil::sync_dir(out).map_err(DatasetError::io(out))?;
+    }
+    Ok(lost)
 }
 
 impl std::fmt::Debug for Builder {
@@ -271,6 +324,16 @@ impl Builder {
                 detail: format!("built from {}, resumed from {ir_text}: use the same IR directory or a new dataset directory", manifest.ir),
             });
         }
+        // Committed shards gone from the disk or of another size than
+        // committed: their lines go from the manifest and their inputs are
+        // read again, so that a resumed build completes the dataset.
+        let lost = set_aside_lost_shards(out, &manifest)?;
+        let manifest = if lost.is_empty() {
+            manifest
+        } else {
+            manifest.drop_shards(&lost.iter().map(|l| l.file.as_str()).collect())?;
+            Manifest::read(out)?
+        };
         let committed: HashSet<&str> = manifest.shards.iter().map(|s| s.file.as_str()).collect();
         let mut orphans_removed = 0;
         for entry in std::fs::read_dir(out).map_err(DatasetError::io(out))? {
@@ -323,7 +386,13 @@ impl Builder {
         pending.extend(rest);
         let next_shard = manifest.shards.iter().filter_map(|s| manifest::shard_number(&s.file)).max().unwrap_or(0) + 1;
         let manifest = if died_on.is_some() { Manifest::read(out)? } else { manifest };
-        Ok(Builder { config, manifest, _lock: lock, pending, suspects, died_on, inputs, orphans_removed, next_shard })
+        Ok(Builder { config, manifest, _lock: lock, pending, suspects, died_on, inputs, orphans_removed, lost, next_shard })
+    }
+
+    /// Committed shards that [`Builder::open`] found missing or of
+    /// another size than committed; their inputs are pending again.
+    pub fn lost_shards(&self) -> &[LostShard] {
+        &self.lost
     }
 
     /// Inputs this run will label.
@@ -358,7 +427,7 @@ impl Builder {
     /// I/O error the workers stop, and what was committed stays valid.
     pub fn run(self, on_event: &(dyn Fn(Event<'_>) + Sync)) -> Result<BuildReport, DatasetError> {
         let start = Instant::now();
-        let Builder { config, manifest, _lock, pending, suspects, died_on: _, inputs, orphans_removed, next_shard } = self;
+        let Builder { config, manifest, _lock, pending, suspects, died_on: _, inputs, orphans_removed, lost: _, next_shard } = self;
         let journal = Journal::create(&config.out.join(JOURNAL), []).map_err(DatasetError::io(config.out.join(JOURNAL)))?;
         let (alone, together) = pending.split_at(suspects);
         let mut report = BuildReport { inputs, skipped: inputs - pending.len(), orphans_removed, ..Default::default() };

@@ -5,8 +5,9 @@
 //! - `manifest.jsonl`: one JSON object per line: first the dataset's
 //!   parameters (format version, seed, IR directory), then one line per
 //!   committed shard (its file, checksum and the inputs it holds) and one
-//!   per input that failed (with its error). It is only ever appended to;
-//!   a line that a kill cut short is dropped when a build resumes.
+//!   per input that failed (with its error). It is appended to, and
+//!   rewritten (atomically) only to drop the line of a shard lost from the
+//!   disk; a line that a kill cut short is dropped when a build resumes.
 //! - `shard-NNNNNN.pgds`: zstd-compressed, checksummed batches of
 //!   [`Record`]s (see [`shard`] for the layout).
 //!
@@ -82,7 +83,7 @@ pub use programl::analysis::Task;
 use programl::graph::{Flow, NodeKind, ProgramGraph};
 use programl::hash::{fnv1a, mix};
 
-pub use build::{BuildConfig, BuildReport, Builder, Event};
+pub use build::{BuildConfig, BuildReport, Builder, Event, LostShard};
 pub use export::{ExportConfig, ExportEvent, ExportReport};
 pub use programl::vocab::Vocabulary;
 pub use read::{Dataset, DatasetInfo, ExampleItem, Failure, Query, Records, ShardInfo};

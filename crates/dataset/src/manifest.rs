@@ -1,4 +1,5 @@
-//! `manifest.jsonl`: the dataset's append-only journal.
+//! `manifest.jsonl`: the dataset's journal, appended to (and rewritten,
+//! atomically, only to drop the line of a shard lost from the disk).
 //!
 //! Line 1 is the dataset line (format, seed, IR directory); every later line
 //! is a committed shard or a failed input. A shard line is appended (and the
@@ -121,6 +122,34 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// Rewrites the manifest without the shard lines naming `files`
+    /// (atomically: a kill leaves the old manifest or the new one), every
+    /// other line kept as it was, in its order; a torn tail is dropped.
+    /// A build does this for shards that are lost from the disk, so that
+    /// their inputs are read again ([`crate::build::Builder::open`]).
+    pub fn drop_shards(&self, files: &std::collections::HashSet<&str>) -> Result<(), DatasetError> {
+        let text = std::fs::read(&self.path).map_err(DatasetError::io(&self.path))?;
+        let valid = text.get(..self.valid_len as usize).ok_or_else(|| DatasetError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the manifest shrank while the build was opening it"),
+        })?;
+        let mut kept = Vec::with_capacity(valid.len());
+        for raw in valid.split_inclusive(|&b| b == b'\n') {
+            // Every line up to valid_len parsed when the manifest was read.
+            let named = match serde_json::from_slice::<Line>(raw.strip_suffix(b"\n").unwrap_or(raw)) {
+                Ok(Line::Shard { file, .. }) => files.contains(file.as_str()),
+                _ => false,
+            };
+            if !named {
+                kept.extend_from_slice(raw);
+            }
+        }
+        programl::fsutil::write_bytes_atomically(&self.path, programl::fsutil::Durability::Synced, &kept)
+            .map_err(DatasetError::io(&self.path))
+    }
+}
+
 fn to_line(line: &Line) -> Vec<u8> {
     // Serializing strings and integers cannot fail.
     let mut bytes = serde_json::to_vec(line).unwrap_or_default();
@@ -209,6 +238,34 @@ mod tests {
         a.append(&Line::Failure { input: "d.ll".into(), error: "x".into() }).unwrap();
         drop(a);
         assert_eq!(Manifest::read(dir.path()).unwrap().failures.len(), 2);
+    }
+
+    #[test]
+    fn dropping_shards_keeps_every_other_line_in_its_order() {
+        let dir = tempfile::tempdir().unwrap();
+        Manifest::create(dir.path(), 3, "/ir").unwrap();
+        let mut a = Appender::open(&Manifest::read(dir.path()).unwrap()).unwrap();
+        for n in 1..=3 {
+            a.append(&Line::Shard { file: shard_name(n), records: 1, bytes: 9, crc32: n as u32, inputs: vec![format!("{n}.ll")] }).unwrap();
+            a.append(&Line::Failure { input: format!("bad{n}.ll"), error: "x".into() }).unwrap();
+        }
+        a.sync().unwrap();
+        drop(a);
+        let path = dir.path().join(crate::MANIFEST);
+        let before = std::fs::read_to_string(&path).unwrap();
+        // A torn tail goes with the rewrite.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(br#"{"kind":"fail"#).unwrap();
+        drop(f);
+        let m = Manifest::read(dir.path()).unwrap();
+        m.drop_shards(&[shard_name(2).as_str()].into_iter().collect()).unwrap();
+        let after = std::fs::read_to_string(&path).unwrap();
+        let expected: String = before.split_inclusive('\n').filter(|l| !l.contains(&shard_name(2))).collect();
+        assert_eq!(after, expected);
+        let m = Manifest::read(dir.path()).unwrap();
+        assert_eq!(m.shards.iter().map(|s| s.file.as_str()).collect::<Vec<_>>(), [shard_name(1), shard_name(3)]);
+        assert_eq!(m.failures.len(), 3);
+        assert_eq!(m.seed, 3);
     }
 
     #[test]
