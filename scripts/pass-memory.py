@@ -16,6 +16,7 @@ times; for the synthetic unit, also `clang-16 -O2 -c` with and without the
 pass (the first bundle, the bound lifted). The CPU is printed first: name it beside the figures.
 """
 import argparse
+import importlib.util
 import os
 import random
 import re
@@ -25,14 +26,11 @@ import tempfile
 
 
 def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    """The CPU's model name, as pass-cost.py prints it (one definition)."""
+    spec = importlib.util.spec_from_file_location("pass_cost", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pass-cost.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.cpu_name()
 
 
 def synthetic_unit(functions, path):
