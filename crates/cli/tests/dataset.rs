@@ -356,8 +356,11 @@ fn a_resumed_build_rebuilds_shards_lost_from_the_disk() {
     let reference = all_records(out);
     let shards = Dataset::open(out).unwrap().shards().to_vec();
     assert_eq!(shards.len(), 5);
-    // One deleted, one cut short: a resume notices both.
+    // One deleted, one cut short: a reader names both, a resume rebuilds both.
     std::fs::remove_file(&shards[1].path).unwrap();
+    let e = Dataset::open(out).unwrap().read_shard(1).unwrap_err();
+    assert!(matches!(&e, DatasetError::CorruptShard { shard, .. } if *shard == shards[1].path), "{e}");
+    assert!(e.to_string().contains("missing: the manifest committed it with 4 record(s)"), "{e}");
     let bytes = std::fs::read(&shards[3].path).unwrap();
     std::fs::write(&shards[3].path, &bytes[..bytes.len() - 10]).unwrap();
 

@@ -147,8 +147,14 @@ impl Dataset {
     /// the shard the manifest committed (checksum and inputs).
     pub fn read_shard(&self, i: usize) -> Result<Vec<Record>, DatasetError> {
         let info = &self.shards[i];
-        let (header, records) = shard::read_shard(&info.path)?;
         let corrupt = |detail: String| DatasetError::CorruptShard { shard: info.path.clone(), detail };
+        let (header, records) = shard::read_shard(&info.path).map_err(|e| match e {
+            DatasetError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => corrupt(format!(
+                "missing: the manifest committed it with {} record(s); `programl dataset build` with the dataset's --ir builds them again",
+                info.records
+            )),
+            e => e,
+        })?;
         if header.crc32 != info.crc32 {
             return Err(corrupt(format!("checksum {:08x}, the manifest committed {:08x}", header.crc32, info.crc32)));
         }
