@@ -15,8 +15,9 @@ pub struct AnalyzeArgs {
     /// reachability, dominance, datadep, liveness or subexpressions.
     #[arg(long, value_parser = parse_task)]
     task: Task,
-    /// Root node id (as in `programl graph --format json`); default: the
-    /// sampled roots that `programl dataset build` labels.
+    /// Root node id in the graph the models see (`programl graph`'s, with
+    /// debug intrinsics left out: the same ids on IR built without `-g`);
+    /// default: the sampled roots that `programl dataset build` labels.
     #[arg(long)]
     root: Option<u32>,
     /// Seed of the root sampling.

@@ -208,13 +208,20 @@ fn build_ir(py: Python<'_>, data: Vec<u8>, name: String, mode: &str) -> PyResult
     graph.map(|graph| Graph { graph }).map_err(value_error)
 }
 
+/// A node id given from Python, checked (a negative one is a mistake, not
+/// an `OverflowError` that names no argument).
+fn node_id(n: i64, what: &str) -> PyResult<u32> {
+    u32::try_from(n).map_err(|_| value_error(format!("{what}: {n} is not a node id")))
+}
+
 /// `programl analyze`: for each root (default: the sampled roots that
 /// `programl dataset build` labels), `{"task", "root", "steps",
 /// "positives"}`.
 #[pyfunction]
 #[pyo3(signature = (graph, task, root = None, seed = 0))]
-fn analyze<'py>(py: Python<'py>, graph: &Graph, task: &str, root: Option<u32>, seed: u64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+fn analyze<'py>(py: Python<'py>, graph: &Graph, task: &str, root: Option<i64>, seed: u64) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let task = parse_task(task)?;
+    let root = root.map(|r| node_id(r, "root")).transpose()?;
     let results = py.detach(|| -> Result<Vec<(u32, u32, Vec<u32>)>, String> {
         let mut analyzer = Analyzer::new(&graph.graph);
         let roots = match root {
@@ -308,13 +315,16 @@ impl Bundle {
         &self,
         py: Python<'py>,
         graph: &Graph,
-        roots: Option<Vec<u32>>,
+        roots: Option<Vec<i64>>,
         aux: Option<Vec<f32>>,
         dtype: &str,
-        threads: usize,
+        threads: i64,
         steps: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype: Dtype = dtype.parse().map_err(value_error)?;
+        let roots = roots.map(|r| r.into_iter().map(|n| node_id(n, "roots")).collect::<PyResult<Vec<u32>>>()).transpose()?;
+        let threads =
+            usize::try_from(threads).ok().filter(|&t| t >= 1).ok_or_else(|| value_error(format!("threads: {threads}; at least 1")))?;
         let model = &self.model;
         // An argument the head does not read is a mistake, not a no-op.
         match (&model.config.head, &roots, &aux) {
@@ -328,6 +338,17 @@ impl Bundle {
                 return Err(value_error(format!("aux: {} has a node head, which takes no auxiliary inputs", model.dir.display())))
             }
             _ => {}
+        }
+        if let Some(s) = steps.filter(|&s| s < 0) {
+            return Err(value_error(format!("steps: {s}; message-passing steps are 0 or more")));
+        }
+        if let (Some(head), Some(values)) = (model.config.hyper.graph.as_ref(), &aux) {
+            if head.aux.is_empty() {
+                return Err(value_error(format!("aux: {} has a graph head without auxiliary inputs; pass none", model.dir.display())));
+            }
+            if let Some(v) = values.iter().find(|v| !v.is_finite() || **v < 0.0) {
+                return Err(value_error(format!("aux: {v}; the auxiliary inputs ({}) are finite and not negative", head.aux.join(", "))));
+            }
         }
         // More threads than the machine has only adds contention.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -347,9 +368,25 @@ impl Bundle {
         let results = py.detach(|| -> Result<Vec<(u32, Vec<f32>)>, String> {
             let task =
                 Task::parse(&model.config.task).ok_or_else(|| format!("bundle task '{}' is not a DeepDataFlow task", model.config.task))?;
+            let mut analyzer = Analyzer::new(&graph.graph);
             let roots = match roots {
-                Some(r) => r,
-                None => Analyzer::new(&graph.graph).sampled_roots(task, 0),
+                // The roots `analyze` takes: datadep's are variables, the
+                // other tasks' instructions of a function body.
+                Some(r) => {
+                    let flow = analyzer.flow();
+                    let nodes = flow.node_count();
+                    if let Some(&bad) = r.iter().find(|&&n| n as usize >= nodes) {
+                        return Err(format!("roots: no node {bad}; the graph has {nodes}"));
+                    }
+                    if let Some(bad) =
+                        r.iter().find(|&&n| if task == Task::DataDep { n == 0 || !flow.is_variable(n) } else { !flow.is_instruction(n) })
+                    {
+                        let kind = if task == Task::DataDep { "variables" } else { "instructions of a function body" };
+                        return Err(format!("roots: node {bad} is not a {task} root; its roots are {kind}"));
+                    }
+                    r
+                }
+                None => analyzer.sampled_roots(task, 0),
             };
             let mut out = Vec::with_capacity(roots.len());
             let mut batcher = Batcher::new(BATCH_NODES);
@@ -437,9 +474,9 @@ fn read_store(
     vocabulary: PathBuf,
 ) -> PyResult<(Vec<String>, Vec<StoredInput>, Vec<(usize, u32, u32, Packed)>)> {
     let (task, split, subset) = parse_store_names(task, split, subset)?;
+    let vocab = py.detach(|| Vocabulary::load(&vocabulary)).map_err(vocab_error)?;
     py.detach(move || -> Result<_, String> {
-        let vocab = Vocabulary::load(&vocabulary).map_err(|e| e.to_string())?;
-        let dataset = Dataset::open(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        let dataset = Dataset::open(&store).map_err(|e| e.to_string())?;
         let (mut paths, mut graphs, mut examples) = (Vec::new(), Vec::new(), Vec::new());
         for record in dataset.records_in(split) {
             let record = record.map_err(|e| e.to_string())?;
@@ -473,7 +510,8 @@ fn read_store(
 #[pyfunction]
 fn store_vocabulary(py: Python<'_>, store: PathBuf, out: PathBuf) -> PyResult<usize> {
     py.detach(move || -> Result<usize, String> {
-        let dataset = Dataset::open(&store).map_err(|e| format!("{}: {e}", store.display()))?;
+        // (A dataset's errors name their file.)
+        let dataset = Dataset::open(&store).map_err(|e| e.to_string())?;
         let (v, _) = programl_dataset::vocab::build(&dataset, 1, None).map_err(|e| e.to_string())?;
         v.save(&out).map_err(|e| e.to_string())?;
         Ok(v.len())

@@ -520,3 +520,89 @@ def test_the_package_is_typed_and_versioned():
     if not os.environ.get("PROGRAML_CLANG"):
         assert f"llvm-{pg.LLVM_MAJOR}/" in os.path.realpath(shutil.which(pg._clang()))
     assert set(pg.__all__) <= set(dir(pg))
+
+
+def test_review_cases_raise_what_they_should(irs, tmp_path, monkeypatch):
+    """What a user reviewing the package found (2026-12-02): each an error
+    naming the argument, or the right result, where it was not."""
+    monkeypatch.chdir(tmp_path)
+    # One word is a path: missing, or a directory; never IR or C text.
+    (tmp_path / "d.ll").mkdir()
+    for call in (lambda: pg.from_llvm_ir("ir/missing"), lambda: pg.from_clang("p/1234"), lambda: pg.from_llvm_ir("x.LL")):
+        with pytest.raises(FileNotFoundError) as e:
+            call()
+        assert e.value.errno == errno.ENOENT
+    for call in (lambda: pg.from_llvm_ir("d.ll"), lambda: pg.from_clang("d.ll"), lambda: pg.from_clang(str(tmp_path))):
+        with pytest.raises(IsADirectoryError):
+            call()
+    # Bitcode only, in from_bitcode.
+    with pytest.raises(ValueError, match="not LLVM bitcode"):
+        pg.from_bitcode(b"")
+    with pytest.raises(ValueError, match="not LLVM bitcode"):
+        pg.from_bitcode(irs[0].read_bytes())
+    # A file name that is not UTF-8 reads, shown as the CLI shows it.
+    odd = os.fsdecode(b"h\xff.ll")
+    shutil.copy(irs[0], odd)
+    g = pg.from_llvm_ir(odd)
+    assert g.to_bytes() == pg.from_llvm_ir(irs[0].read_text(), name="h\ufffd.ll").to_bytes()
+    with pytest.raises(ValueError, match="h\ufffd.ll: not LLVM bitcode"):
+        pg.from_bitcode(tmp_path / odd)
+    # Arguments out of their range name themselves.
+    reach = pg.load_bundle(ROOT / "models/reachability")
+    with pytest.raises(ValueError, match="root: -1"):
+        pg.analyze(g, "reachability", root=-1)
+    with pytest.raises(ValueError, match="roots: -1"):
+        reach.predict(g, roots=[-1])
+    with pytest.raises(ValueError, match="roots: node 0 is not a reachability root"):
+        reach.predict(g, roots=[0])
+    variable = next(i for i, n in enumerate(g.nodes()) if n[0] == "variable")
+    with pytest.raises(ValueError, match=f"roots: node {variable} is not"):
+        reach.predict(g, roots=[variable])
+    root = pg.analyze(g, "reachability")[0]["root"]
+    with pytest.raises(ValueError, match="steps: -1"):
+        reach.predict(g, roots=[root], steps=-1)
+    with pytest.raises(ValueError, match="threads: 0"):
+        reach.predict(g, roots=[root], threads=0)
+    with pytest.raises(ValueError, match="without auxiliary inputs"):
+        pg.load_bundle(ROOT / "models/poj104").predict(g, aux=[1.0])
+    devmap = pg.load_bundle(ROOT / "models/devmap-amd")
+    k = pg.from_clang("kernel void k(global float* a) { a[get_global_id(0)] *= 2.0f; }", ["-target", "spir64", "-O1"], language="cl")
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="aux"):
+            devmap.predict(k, aux=[bad, 256.0])
+    with pytest.raises(TypeError, match=r"args\[1\]"):
+        pg.from_clang("int f(void) { return 0; }", ["-O", 2])
+    with pytest.raises(TypeError, match="bytes"):
+        pg.from_bytes(g.to_bytes("json").decode(), "json")
+    # save_graphs writes through a symbolic link, and names the path given.
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real/t.pb.gz", tmp_path / "link.pb.gz")
+    pg.save_graphs(tmp_path / "link.pb.gz", [g])
+    assert (tmp_path / "link.pb.gz").is_symlink() and pg.load_graphs(tmp_path / "real/t.pb.gz") == [g]
+    with pytest.raises(FileNotFoundError) as e:
+        pg.save_graphs(tmp_path / "nope/x.pb.gz", [g])
+    assert e.value.filename == str(tmp_path / "nope/x.pb.gz")
+    with pytest.raises(IndexError, match=r"idx_list \[5\]"):
+        pg.load_graphs(tmp_path / "link.pb.gz", idx_list=(i for i in [5]))
+    # DeepDataFlow: a file is not a store; a missing vocabulary is a
+    # FileNotFoundError; the cached vocabulary follows the store.
+    with pytest.raises(NotADirectoryError):
+        pg.DeepDataFlow(irs[0])
+    ir = tmp_path / "ir"
+    ir.mkdir()
+    half = len(irs) // 2
+    for f in irs[:half]:
+        shutil.copy(f, ir / f.name)
+    run(CLI, "dataset", "build", "--ir", ir, "--out", tmp_path / "st", "-j", "1")
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        pg.DeepDataFlow(tmp_path / "st", vocabulary=tmp_path / "nope.json")
+    first = pg.DeepDataFlow(tmp_path / "st", split="train", subset="ddf")
+    before = (tmp_path / "st/vocabulary.json").read_text()
+    for f in irs[half:]:
+        shutil.copy(f, ir / f.name)
+    run(CLI, "dataset", "build", "--ir", ir, "--out", tmp_path / "st", "-j", "1")
+    after = pg.DeepDataFlow(tmp_path / "st", split="train", subset="ddf")
+    run(CLI, "vocab", "build", tmp_path / "st", "-o", tmp_path / "fresh.json")
+    assert (tmp_path / "st/vocabulary.json").read_text() != before
+    assert json.loads((tmp_path / "st/vocabulary.json").read_text()) == json.loads((tmp_path / "fresh.json").read_text())
+    assert len(after) > len(first)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import errno
 import gzip
+import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -69,7 +69,7 @@ _check_mode = _core.check_mode
 
 def _read(path: Path, what: str) -> tuple[bytes, str]:
     try:
-        return path.read_bytes(), str(path)
+        return path.read_bytes(), _shown(path)
     except OSError as e:
         if e.errno is None:
             raise OSError(f"{path}: cannot read {what}: {e}") from e
@@ -78,26 +78,33 @@ def _read(path: Path, what: str) -> tuple[bytes, str]:
         raise type(e)(e.errno, f"cannot read {what}: {e.strerror}", str(path)) from e
 
 
-# What a file name looks like, as opposed to source or IR text: one line,
-# no spaces, a known suffix.
-_PATHISH = re.compile(r"[^\s;@%{}()]+\.(ll|bc|c|h|cc|cpp|cxx|c\+\+|hpp|hh|hxx|C|H|cl|i|ii)")
-
-
 def _missing(value: str, what: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, f"cannot read {what}: no such file (a string is read as a file when it names one)", value)
 
 
 def _named_file(value: str, what: str) -> Optional[str]:
     """The file a string names (whitespace around it and ``~`` allowed), or
-    ``None`` where it is text. One that only looks like a file name is a
-    missing file. (A too-long or odd string is never a file:
-    ``os.path.isfile`` does not raise.)"""
+    ``None`` where it is text. One word (no whitespace inside) is never
+    IR or source text, so it is a path: a directory raises
+    ``IsADirectoryError``, a missing file ``FileNotFoundError``. (A
+    too-long or odd string is never a file: ``os.path.isfile`` does not
+    raise.)"""
     name = os.path.expanduser(value.strip())
-    if "\n" not in name and os.path.isfile(name):
+    if "\n" in name:
+        return None
+    if os.path.isfile(name):
         return name
-    if _PATHISH.fullmatch(name):
+    if name and not any(c.isspace() for c in name):
+        if os.path.isdir(name):
+            raise IsADirectoryError(errno.EISDIR, f"cannot read {what}: a directory", name)
         raise _missing(name, what)
     return None
+
+
+def _shown(path: Union[str, PathLike]) -> str:
+    """A path as errors and the module's name show it: a name that is not
+    UTF-8 as the CLI shows it (U+FFFD for each undecodable byte)."""
+    return os.fsencode(path).decode("utf-8", errors="replace")
 
 
 def _read_if_path(value, what: str) -> tuple[bytes, str]:
@@ -121,9 +128,12 @@ def from_llvm_ir(text_or_path: Union[str, bytes, PathLike], *, mode: str = "pape
     on and the learned pass predicts from, so use it for
     :meth:`Bundle.predict` on IR built with ``-g``) or ``"programl-0.3"``
     (upstream 0.3.2's ``llvm2graph``, node for node). A string is read as
-    a path when it names a file (one that only looks like a file name,
-    ``x.ll``, raises ``FileNotFoundError``), else as IR text. ``name``
-    names the module in errors (default: the path, or ``<string>``).
+    a path when it names a file or is one word (no whitespace: a missing
+    file raises ``FileNotFoundError``, a directory ``IsADirectoryError``),
+    else as IR text. ``name`` is the module's identifier (default: the
+    path, or ``<string>``): errors name it, and IR without a
+    ``source_filename`` line takes it as its source file name, which the
+    graph records, as ``programl graph FILE`` does.
 
     Raises ``ValueError`` naming the input when LLVM cannot read it, an
     ``OSError`` subclass when the file cannot be read. Releases the GIL
@@ -138,14 +148,24 @@ def from_bitcode(bytes_or_path: Union[bytes, PathLike], *, mode: str = "paper", 
     """The graph of LLVM bitcode (bytes, or a ``.bc`` file's path).
 
     ``mode`` and ``name`` as :func:`from_llvm_ir`. Raises ``ValueError``
-    when LLVM cannot read it, an ``OSError`` subclass when the file cannot
-    be read.
+    when it is not bitcode or LLVM cannot read it, an ``OSError`` subclass
+    when the file cannot be read. LLVM 16's bitcode reader crashes the
+    process on some damaged files (docs/user/python.md, "Damaged
+    bitcode"): read untrusted bitcode in a child process.
     """
     _check_mode(mode)
     if isinstance(bytes_or_path, str):
         bytes_or_path = Path(bytes_or_path)
     data, shown = _read_if_path(bytes_or_path, "LLVM bitcode")
+    # (LLVM reads text as IR and nothing as an empty module.)
+    if not data.startswith(_BITCODE_MAGIC):
+        raise ValueError(f"{name or shown}: not LLVM bitcode ({len(data)} bytes, without bitcode's magic number)")
     return _core.build_ir(data, name or shown, mode)
+
+
+# Bitcode's magic numbers: raw ('BC' 0xC0DE) and the wrapper's (0x0B17C0DE,
+# little-endian).
+_BITCODE_MAGIC = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
 
 
 def _clang() -> str:
@@ -203,6 +223,9 @@ def from_clang(
     if isinstance(args, (str, bytes)):
         raise TypeError(f"args: a list of clang arguments, e.g. ['-O2'], not a string ({args!r})")
     args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in args]
+    for i, a in enumerate(args):
+        if not isinstance(a, (str, bytes)):
+            raise TypeError(f"args[{i}]: a clang argument is a string, got {type(a).__name__} ({a!r})")
     if isinstance(source, (list, tuple)):
         raise TypeError(
             "source: one source text or file path, not a list (upstream's programl.from_clang(['x.c', '-O2']) "
@@ -223,7 +246,7 @@ def from_clang(
             raise FileNotFoundError(errno.ENOENT, "cannot read the source: no such file", path)
         suffix = Path(path).suffix
         chosen = language or (None if suffix in _CLANG_KNOWS else _SUFFIX_LANGUAGE.get(suffix, "c"))
-        text, shown = None, path
+        text, shown = None, _shown(path)
     else:
         text = source.encode() if isinstance(source, str) else bytes(source)
         path, chosen, shown = "-", language or "c", "<source>"
@@ -244,6 +267,8 @@ def from_clang(
 
 def from_bytes(data: bytes, format: str = "pb") -> ProgramGraph:
     """A graph from ProGraML protobuf (``pb``, ``pbtxt``) or node-link JSON."""
+    if isinstance(data, str):
+        raise TypeError("data: the serialised graph as bytes (open(path, 'rb').read(), or text.encode()), got str")
     return ProgramGraph.from_bytes(data, format)
 
 
@@ -282,8 +307,14 @@ def save_graphs(path: PathLike, graphs: Iterable[ProgramGraph], compression: Opt
     data = _core.graph_list_bytes(graphs)
     if compression == "gz":
         data = gzip.compress(data)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    shown = path
+    # Through a symbolic link, as open(path, "wb") writes: its target is
+    # the file replaced, the link stays.
+    path = Path(os.path.realpath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot write a ProgramGraphList: {e.strerror}", os.fspath(shown)) from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -314,6 +345,7 @@ def load_graphs(path: PathLike, idx_list: Optional[Sequence[int]] = None, compre
         raise ValueError(f"{shown}: {e}") from e
     if idx_list is None:
         return graphs
+    idx_list = list(idx_list)
     try:
         return [graphs[i] for i in idx_list]
     except IndexError as e:
@@ -397,6 +429,15 @@ def load_bundle(path: PathLike) -> Bundle:
     return Bundle(Path(path))
 
 
+def _manifest_digest(store: Path) -> str:
+    """The SHA-256 of a store's manifest (empty where there is none: then
+    reading the store raises, naming it)."""
+    try:
+        return hashlib.sha256((store / "manifest.jsonl").read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 class DeepDataFlow:
     """A DeepDataFlow store (``programl dataset build``) as a map-style
     dataset of PyG ``Data`` (``len`` and indexing: what
@@ -410,7 +451,8 @@ class DeepDataFlow:
     the featurisation is the core's, which ``programl-train`` and the pass
     use. ``vocabulary``: a ``vocabulary.json`` or a bundle directory; by
     default the store's train split's vocabulary, as training builds it
-    (cached in the store as ``vocabulary.json``).
+    (cached in the store as ``vocabulary.json``, and built again when the
+    store's manifest has changed since: a resumed build added shards).
     """
 
     def __init__(
@@ -425,11 +467,22 @@ class DeepDataFlow:
         _core.check_store_names(task, split, subset)
         store = Path(store_dir)
         if not store.is_dir():
+            if store.exists():
+                raise NotADirectoryError(errno.ENOTDIR, "not a dataset store (a store is a directory, written by `programl dataset build`)", str(store))
             raise FileNotFoundError(errno.ENOENT, "not a dataset store (no such directory; `programl dataset build` writes one)", str(store))
         built = None
         if vocabulary is None:
             vocabulary = store / "vocabulary.json"
-            if not vocabulary.exists():
+            # The cache is the vocabulary of the manifest it was built from
+            # (its digest beside it): a build that resumed and added shards
+            # since makes it stale, and it is built again.
+            stamp_file = store / "vocabulary.json.manifest-sha256"
+            stamp = _manifest_digest(store)
+            try:
+                fresh = vocabulary.exists() and stamp_file.read_text().strip() == stamp
+            except OSError:
+                fresh = False
+            if not fresh:
                 # Cached in the store where it is writable; for a read-only
                 # store, built for this use and removed once read.
                 where = store if os.access(store, os.W_OK) else None
@@ -444,6 +497,9 @@ class DeepDataFlow:
                     vocabulary = built = tmp
                 else:
                     _publish(tmp, vocabulary)
+                    with tempfile.NamedTemporaryFile("w", dir=store, suffix=".tmp", delete=False) as t:
+                        t.write(stamp + "\n")
+                    _publish(Path(t.name), stamp_file)
         vocabulary = Path(vocabulary)
         if vocabulary.is_dir():
             vocabulary = vocabulary / "vocabulary.json"

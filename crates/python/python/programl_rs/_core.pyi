@@ -9,6 +9,8 @@ __version__: str
 LLVM_MAJOR: int
 
 _Format = Literal["pb", "pbtxt", "json", "dot"]
+#: What a graph is read from (dot is written only).
+_ReadFormat = Literal["pb", "pbtxt", "json"]
 _Node = Tuple[str, str, Optional[str], Optional[str], int]
 _Edge = Tuple[int, int, str, int]
 
@@ -26,12 +28,13 @@ class ProgramGraph:
     def functions(self) -> List[str]: ...
     def to_bytes(self, format: _Format = "pb") -> bytes: ...
     @staticmethod
-    def from_bytes(data: bytes, format: _Format = "pb") -> ProgramGraph: ...
+    def from_bytes(data: bytes, format: _ReadFormat = "pb") -> ProgramGraph: ...
     def to_networkx(self) -> Any:
         """A networkx.MultiDiGraph with upstream's attributes."""
     def to_pyg(self, vocabulary: Optional[Union[str, PathLike[str]]] = None) -> Any:
         """A torch_geometric.data.Data (needs torch and torch_geometric)."""
     def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
     def __reduce__(self) -> Tuple[Any, Tuple[bytes, str]]: ...
 
 class Bundle:
