@@ -99,6 +99,25 @@ pub fn cause(path: &Path, error: &io::Error) -> String {
     }
 }
 
+/// Reads a whole file that must be a regular file (or a symbolic link to
+/// one): a FIFO, a device or a directory is an `InvalidInput` error,
+/// before anything is opened. A FIFO's `open` would block until some
+/// writer came, hanging the compiler that reads a bundle (a bundle's
+/// files, a vocabulary).
+pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() { "a directory" } else { "not a regular file" };
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+    }
+    std::fs::read(path)
+}
+
+/// [`read_regular`] as UTF-8 text.
+pub fn read_regular_to_string(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_regular(path)?).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+}
+
 /// Writes `bytes` to `path` atomically.
 pub fn write_bytes_atomically(path: &Path, durability: Durability, bytes: &[u8]) -> io::Result<()> {
     write_atomically(path, durability, |w| w.write_all(bytes))

@@ -313,16 +313,41 @@ impl ProgramGraph {
     /// The functions `from` reaches through calls (itself included),
     /// never entering those in `exclude` (nor going through them): a call
     /// edge into a function's entry instruction is a call of it. A
-    /// declaration is reached as any callee is.
+    /// declaration is reached as any callee is. (For many closures of one
+    /// graph, build its [`FunctionIndex`] once.)
     pub fn call_closure(&self, from: FunctionId, exclude: &[FunctionId]) -> std::collections::BTreeSet<FunctionId> {
+        self.function_index().call_closure(from, &|f| exclude.contains(&f))
+    }
+
+    /// The graph of the functions `keep` alone: `[external]`, their nodes,
+    /// the constants their instructions use, and the edges among these
+    /// (node ids renumbered in the same order; functions renumbered, their
+    /// entries with them). For example one kernel of a module with several:
+    /// the kernel and what it calls ([`ProgramGraph::call_closure`]), the
+    /// other kernels left out. (For many subgraphs of one graph, build its
+    /// [`FunctionIndex`] once.)
+    pub fn functions_subgraph(&self, keep: &std::collections::BTreeSet<FunctionId>) -> ProgramGraph {
+        self.function_index().subgraph(keep)
+    }
+
+    /// The calls between functions and each function's nodes, computed in
+    /// one pass over the graph, for [`FunctionIndex::call_closure`] and
+    /// [`FunctionIndex::subgraph`]: each then costs the size of what it
+    /// returns, not the graph's (one closure and subgraph a kernel of a
+    /// module of thousands of kernels).
+    pub fn function_index(&self) -> FunctionIndex<'_> {
         let entries = self.entries();
         let mut entry_of: std::collections::HashMap<u32, FunctionId> =
             entries.iter().enumerate().filter_map(|(f, e)| e.map(|e| (e, f as FunctionId))).collect();
-        // A declaration's only node is its placeholder: calls reach it.
+        let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); self.functions.len()];
         for id in self.graph.node_indices() {
             let node = &self.graph[id];
+            // A declaration's only node is its placeholder: calls reach it.
             if let (Some(f), true) = (node.function, node.text == UNDEFINED_FUNCTION_TEXT) {
                 entry_of.insert(id.index() as u32, f);
+            }
+            if let Some(list) = node.function.and_then(|f| nodes.get_mut(f as usize)) {
+                list.push(id.index() as u32);
             }
         }
         let mut callees: Vec<Vec<FunctionId>> = vec![Vec::new(); self.functions.len()];
@@ -334,64 +359,12 @@ impl ProgramGraph {
                 continue;
             };
             if caller != callee {
-                callees[caller as usize].push(callee);
-            }
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        let mut stack = vec![from];
-        while let Some(f) = stack.pop() {
-            if (f != from && exclude.contains(&f)) || !seen.insert(f) {
-                continue;
-            }
-            stack.extend(callees.get(f as usize).into_iter().flatten().copied());
-        }
-        seen
-    }
-
-    /// The graph of the functions `keep` alone: `[external]`, their nodes,
-    /// the constants their instructions use, and the edges among these
-    /// (node ids renumbered in the same order; functions renumbered, their
-    /// entries with them). For example one kernel of a module with several:
-    /// the kernel and what it calls ([`ProgramGraph::call_closure`]), the
-    /// other kernels left out.
-    pub fn functions_subgraph(&self, keep: &std::collections::BTreeSet<FunctionId>) -> ProgramGraph {
-        let n = self.node_count();
-        let mut kept = vec![false; n];
-        for id in self.graph.node_indices() {
-            kept[id.index()] = id.index() == 0 || self.graph[id].function.is_some_and(|f| keep.contains(&f));
-        }
-        // Module-level nodes (constants, globals' values) that a kept
-        // function's node uses or defines.
-        for e in self.graph.edge_references() {
-            let (s, t) = (e.source().index(), e.target().index());
-            for (a, b) in [(s, t), (t, s)] {
-                if a != 0 && kept[b] && b != 0 && self.graph[NodeIndex::new(a)].function.is_none() {
-                    kept[a] = true;
+                if let Some(list) = callees.get_mut(caller as usize) {
+                    list.push(callee);
                 }
             }
         }
-        let function_ids: BTreeMap<FunctionId, FunctionId> = keep.iter().enumerate().map(|(i, &f)| (f, i as FunctionId)).collect();
-        let mut out = ProgramGraph { graph: DiGraph::default(), functions: Vec::new(), modules: self.modules.clone() };
-        let mut new_id = vec![u32::MAX; n];
-        for id in self.graph.node_indices() {
-            if kept[id.index()] {
-                let mut node = self.graph[id].clone();
-                node.function = node.function.and_then(|f| function_ids.get(&f).copied());
-                new_id[id.index()] = out.graph.add_node(node).index() as u32;
-            }
-        }
-        for e in self.graph.edge_references() {
-            let (s, t) = (new_id[e.source().index()], new_id[e.target().index()]);
-            if s != u32::MAX && t != u32::MAX {
-                out.graph.add_edge(NodeIndex::new(s as usize), NodeIndex::new(t as usize), *e.weight());
-            }
-        }
-        out.functions = keep
-            .iter()
-            .filter_map(|&f| self.functions.get(f as usize))
-            .map(|f| Function { entry: f.entry.map(|e| new_id[e as usize]).filter(|&e| e != u32::MAX), ..f.clone() })
-            .collect();
-        out
+        FunctionIndex { graph: self, callees, nodes }
     }
 
     /// Checks the invariants listed in the module docs; returns every
@@ -505,6 +478,98 @@ impl ProgramGraph {
                 None => {}
             }
         }
+    }
+}
+
+/// A graph's calls between functions and each function's nodes
+/// ([`ProgramGraph::function_index`]).
+#[derive(Debug)]
+pub struct FunctionIndex<'g> {
+    graph: &'g ProgramGraph,
+    /// Per function, the functions it calls (through call edges into their
+    /// entries or declarations' placeholders), itself left out.
+    callees: Vec<Vec<FunctionId>>,
+    /// Per function, its nodes, ascending.
+    nodes: Vec<Vec<u32>>,
+}
+
+impl FunctionIndex<'_> {
+    /// [`ProgramGraph::call_closure`], with the functions not to enter
+    /// given as a test (`from` itself is entered whatever it says).
+    pub fn call_closure(&self, from: FunctionId, exclude: &dyn Fn(FunctionId) -> bool) -> std::collections::BTreeSet<FunctionId> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![from];
+        while let Some(f) = stack.pop() {
+            if (f != from && exclude(f)) || !seen.insert(f) {
+                continue;
+            }
+            stack.extend(self.callees.get(f as usize).into_iter().flatten().copied());
+        }
+        seen
+    }
+
+    /// [`ProgramGraph::functions_subgraph`], in time of the kept
+    /// functions' nodes and their edges.
+    pub fn subgraph(&self, keep: &std::collections::BTreeSet<FunctionId>) -> ProgramGraph {
+        use petgraph::Direction::{Incoming, Outgoing};
+        let g = &self.graph.graph;
+        let in_function = |n: NodeIndex| n.index() != 0 && g[n].function.is_some();
+        let function_nodes: Vec<u32> = keep.iter().flat_map(|&f| self.nodes.get(f as usize).into_iter().flatten().copied()).collect();
+        // [`external`], and the module-level nodes (constants, globals'
+        // values) that a kept function's node uses or defines.
+        let mut kept: Vec<u32> = vec![0];
+        kept.extend(function_nodes.iter().copied());
+        for &b in &function_nodes {
+            for direction in [Incoming, Outgoing] {
+                for a in g.neighbors_directed(NodeIndex::new(b as usize), direction) {
+                    if a.index() != 0 && g[a].function.is_none() {
+                        kept.push(a.index() as u32);
+                    }
+                }
+            }
+        }
+        kept.sort_unstable();
+        kept.dedup();
+        let function_ids: BTreeMap<FunctionId, FunctionId> = keep.iter().enumerate().map(|(i, &f)| (f, i as FunctionId)).collect();
+        let mut out = ProgramGraph { graph: DiGraph::default(), functions: Vec::new(), modules: self.graph.modules.clone() };
+        let new_id: std::collections::HashMap<u32, u32> = kept
+            .iter()
+            .map(|&old| {
+                let mut node = g[NodeIndex::new(old as usize)].clone();
+                node.function = node.function.and_then(|f| function_ids.get(&f).copied());
+                (old, out.graph.add_node(node).index() as u32)
+            })
+            .collect();
+        // The edges among them, in the graph's order, each found once from
+        // its function node (every edge has one: the builder joins no
+        // module-level node to another, nor to `[external]`), so that a
+        // constant or `[external]` used by every kernel costs each kernel
+        // its own uses, not all of them.
+        let mut edges: Vec<EdgeIndex> = Vec::new();
+        for &b in &function_nodes {
+            let b = NodeIndex::new(b as usize);
+            edges.extend(g.edges_directed(b, Outgoing).filter(|e| new_id.contains_key(&(e.target().index() as u32))).map(|e| e.id()));
+            edges.extend(
+                g.edges_directed(b, Incoming)
+                    .filter(|e| !in_function(e.source()) && new_id.contains_key(&(e.source().index() as u32)))
+                    .map(|e| e.id()),
+            );
+        }
+        edges.sort_unstable();
+        for e in edges {
+            let (s, t) = g.edge_endpoints(e).expect("an edge of the graph");
+            out.graph.add_edge(
+                NodeIndex::new(new_id[&(s.index() as u32)] as usize),
+                NodeIndex::new(new_id[&(t.index() as u32)] as usize),
+                g[e],
+            );
+        }
+        out.functions = keep
+            .iter()
+            .filter_map(|&f| self.graph.functions.get(f as usize))
+            .map(|f| Function { entry: f.entry.and_then(|e| new_id.get(&e).copied()), ..f.clone() })
+            .collect();
+        out
     }
 }
 

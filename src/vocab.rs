@@ -196,7 +196,7 @@ impl Vocabulary {
     /// Loads a vocabulary file.
     pub fn load(path: impl AsRef<Path>) -> Result<Vocabulary, VocabError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| VocabError::Io { path: path.to_path_buf(), source })?;
+        let text = crate::fsutil::read_regular_to_string(path).map_err(|source| VocabError::Io { path: path.to_path_buf(), source })?;
         Vocabulary::from_json(&text, path)
     }
 

@@ -59,32 +59,11 @@ static INFER_NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
 #[llvm_plugin::plugin(name = "programl", version = "0.1.0")]
 fn plugin_registrar(builder: &mut PassBuilder) {
     builder.add_module_pipeline_parsing_callback(|name, manager| {
-        if let Some(parsed) = infer::params::parse_pass_name(name) {
-            return match parsed {
-                Ok(params) => {
-                    INFER_NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
-                    manager.add_pass(InferPass(params));
-                    PipelineParsing::Parsed
-                }
-                Err(error) => {
-                    guard::report_pipeline_error(infer::params::PASS_NAME, name, &error);
-                    PipelineParsing::NotParsed
-                }
-            };
-        }
-        match config::parse_pass_name(name) {
-            None => PipelineParsing::NotParsed,
-            Some(Ok(params)) => {
-                NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
-                manager.add_pass(GraphPass(params));
-                PipelineParsing::Parsed
-            }
-            Some(Err(error)) => {
-                // opt then fails with "unknown pass name" and exits non-zero.
-                guard::report_parse_error(name, &error);
-                PipelineParsing::NotParsed
-            }
-        }
+        // LLVM calls in through `extern "C"`: a panic here would abort.
+        guard::catch(|| parse_pipeline_element(name, manager)).unwrap_or_else(|panic| {
+            guard::report_pipeline_error("programl", name, &format_args!("internal error: {panic}"));
+            PipelineParsing::NotParsed
+        })
     });
     // The pipeline's level says whether the IR the pass sees is optimised.
     builder.add_optimizer_last_ep_callback(|manager, level| {
@@ -94,6 +73,37 @@ fn plugin_registrar(builder: &mut PassBuilder) {
     builder.add_full_lto_last_ep_callback(|manager, level| {
         manager.add_pass(InferFromEnvironment(infer::Site::FullLto, Some(!matches!(level, OptimizationLevel::O0))));
     });
+}
+
+/// One element of an `opt -passes=` pipeline: ours (parsed, or a
+/// reported error), or another's.
+fn parse_pipeline_element(name: &str, manager: &mut llvm_plugin::ModulePassManager) -> PipelineParsing {
+    if let Some(parsed) = infer::params::parse_pass_name(name) {
+        return match parsed {
+            Ok(params) => {
+                INFER_NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
+                manager.add_pass(InferPass(params));
+                PipelineParsing::Parsed
+            }
+            Err(error) => {
+                guard::report_pipeline_error(infer::params::PASS_NAME, name, &error);
+                PipelineParsing::NotParsed
+            }
+        };
+    }
+    match config::parse_pass_name(name) {
+        None => PipelineParsing::NotParsed,
+        Some(Ok(params)) => {
+            NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
+            manager.add_pass(GraphPass(params));
+            PipelineParsing::Parsed
+        }
+        Some(Err(error)) => {
+            // opt then fails with "unknown pass name" and exits non-zero.
+            guard::report_parse_error(name, &error);
+            PipelineParsing::NotParsed
+        }
+    }
 }
 
 /// `programl-graph` as named in a pipeline, with its parameters.
@@ -146,7 +156,9 @@ impl LlvmModulePass for InferFromEnvironment {
         if INFER_NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
             return PreservedAnalyses::All;
         }
-        match infer::params::from_env() {
+        let read = guard::catch(|| infer::params::from_env().map(|r| r.map_err(|e| e.to_string())))
+            .unwrap_or_else(|panic| Some(Err(format!("internal error: {panic}"))));
+        match read {
             None => PreservedAnalyses::All,
             Some(Ok(params)) => {
                 // SAFETY: as above.

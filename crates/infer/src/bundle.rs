@@ -178,7 +178,7 @@ pub(crate) fn invalid(path: &Path, detail: impl Into<String>) -> BundleError {
 /// Reads and checks `dir/config.json`.
 pub fn read_config(dir: &Path) -> Result<Config, BundleError> {
     let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|source| BundleError::Io { path: path.clone(), source })?;
+    let text = programl::fsutil::read_regular_to_string(&path).map_err(|source| BundleError::Io { path: path.clone(), source })?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&path, format!("not JSON: {e}")))?;
     let format = value.get("format").and_then(|v| v.as_str()).unwrap_or("");
     let version = value.get("version").and_then(|v| v.as_u64());
@@ -241,6 +241,12 @@ pub fn check_config(dir: &Path, config: &Config) -> Result<(), BundleError> {
     }
     if let Some(stop) = &config.hyper.stop {
         stop.check("hyper.stop").map_err(|detail| invalid(&path, detail))?;
+    }
+    // The root's input entry, as f32: an infinite one (anything past f32's
+    // range) makes every probability NaN.
+    let selector = config.hyper.selector_value;
+    if !(selector as f32).is_finite() {
+        return Err(invalid(&path, format!("hyper.selector_value {selector:e} is not a finite f32")));
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ pub struct Weights {
 impl Weights {
     /// Reads and checks `path` for a model of `hyper`.
     pub fn read(path: &Path, hyper: &Hyper) -> Result<Weights, BundleError> {
-        let bytes = std::fs::read(path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })?;
+        let bytes = programl::fsutil::read_regular(path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })?;
         let file = SafeTensors::deserialize(&bytes).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
         let mut found = BTreeMap::new();
         let mut problems = Vec::new();

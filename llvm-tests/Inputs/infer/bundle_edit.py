@@ -2,7 +2,7 @@
 
     bundle_edit.py BUNDLE key=value...
 
-Keys: vocab_size (hyper), and the provenance fields llvm_major,
+Keys: vocab_size and selector_value (hyper), and the provenance fields llvm_major,
 opaque_pointers (true/false), graph_mode, featurisation_version; head.
 """
 
@@ -15,6 +15,8 @@ for item in sys.argv[2:]:
     key, value = item.split("=", 1)
     if key == "vocab_size":
         config["hyper"]["vocab_size"] = int(value)
+    elif key == "selector_value":
+        config["hyper"]["selector_value"] = float(value)
     elif key == "head":
         config["head"] = value
     elif key in ("llvm_major", "featurisation_version"):

@@ -106,7 +106,7 @@ pub fn read(dir: &Path) -> Result<Arc<Bundle>, String> {
         return Ok(b.clone());
     }
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let text = programl::fsutil::read_regular_to_string(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let config = parse_config(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let vocabulary = Vocabulary::load(&dir.join("vocabulary.json")).map_err(|e| e.to_string())?;
     let bundle = Arc::new(Bundle { dir: canonical.clone(), config, vocabulary });

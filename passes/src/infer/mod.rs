@@ -91,8 +91,9 @@ pub struct Timings {
 /// `optimised`: whether the pipeline that runs the pass optimises (`None`
 /// when it is not known: a pass named in `opt -passes=`).
 pub unsafe fn run_pass(module: LLVMModuleRef, params: &Params, site: Site, optimised: Option<bool>) {
-    crate::logger::init();
-    let name = module_name(module);
+    // Everything in the guard: LLVM calls the pass through `extern "C"`.
+    let _ = crate::guard::catch(crate::logger::init);
+    let name = crate::guard::catch(|| module_name(module)).unwrap_or_else(|_| "<module>".to_string());
     match crate::guard::catch(|| run(module, params, site, optimised)) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::warn!(target: PASS_NAME, "{name}: {e}; module unchanged"),
@@ -131,6 +132,16 @@ pub fn llvm_major() -> u32 {
 /// node at once. Measured on a 315,549-node module, the process's peak RSS
 /// against opt's alone: 2.2-2.5 KB (docs/perf/learned-pass.md).
 const BYTES_PER_NODE: usize = 2_500;
+
+/// A probability that is NaN or infinite (weights or settings that the
+/// bundle's checks let through, arithmetic that overflowed) is no
+/// prediction: the module is left unchanged rather than annotated with it.
+fn not_finite(probabilities: &[f32]) -> Result<(), String> {
+    match probabilities.iter().find(|p| !p.is_finite()) {
+        Some(bad) => Err(format!("the model gave a probability of {bad}: its weights or settings do not make a prediction")),
+        None => Ok(()),
+    }
+}
 
 /// The failure of a module whose graph has `nodes` nodes (`exact`, else
 /// at least that many), past `max_nodes`; `what` qualifies the count.
@@ -298,6 +309,7 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<b
     let classes = config.classes.len();
     let mut flush = |batch: Batch, batch_roots: &mut Vec<u32>| -> Result<(), String> {
         let probs = model.predict(&batch, steps, p.threads, p.dtype, p.isa)?;
+        not_finite(&probs)?;
         for (g, &root) in batch_roots.iter().enumerate() {
             let offset = batch.offsets()[g] as usize;
             let probabilities = labelled.iter().map(|&n| (n, probs[(offset + n as usize) * classes + positive])).collect();
@@ -574,14 +586,14 @@ fn kernel_graphs(graph: &ProgramGraph, kernels: &[Kernel], p: &Params) -> Result
     if kernels.len() < 2 || kernels.iter().any(|k| graph.functions.get(k.id as usize).is_none_or(|f| f.name != k.name)) {
         return Ok(None);
     }
-    let ids: Vec<u32> = kernels.iter().map(|k| k.id).collect();
-    let closures: Vec<_> = ids
-        .iter()
-        .map(|&k| {
-            let others: Vec<u32> = ids.iter().copied().filter(|&x| x != k).collect();
-            graph.call_closure(k, &others)
-        })
-        .collect();
+    // One index for all the kernels: each closure and subgraph then costs
+    // its own size (a module of thousands of kernels stays linear).
+    let index = graph.function_index();
+    let mut is_kernel = vec![false; graph.functions.len()];
+    for k in kernels {
+        is_kernel[k.id as usize] = true;
+    }
+    let closures: Vec<_> = kernels.iter().map(|k| index.call_closure(k.id, &|f| is_kernel.get(f as usize) == Some(&true))).collect();
     let mut per_function = vec![0usize; graph.functions.len()];
     for n in graph.graph.node_weights() {
         if let Some(slot) = n.function.and_then(|f| per_function.get_mut(f as usize)) {
@@ -592,7 +604,7 @@ fn kernel_graphs(graph: &ProgramGraph, kernels: &[Kernel], p: &Params) -> Result
     if at_least > p.max_nodes {
         return Err(too_large(at_least, false, " (its kernels' graphs together)", p));
     }
-    Ok(Some(closures.iter().map(|c| graph.functions_subgraph(c)).collect()))
+    Ok(Some(closures.iter().map(|c| index.subgraph(c)).collect()))
 }
 
 /// A graph-level bundle (device mapping, classification): one prediction
@@ -677,6 +689,7 @@ unsafe fn run_graph(
     let clock = Instant::now();
     let every_aux: Vec<f32> = (0..inputs.len()).flat_map(|_| aux.iter().copied()).collect();
     let all = model.predict_graph(&batch, &every_aux, steps, p.threads, p.dtype, p.isa)?;
+    not_finite(&all)?;
     t.inference = ms(clock);
     let c = config.classes.len();
     if all.len() != c * inputs.len() {
@@ -1112,6 +1125,18 @@ define void @helper() {
         p.max_nodes = graph.node_count();
         let refused = super::kernel_graphs(&graph, &kernels, &p).err().expect("refused");
         assert!(refused.contains("has at least ") && refused.contains("(its kernels' graphs together), more than max_nodes="), "{refused}");
+    }
+
+    /// NaN or an infinity from a model is no prediction: the module is
+    /// left unchanged (found with a bundle whose `selector_value` was
+    /// past f32's range, refused since by the bundle's checks).
+    #[test]
+    fn a_probability_that_is_not_finite_is_no_prediction() {
+        assert!(super::not_finite(&[0.25, 0.75, 0.0, 1.0]).is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = super::not_finite(&[0.5, bad, 0.5]).unwrap_err();
+            assert!(e.contains(&format!("a probability of {bad}")), "{e}");
+        }
     }
 
     #[test]
