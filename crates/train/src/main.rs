@@ -142,8 +142,10 @@ impl Runtime {
     /// The threads, the device and the precision (`auto`'s: `auto`).
     fn apply_as(&self, auto: Precision) -> Result<tch::Device> {
         let threads = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32));
-        if threads < 1 {
-            bail!("--threads must be at least 1");
+        // Each thread has its stack and libgomp's: thousands exhaust the
+        // process's (a stack overflow, a segfault) before they could help.
+        if !(1..=MAX_THREADS).contains(&threads) {
+            bail!("--threads {threads}: from 1 to {MAX_THREADS}");
         }
         tch::set_num_threads(threads);
         let device = select_device(self.device).map_err(anyhow::Error::msg)?;
@@ -203,8 +205,9 @@ enum Command {
         #[arg(long, default_value = "ddf")]
         subset: String,
         /// Message-passing steps (default: the bundle's T, or its stopping
-        /// rule); with --stop, the cap on steps (default 200).
-        #[arg(long)]
+        /// rule); with --stop, the cap on steps (default 200). 1 to 10,000
+        /// (a bundle's own bound, `MAX_STEPS`).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_STEPS))]
         steps: Option<i64>,
         /// Adaptive depth for a DeepDataFlow bundle: each graph runs until
         /// no state entry moves by more than this in one step (or the cap,
@@ -256,7 +259,9 @@ enum Command {
         /// (device mapping); without them, the bundle's noaux/ decides.
         #[arg(long)]
         aux: Option<String>,
-        #[arg(long)]
+        /// Message-passing steps (default: the bundle's T, or its stopping
+        /// rule's cap), 1 to 10,000.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_STEPS))]
         steps: Option<i64>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -537,9 +542,26 @@ fn main() {
         std::process::exit(1);
     }
     if let Err(e) = run(cli) {
-        eprintln!("programl-train: {e:#}");
+        eprintln!("programl-train: {}", error_chain(&e));
         std::process::exit(1);
     }
+}
+
+/// An error and its causes, `outer: inner`, as anyhow's `{:#}` writes them,
+/// less a cause whose text the message before it already ends with (an
+/// error type that names its source in its own message, as
+/// `BundleError::Io` does, would say it twice).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out = format!("{out}: {text}");
+        }
+    }
+    out
 }
 
 fn parse_subset(s: &str) -> Result<Subset> {
@@ -934,6 +956,15 @@ impl DdfEval<'_> {
         if let (0, Some(n)) = (available, longer_than) {
             bail!("{}: no {} example of {task} needs more than {n} steps (--longer-than {n})", data.display(), subset.name());
         }
+        // Nothing evaluated is no score (precision and recall of nothing
+        // would read 1.0).
+        if available == 0 {
+            bail!(
+                "{}: no {} example of {task} to evaluate (no IR file read, or none with an example in this split and subset)",
+                data.display(),
+                subset.name()
+            );
+        }
         let ids: Vec<usize> = match limit {
             Some(n) if n < available => {
                 let mut ids: Vec<usize> = programl::batch::permutation(available, programl::hash::mix(seed ^ 0x6576_616c))
@@ -1031,6 +1062,12 @@ fn print_figures(f: &bench::Figures, json: bool) {
 
 /// Nodes per batch of `predict`'s roots (eval's default batch).
 const PREDICT_BATCH_NODES: usize = 10_000;
+
+/// `--steps`' bound: a bundle's (`hyper.steps`, `stop.max_steps`).
+const MAX_STEPS: i64 = programl_infer::bundle::MAX_STEPS;
+
+/// The most `--threads` take (a 1,024-core machine's worth).
+const MAX_THREADS: i32 = 1024;
 
 #[allow(clippy::too_many_arguments)]
 fn predict(

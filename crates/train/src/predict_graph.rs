@@ -32,7 +32,11 @@ fn aux_values(text: &str, names: &[String]) -> Result<Vec<f32>> {
             .iter()
             .position(|n| n == name.trim())
             .with_context(|| format!("--aux: '{}' is not one of the bundle's auxiliary inputs ({})", name.trim(), names.join(", ")))?;
-        values[i] = Some(value.trim().parse::<f32>().map_err(|_| anyhow::anyhow!("--aux {}: '{value}' is not a number", name.trim()))?);
+        // A value past f32's range, NaN or an infinity makes every
+        // probability NaN; a negative one reads as 0.
+        let number = value.trim().parse::<f32>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+        values[i] =
+            Some(number.with_context(|| format!("--aux {}: '{}' is not a finite, non-negative number", name.trim(), value.trim()))?);
     }
     values
         .into_iter()
@@ -177,7 +181,7 @@ pub fn run(
                 "{}: {} (p={:.3}, {} nodes)",
                 d["name"].as_str().unwrap(),
                 d["class"].as_str().unwrap(),
-                d["probability"].as_f64().unwrap(),
+                d["probability"].as_f64().unwrap_or(f64::NAN),
                 d["nodes"]
             );
         }

@@ -1053,3 +1053,70 @@ fn adaptive_training_ships_a_bundle_with_its_stopping_rule() {
     assert!(refused(&["--subset", "ddf-7"]).contains("--subset 'ddf-7'"));
     assert!(refused(&["--clip-norm=-2"]).contains("--clip-norm -2"));
 }
+
+/// What a user's review of `eval` and `predict` found (2026-12-02), on the
+/// shipped bundles: each an error naming its input, where there was a
+/// panic, a crash, or a score of nothing.
+#[test]
+fn eval_and_predict_refuse_what_a_review_found() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let models = root.join("models");
+    let dir = tempfile::tempdir().unwrap();
+    let failed = |cmd: &mut Command| -> String {
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "{cmd:?} succeeded: {}", String::from_utf8_lossy(&out.stdout));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    // An --aux value that would make every probability NaN (was: a panic).
+    let kernels = root.join("llvm-tests/Inputs/infer/two_kernels.cl");
+    for bad in ["transfer=1e39,wgsize=256", "transfer=inf,wgsize=256", "transfer=NaN,wgsize=1", "transfer=-5,wgsize=1"] {
+        let e = failed(trainer().args(["predict", "--model"]).arg(models.join("devmap-amd")).arg(&kernels).args(["--aux", bad]));
+        assert!(e.contains("--aux transfer") && e.contains("is not a finite, non-negative number"), "{bad}: {e}");
+    }
+    // --threads past any machine (was: a stack overflow), --steps below 1.
+    let e =
+        failed(trainer().args(["eval", "--model"]).arg(models.join("dominance")).args(["--data", "/nonexistent", "--threads", "100000"]));
+    assert!(e.contains("--threads 100000: from 1 to 1024"), "{e}");
+    for steps in ["0", "-3", "10001"] {
+        let e = failed(trainer().args(["eval", "--model"]).arg(models.join("reachability")).args([
+            "--data",
+            "/nonexistent",
+            &format!("--steps={steps}"),
+        ]));
+        assert!(e.contains("'--steps <STEPS>'"), "{steps}: {e}");
+    }
+    // A missing bundle's cause, once.
+    let e = failed(trainer().args(["predict", "--model"]).arg(dir.path().join("none")).arg(&kernels));
+    assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
+    // Nothing to score is an error, not precision 1.0 or accuracy 0.
+    let empty = dir.path().join("empty.ll");
+    std::fs::write(&empty, "not IR\n").unwrap();
+    let e = failed(trainer().args(["eval", "--model"]).arg(models.join("dominance")).arg("--data").arg(&empty));
+    assert!(e.contains("no DDF example of dominance to evaluate"), "{e}");
+    let bad = dir.path().join("bad");
+    for (class, text) in [("1", "this is not C\n"), ("2", "nor this\n")] {
+        std::fs::create_dir_all(bad.join(class)).unwrap();
+        std::fs::write(bad.join(class).join("1.cpp"), text).unwrap();
+    }
+    let e = failed(trainer().args(["eval", "--model"]).arg(models.join("poj104")).arg("--data").arg(&bad));
+    assert!(e.contains("none of its 2 programs compiled"), "{e}");
+    // A class directory linked in from elsewhere is read (was: skipped).
+    let linked = dir.path().join("linked");
+    std::fs::create_dir_all(linked.join("1")).unwrap();
+    std::fs::write(linked.join("1/1.cpp"), "int main() { int s = 0; for (int i = 0; i < 9; i++) s += i; return s; }\n").unwrap();
+    std::os::unix::fs::symlink(linked.join("1"), linked.join("2")).unwrap();
+    let out = run(trainer().args(["eval", "--model"]).arg(models.join("poj104")).arg("--data").arg(&linked).arg("--json"));
+    let v: serde_json::Value = serde_json::from_slice(out.stdout.rsplit(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!(v["programs"], 2, "{v}");
+    // A DevMap CSV value past f32's range, named with the record's own line.
+    let csv = dir.path().join("rows.csv");
+    std::fs::write(
+        &csv,
+        "benchmark,dataset,transfer,wgsize,oracle,src\nb-1,default,64,8,GPU,\"kernel void a(global int* x) {\n  x[0] = 1;\n}\"\nb-2,default,1e300,8,GPU,\"kernel void b(global int* x) { x[0] = 2; }\"\n",
+    )
+    .unwrap();
+    let e = failed(trainer().args(["eval", "--model"]).arg(models.join("devmap-amd")).arg("--data").arg(&csv));
+    assert!(e.contains("rows.csv:5: transfer '1e300' is not a non-negative number within f32's range"), "{e}");
+}

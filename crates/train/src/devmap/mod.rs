@@ -118,7 +118,12 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>> {
         (column("benchmark")?, column("dataset")?, column("transfer")?, column("wgsize")?, column("oracle")?, column("src")?);
     let mut rows = Vec::new();
     for (i, record) in reader.records().enumerate() {
-        let line = i + 2;
+        // A record's own first line (its `src` spans many); the count of
+        // records where the reader could not say.
+        let line = match &record {
+            Ok(r) => r.position().map_or(i as u64 + 2, |p| p.line()),
+            Err(e) => e.position().map_or(i as u64 + 2, |p| p.line()),
+        };
         let record = record.with_context(|| format!("{}:{line}: not a CSV record", path.display()))?;
         let field = |c: usize| record.get(c).unwrap_or("");
         let number = |c: usize, name: &str| -> Result<f64> {
@@ -126,8 +131,12 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>> {
                 .trim()
                 .parse::<f64>()
                 .ok()
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .with_context(|| format!("{}:{line}: {name} '{}' is not a non-negative number", path.display(), field(c)))
+                // The model reads it as f32: past f32's range, it would
+                // make the probabilities NaN.
+                .filter(|v| v.is_finite() && *v >= 0.0 && (*v as f32).is_finite())
+                .with_context(|| {
+                    format!("{}:{line}: {name} '{}' is not a non-negative number within f32's range", path.display(), field(c))
+                })
         };
         let gpu = match field(oracle) {
             "GPU" => true,

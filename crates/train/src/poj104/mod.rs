@@ -78,7 +78,8 @@ pub fn list(dir: &Path) -> Result<(Vec<String>, Vec<Program>)> {
     let mut classes: Vec<String> = Vec::new();
     for e in entries {
         let e = e.with_context(|| format!("{}: cannot read the directory", dir.display()))?;
-        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+        // Symbolic links followed (a class linked in from elsewhere).
+        if e.path().is_dir() {
             classes.push(e.file_name().to_string_lossy().into_owned());
         }
     }
@@ -92,7 +93,7 @@ pub fn list(dir: &Path) -> Result<(Vec<String>, Vec<Program>)> {
         let mut files: Vec<String> = std::fs::read_dir(&sub)
             .with_context(|| format!("{}: cannot read the directory", sub.display()))?
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+            .filter(|e| e.path().is_file())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|f| Path::new(f).extension().is_some_and(|x| EXTENSIONS.iter().any(|e| x == *e)))
             .collect();
@@ -853,6 +854,14 @@ pub fn eval_dir(
     let harness = Harness::new(&clang, &flags, source.prelude.as_deref().unwrap_or(""), &cache.join("ir"))?;
     let corpus = Corpus::build(classes, programs, std::slice::from_ref(&harness), None, json)?;
     let ok: Vec<usize> = (0..corpus.programs.len()).filter(|&p| corpus.graph(0, p).is_some()).collect();
+    if ok.is_empty() {
+        bail!(
+            "{}: none of its {} programs compiled ({}), so there is nothing to classify",
+            dir.display(),
+            corpus.programs.len(),
+            corpus.failures(0).iter().map(|(cause, n)| format!("{n}: {cause}")).collect::<Vec<_>>().join("; ")
+        );
+    }
     let inputs: Vec<GraphInput> = ok.iter().map(|&p| corpus.input(corpus.graph(0, p).unwrap(), &bundle.vocabulary)).collect();
     let labels: Vec<usize> = ok.iter().map(|&p| class_of[corpus.programs[p].class]).collect();
     let steps = steps.unwrap_or(bundle.model.hyper().steps);
