@@ -611,6 +611,19 @@ fn run(cli: Cli) -> Result<()> {
                 let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, longer_than, json };
                 return ddf.run(&cpu.config.task, &cpu.vocabulary, &predictor, steps, cpu.config.hyper.stop.as_ref());
             }
+            // A graph-level bundle scores whole programs: the flags that
+            // choose node-level examples would be ignored.
+            if config.hyper.graph.is_some() {
+                if let Some(flag) = [("--limit", limit.is_some()), ("--longer-than", longer_than.is_some())].iter().find(|f| f.1) {
+                    bail!(
+                        "{}: {} is a graph-level ({}) bundle; {} selects node-level (DeepDataFlow) examples",
+                        flag.0,
+                        model.display(),
+                        config.task,
+                        flag.0
+                    );
+                }
+            }
             let bundle = Bundle::load(&model, device)?;
             if bundle.config.task == poj104::TASK {
                 if data.join(programl_dataset::MANIFEST).exists() || !data.is_dir() {
@@ -644,7 +657,7 @@ fn run(cli: Cli) -> Result<()> {
                         model.clone()
                     };
                     let cpu = programl_infer::Model::open(&dir)?;
-                    return devmap::eval_cl_dir(&cpu, &runtime.infer_options()?, &data, json);
+                    return devmap::eval_cl_dir(&cpu, &programl_infer::Options { steps, ..runtime.infer_options()? }, &data, json);
                 }
                 let cpu = programl_infer::Model::open(&model)?;
                 if !data.is_file() {
@@ -653,7 +666,7 @@ fn run(cli: Cli) -> Result<()> {
                         data.display()
                     );
                 }
-                return devmap::eval_csv(&cpu, &runtime.infer_options()?, &data, json);
+                return devmap::eval_csv(&cpu, &programl_infer::Options { steps, ..runtime.infer_options()? }, &data, json);
             }
             let cpu_model = if runtime.on_cpu(device) { Some(programl_infer::Model::open(&model)?) } else { None };
             let predictor = match &cpu_model {

@@ -1119,4 +1119,9 @@ fn eval_and_predict_refuse_what_a_review_found() {
     .unwrap();
     let e = failed(trainer().args(["eval", "--model"]).arg(models.join("devmap-amd")).arg("--data").arg(&csv));
     assert!(e.contains("rows.csv:5: transfer '1e300' is not a non-negative number within f32's range"), "{e}");
+    // Flags that select node-level examples are refused, not ignored.
+    for flag in [["--limit", "1"], ["--longer-than", "3"]] {
+        let e = failed(trainer().args(["eval", "--model"]).arg(models.join("poj104")).arg("--data").arg(&linked).args(flag));
+        assert!(e.contains(&format!("{}: ", flag[0])) && e.contains("graph-level (poj104) bundle"), "{e}");
+    }
 }
