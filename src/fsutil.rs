@@ -105,12 +105,19 @@ pub fn cause(path: &Path, error: &io::Error) -> String {
 /// writer came, hanging the compiler that reads a bundle (a bundle's
 /// files, a vocabulary).
 pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
-    let meta = std::fs::metadata(path)?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking (a FIFO's open returns at once), then asked
+    // what it is: no window for a swap between the question and the read.
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() {
         let what = if meta.is_dir() { "a directory" } else { "not a regular file" };
         return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
     }
-    std::fs::read(path)
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// [`read_regular`] as UTF-8 text.

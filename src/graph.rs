@@ -509,10 +509,16 @@ impl FunctionIndex<'_> {
     }
 
     /// [`ProgramGraph::functions_subgraph`], in time of the kept
-    /// functions' nodes and their edges.
+    /// functions' nodes and their edges. It finds each edge from its end
+    /// in a function, which every edge of a graph the builder makes has;
+    /// an edge between two module-level nodes, or between one and
+    /// `[external]` (none the builder makes), is left out.
     pub fn subgraph(&self, keep: &std::collections::BTreeSet<FunctionId>) -> ProgramGraph {
         use petgraph::Direction::{Incoming, Outgoing};
         let g = &self.graph.graph;
+        if g.node_count() == 0 {
+            return self.graph.clone();
+        }
         let in_function = |n: NodeIndex| n.index() != 0 && g[n].function.is_some();
         let function_nodes: Vec<u32> = keep.iter().flat_map(|&f| self.nodes.get(f as usize).into_iter().flatten().copied()).collect();
         // [`external`], and the module-level nodes (constants, globals'

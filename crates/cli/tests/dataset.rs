@@ -356,6 +356,10 @@ fn a_resumed_build_rebuilds_shards_lost_from_the_disk() {
     let reference = all_records(out);
     let shards = Dataset::open(out).unwrap().shards().to_vec();
     assert_eq!(shards.len(), 5);
+    // One moved elsewhere and linked back: still there.
+    let moved = data.path().join("elsewhere.pgds");
+    std::fs::rename(&shards[0].path, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &shards[0].path).unwrap();
     // One deleted, one cut short: a reader names both, a resume rebuilds both.
     std::fs::remove_file(&shards[1].path).unwrap();
     let e = Dataset::open(out).unwrap().read_shard(1).unwrap_err();
@@ -374,6 +378,8 @@ fn a_resumed_build_rebuilds_shards_lost_from_the_disk() {
     let damaged = shards[3].path.with_extension("pgds.damaged");
     let why = format!("{} bytes on the disk, {} committed, the file kept as {}", bytes.len() - 10, bytes.len(), damaged.display());
     assert!(stderr.contains(&lost(&shards[3], &why)), "{stderr}");
+    assert_eq!(stderr.matches("is lost").count(), 2, "{stderr}");
+    assert!(shards[0].path.is_symlink(), "the linked shard was left as it was");
     assert_eq!(std::fs::read(&damaged).unwrap(), bytes[..bytes.len() - 10], "the damaged file is kept as it was");
     let again = shards[1].records + shards[3].records;
     let recorded = inputs_n as u32 - again;

@@ -195,14 +195,16 @@ fn set_aside_lost_shards(out: &Path, manifest: &Manifest) -> Result<Vec<LostShar
     let mut lost = Vec::new();
     for shard in &manifest.shards {
         let path = out.join(&shard.file);
-        let reason = match std::fs::symlink_metadata(&path) {
+        // (Symbolic links followed: readers follow them, and a shard moved
+        // to another disk and linked back is still there.)
+        let reason = match std::fs::metadata(&path) {
             Ok(m) if m.is_file() && m.len() == shard.bytes => continue,
             Ok(m) if m.is_file() => format!("{} bytes on the disk, {} committed", m.len(), shard.bytes),
             Ok(_) => "not a plain file".to_string(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "missing".to_string(),
             Err(e) => return Err(DatasetError::Io { path, source: e }),
         };
-        let kept_as = if reason == "missing" {
+        let kept_as = if std::fs::symlink_metadata(&path).is_err() {
             None
         } else {
             let aside = (0..)

@@ -339,8 +339,10 @@ impl Bundle {
             }
             _ => {}
         }
-        if let Some(s) = steps.filter(|&s| s < 0) {
-            return Err(value_error(format!("steps: {s}; message-passing steps are 0 or more")));
+        // The pass's and programl-train's bound: a million steps would run
+        // for hours, with the GIL released and Ctrl-C unheard.
+        if let Some(s) = steps.filter(|s| !(1..=programl_infer::bundle::MAX_STEPS).contains(s)) {
+            return Err(value_error(format!("steps: {s}; message-passing steps are 1 to {}", programl_infer::bundle::MAX_STEPS)));
         }
         if let (Some(head), Some(values)) = (model.config.hyper.graph.as_ref(), &aux) {
             if head.aux.is_empty() {
@@ -383,6 +385,16 @@ impl Bundle {
                     {
                         let kind = if task == Task::DataDep { "variables" } else { "instructions of a function body" };
                         return Err(format!("roots: node {bad} is not a {task} root; its roots are {kind}"));
+                    }
+                    // Dominance's roots are also reachable from their
+                    // function's entry (`analyze` refuses the others).
+                    if task == Task::Dominance {
+                        let eligible = analyzer.eligible_roots(task);
+                        if let Some(bad) = r.iter().find(|n| eligible.binary_search(n).is_err()) {
+                            return Err(format!(
+                                "roots: node {bad} is not a dominance root; it is not reachable from its function's entry"
+                            ));
+                        }
                     }
                     r
                 }

@@ -141,7 +141,8 @@ impl Runtime {
 
     /// The threads, the device and the precision (`auto`'s: `auto`).
     fn apply_as(&self, auto: Precision) -> Result<tch::Device> {
-        let threads = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as i32));
+        let threads =
+            self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS as usize) as i32));
         // Each thread has its stack and libgomp's: thousands exhaust the
         // process's (a stack overflow, a segfault) before they could help.
         if !(1..=MAX_THREADS).contains(&threads) {

@@ -200,7 +200,8 @@ mod tests {
         let err = |t: &str| aux_values(t, &names).unwrap_err().to_string();
         assert!(err("transfer=1").contains("'wgsize' is missing"));
         assert!(err("transfer=1,wg=2").contains("'wg' is not one of the bundle's auxiliary inputs (transfer, wgsize)"));
-        assert!(err("transfer=x,wgsize=2").contains("'x' is not a number"));
+        assert!(err("transfer=x,wgsize=2").contains("'x' is not a finite, non-negative number"));
+        assert!(err("transfer=1e39,wgsize=2").contains("'1e39' is not a finite, non-negative number"));
         assert!(err("transfer").contains("not name=value"));
     }
 }

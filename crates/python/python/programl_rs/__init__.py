@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import zlib
@@ -79,25 +80,31 @@ def _read(path: Path, what: str) -> tuple[bytes, str]:
 
 
 def _missing(value: str, what: str) -> FileNotFoundError:
-    return FileNotFoundError(errno.ENOENT, f"cannot read {what}: no such file (a string is read as a file when it names one)", value)
+    return FileNotFoundError(errno.ENOENT, f"cannot read {what}: no such file (a one-word string is read as a path; pass bytes for text)", value)
 
 
 def _named_file(value: str, what: str) -> Optional[str]:
     """The file a string names (whitespace around it and ``~`` allowed), or
-    ``None`` where it is text. One word (no whitespace inside) is never
-    IR or source text, so it is a path: a directory raises
-    ``IsADirectoryError``, a missing file ``FileNotFoundError``. (A
-    too-long or odd string is never a file: ``os.path.isfile`` does not
-    raise.)"""
+    ``None`` where it is text. One word (no whitespace inside) is read as
+    a path (IR or source text worth a graph has whitespace; pass bytes for
+    text that has none): a directory raises ``IsADirectoryError``, a
+    missing file ``FileNotFoundError``. (A too-long or odd string is never
+    a file: ``os.path.isfile`` does not raise.)"""
     name = os.path.expanduser(value.strip())
     if "\n" in name:
         return None
     if os.path.isfile(name):
         return name
     if name and not any(c.isspace() for c in name):
-        if os.path.isdir(name):
+        try:
+            st = os.stat(name)
+        except FileNotFoundError:
+            raise _missing(name, what) from None
+        except OSError as e:  # e.g. a directory on the way not searchable
+            raise type(e)(e.errno, f"cannot read {what}: {e.strerror}", name) from None
+        if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, f"cannot read {what}: a directory", name)
-        raise _missing(name, what)
+        return name  # a device or a pipe (/dev/stdin, a process substitution)
     return None
 
 
@@ -481,7 +488,9 @@ class DeepDataFlow:
             try:
                 fresh = vocabulary.exists() and stamp_file.read_text().strip() == stamp
             except OSError:
-                fresh = False
+                # No stamp: one this version did not write. A store that
+                # cannot be written keeps the vocabulary it ships with.
+                fresh = vocabulary.exists() and not os.access(store, os.W_OK)
             if not fresh:
                 # Cached in the store where it is writable; for a read-only
                 # store, built for this use and removed once read.

@@ -485,8 +485,9 @@ pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -
         return Some(graph.clone());
     }
     let others: Vec<u32> = kernels.iter().filter(|n| *n != kernel).filter_map(|n| id_of(n)).collect();
-    let keep: BTreeSet<u32> = graph.call_closure(k, &others);
-    Some(graph.functions_subgraph(&keep))
+    let index = graph.function_index();
+    let keep: BTreeSet<u32> = index.call_closure(k, &|f| others.contains(&f));
+    Some(index.subgraph(&keep))
 }
 
 impl Kernels {
