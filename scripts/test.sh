@@ -240,7 +240,11 @@ fake="$(mktemp -d)"
 printf '#!/bin/sh\necho "$*" >>"$FAKE_LOG"\ncase "$*" in *--compile-only*) echo "{\\"programs\\": 1, \\"failed\\": 0, \\"failure_rate\\": 0}" ;; esac\n' >"$fake/train"
 chmod +x "$fake/train"
 committed="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["examples_seen"])' "$root/models/poj104/checkpoint/state.json")"
+# The committed record's own epoch target (E below): 10 for the first run,
+# more once a session extends it (EPOCHS=14).
+committed_epochs="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["settings"]["epochs"])' "$root/models/poj104/checkpoint/state.json")"
 while IFS='|' read -r name seen target aside epochs want moved; do
+    want="${want//E/$committed_epochs}"
     t="$fake/$name"
     mkdir -p "$t/scripts" "$t/models/poj104/checkpoint" "$t/cache/runs"
     sed '/source "$root\/scripts\/bootstrap.sh"/d' "$root/scripts/train-poj104.sh" >"$t/scripts/train-poj104.sh"
@@ -260,8 +264,8 @@ while IFS='|' read -r name seen target aside epochs want moved; do
         ok=0
     fi
 done <<'CASES'
-fresh clone|||||10|0
-the committed record is ahead|C-1000|14|||10|1
+fresh clone|||||E|0
+the committed record is ahead|C-1000|9|||E|1
 this machine's run is ahead, extended to 14|C+1000|14|||14|0
 EPOCHS given|C+1000|14||12|12|0
 a swap killed half-way|C+1000|13|aside||13|0
