@@ -55,3 +55,22 @@ pub const LLVM_BINDIR: &str = env!("PROGRAML_LLVM_BINDIR");
 /// worker's default 2 MiB (a type nested 8,000 deep). Address space only,
 /// until touched.
 pub const WORKER_STACK: usize = 64 << 20;
+
+/// An error and its causes on one line, `outer: inner`, as anyhow's `{:#}`
+/// prints them, without a cause the text before it already ends with
+/// (errors that name a file and quote their source would otherwise say it
+/// twice). What the `programl` and `programl-train` binaries print.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.ends_with(&part) {
+            text = format!("{text}: {part}");
+        }
+        cause = c.source();
+    }
+    text
+}

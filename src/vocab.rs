@@ -226,7 +226,8 @@ mod tests {
     #[test]
     fn extending_keeps_ids_and_appends_new_texts() {
         let c = Vocabulary::from_counts(&counts(&[("load", 9), ("br", 5), ("call", 3)]), 1, None);
-        let cxx = Vocabulary::from_counts(&counts(&[("invoke", 40), ("load", 30), ("landingpad", 20), ("call", 10), ("resume", 2)]), 1, None);
+        let cxx =
+            Vocabulary::from_counts(&counts(&[("invoke", 40), ("load", 30), ("landingpad", 20), ("call", 10), ("resume", 2)]), 1, None);
         let v = c.extended(&cxx);
         assert_eq!([v.id("load"), v.id("br"), v.id("call")], [c.id("load"), c.id("br"), c.id("call")]);
         assert_eq!([v.id("invoke"), v.id("landingpad"), v.id("resume")], [4, 5, 6]);

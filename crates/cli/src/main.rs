@@ -150,20 +150,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// `e` and its causes on one line, as `{e:#}` prints them, without a cause
-/// its message already ends with (errors that name a file and quote their
-/// source, such as the dataset's, would otherwise say it twice).
+/// `e` and its causes on one line ([`programl::error_line`]).
 fn message(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if text.is_empty() {
-            text = part;
-        } else if !text.ends_with(&part) {
-            text = format!("{text}: {part}");
-        }
-    }
-    text
+    programl::error_line(e.as_ref())
 }
 
 /// Standard output, locked; its write errors name it (`<stdout>: cannot

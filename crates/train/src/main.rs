@@ -543,26 +543,9 @@ fn main() {
         std::process::exit(1);
     }
     if let Err(e) = run(cli) {
-        eprintln!("programl-train: {}", error_chain(&e));
+        eprintln!("programl-train: {}", programl::error_line(e.as_ref()));
         std::process::exit(1);
     }
-}
-
-/// An error and its causes, `outer: inner`, as anyhow's `{:#}` writes them,
-/// less a cause whose text the message before it already ends with (an
-/// error type that names its source in its own message, as
-/// `BundleError::Io` does, would say it twice).
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.is_empty() {
-            out = text;
-        } else if !out.ends_with(&text) {
-            out = format!("{out}: {text}");
-        }
-    }
-    out
 }
 
 fn parse_subset(s: &str) -> Result<Subset> {
