@@ -12,7 +12,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use llvm_plugin::inkwell::module::Module;
+use inkwell::module::Module;
 use programl::builder::{build, BuildOptions};
 use programl::format::{write_graph, Format};
 use programl::fsutil::{write_atomically, Durability};

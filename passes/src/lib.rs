@@ -44,11 +44,12 @@ pub mod graph;
 pub mod guard;
 pub mod infer;
 pub mod logger;
-
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use llvm_plugin::inkwell::module::Module;
-use llvm_plugin::{LlvmModulePass, ModuleAnalysisManager, OptimizationLevel, PassBuilder, PipelineParsing, PreservedAnalyses};
+use inkwell::llvm_sys::prelude::LLVMModuleRef;
+use inkwell::module::Module;
 
 /// Set once a pipeline names `programl-graph`: the extension-point instance
 /// then stands down, so a module never gets two graphs.
@@ -56,120 +57,250 @@ static NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
 /// The same for `programl-infer`.
 static INFER_NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
 
-#[llvm_plugin::plugin(name = "programl", version = "0.1.0")]
-fn plugin_registrar(builder: &mut PassBuilder) {
-    builder.add_module_pipeline_parsing_callback(|name, manager| {
-        // LLVM calls in through `extern "C"`: a panic here would abort.
-        guard::catch(|| parse_pipeline_element(name, manager)).unwrap_or_else(|panic| {
-            guard::report_pipeline_error("programl", name, &format_args!("internal error: {panic}"));
-            PipelineParsing::NotParsed
-        })
-    });
-    // The pipeline's level says whether the IR the pass sees is optimised.
-    builder.add_optimizer_last_ep_callback(|manager, level| {
-        manager.add_pass(GraphAtOptimizerLast);
-        manager.add_pass(InferFromEnvironment(infer::Site::OptimizerLast, Some(!matches!(level, OptimizationLevel::O0))));
-    });
-    builder.add_full_lto_last_ep_callback(|manager, level| {
-        manager.add_pass(InferFromEnvironment(infer::Site::FullLto, Some(!matches!(level, OptimizationLevel::O0))));
-    });
+// src/shim.cc: registration and the passes' C++ classes, which call back
+// into the `programl_passes_*` functions below.
+extern "C" {
+    fn programl_passes_register(builder: *mut c_void);
+    fn programl_passes_api_version() -> u32;
 }
 
-/// One element of an `opt -passes=` pipeline: ours (parsed, or a
-/// reported error), or another's.
-fn parse_pipeline_element(name: &str, manager: &mut llvm_plugin::ModulePassManager) -> PipelineParsing {
+/// What LLVM's `PassPlugin.h` expects of a plugin (`llvm::PassPluginLibraryInfo`).
+#[repr(C)]
+pub struct PassPluginLibraryInfo {
+    api_version: u32,
+    plugin_name: *const c_char,
+    plugin_version: *const c_char,
+    register: unsafe extern "C" fn(*mut c_void),
+}
+
+/// The plugin's entry: `opt -load-pass-plugin`, `clang -fpass-plugin`, and
+/// `lld --load-pass-plugin` call it once. Registration does no other work.
+#[no_mangle]
+pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
+    PassPluginLibraryInfo {
+        // SAFETY: returns a constant.
+        api_version: unsafe { programl_passes_api_version() },
+        plugin_name: c"programl".as_ptr(),
+        plugin_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast(),
+        register: programl_passes_register,
+    }
+}
+
+/// One pass of the plugin, as its C++ class (shim.cc) holds it.
+struct Pass {
+    kind: Kind,
+    /// Its element in a printed pipeline (`-print-pipeline-passes`), which
+    /// `opt` parses back: as named, or what the environment configured.
+    text: String,
+}
+
+enum Kind {
+    /// `programl-graph` as named in a pipeline, with its parameters.
+    Graph(config::Params),
+    /// `programl-graph` at the `OptimizerLast` extension point (clang).
+    GraphAtOptimizerLast,
+    /// `programl-infer` as named in a pipeline, with its parameters.
+    Infer(infer::params::Params),
+    /// `programl-infer` configured by `PROGRAML_INFER`, at `OptimizerLast`
+    /// (clang at every -O level, opt's default pipelines) and at the
+    /// full-LTO extension point (lld's `-flto` link, opt's `lto<...>`);
+    /// stands down when the pipeline names the pass itself. The second
+    /// field: whether the pipeline optimises (its level above -O0).
+    InferFromEnvironment(infer::Site, bool),
+}
+
+impl Kind {
+    /// shim.cc's class for it: 0 `programl-graph`, 1 `programl-infer`.
+    fn class(&self) -> c_uint {
+        match self {
+            Kind::Graph(_) | Kind::GraphAtOptimizerLast => 0,
+            Kind::Infer(_) | Kind::InferFromEnvironment(..) => 1,
+        }
+    }
+}
+
+fn into_raw(pass: Pass) -> *mut c_void {
+    Box::into_raw(Box::new(pass)).cast()
+}
+
+/// One element of a pipeline (`opt -passes=`): 0 not ours, 1 ours (the
+/// pass and its class set), 2 ours and refused (reported on stderr).
+///
+/// # Safety
+/// `name` points to `len` readable bytes; `class` and `pass` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn programl_passes_parse(name: *const c_char, len: usize, class: *mut c_uint, pass: *mut *mut c_void) -> c_int {
+    // SAFETY: as the caller promises.
+    let bytes = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
+    let Ok(name) = std::str::from_utf8(bytes) else { return 0 };
+    // LLVM calls in through `extern "C"`: a panic here would abort.
+    let parsed = guard::catch(|| parse_pipeline_element(name)).unwrap_or_else(|panic| {
+        guard::report_pipeline_error("programl", name, &format_args!("internal error: {panic}"));
+        Err(())
+    });
+    match parsed {
+        Ok(None) => 0,
+        Ok(Some(kind)) => {
+            // SAFETY: as the caller promises.
+            unsafe {
+                *class = kind.class();
+                *pass = into_raw(Pass { kind, text: name.to_string() });
+            }
+            1
+        }
+        Err(()) => 2,
+    }
+}
+
+/// Ours (`Some`), another's (`None`), or ours and refused (reported).
+fn parse_pipeline_element(name: &str) -> Result<Option<Kind>, ()> {
     if let Some(parsed) = infer::params::parse_pass_name(name) {
         return match parsed {
             Ok(params) => {
                 INFER_NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
-                manager.add_pass(InferPass(params));
-                PipelineParsing::Parsed
+                Ok(Some(Kind::Infer(params)))
             }
             Err(error) => {
                 guard::report_pipeline_error(infer::params::PASS_NAME, name, &error);
-                PipelineParsing::NotParsed
+                Err(())
             }
         };
     }
     match config::parse_pass_name(name) {
-        None => PipelineParsing::NotParsed,
+        None => Ok(None),
         Some(Ok(params)) => {
             NAMED_IN_PIPELINE.store(true, Ordering::Relaxed);
-            manager.add_pass(GraphPass(params));
-            PipelineParsing::Parsed
+            Ok(Some(Kind::Graph(params)))
         }
         Some(Err(error)) => {
             // opt then fails with "unknown pass name" and exits non-zero.
             guard::report_parse_error(name, &error);
-            PipelineParsing::NotParsed
+            Err(())
         }
     }
 }
 
-/// `programl-graph` as named in a pipeline, with its parameters.
-struct GraphPass(config::Params);
-
-impl LlvmModulePass for GraphPass {
-    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
-        guard::run(|| graph::write_module_graph(module, &self.0));
-        PreservedAnalyses::All
+/// The passes an extension point adds (`site` 0: `OptimizerLast`, 1: full
+/// LTO's last), each only where the environment turns it on (or sets it
+/// wrong, which it then reports), so that a pipeline of a plugin the
+/// environment leaves off prints and runs as without it.
+///
+/// # Safety
+/// `graph` and `infer` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn programl_passes_extension(site: c_uint, optimised: c_int, graph: *mut *mut c_void, infer: *mut *mut c_void) {
+    let (g, i) = guard::catch(|| extension_passes(site, optimised != 0)).unwrap_or_else(|panic| {
+        guard::warn(&format_args!("internal error, no pass added: {panic}"));
+        (None, None)
+    });
+    // SAFETY: as the caller promises.
+    unsafe {
+        *graph = g.map_or(std::ptr::null_mut(), into_raw);
+        *infer = i.map_or(std::ptr::null_mut(), into_raw);
     }
 }
 
-/// `programl-graph` added at the `OptimizerLast` extension point (clang).
-struct GraphAtOptimizerLast;
+fn extension_passes(site: c_uint, optimised: bool) -> (Option<Pass>, Option<Pass>) {
+    let infer_text = std::env::var_os(infer::params::ENV_INFER).filter(|_| infer::params::env_enabled());
+    let infer = infer_text.map(|text| {
+        let site = if site == 0 { infer::Site::OptimizerLast } else { infer::Site::FullLto };
+        let text = format!("{}<{}>", infer::params::PASS_NAME, text.to_string_lossy().trim());
+        Pass { kind: Kind::InferFromEnvironment(site, optimised), text }
+    });
+    // The graph's instance: at OptimizerLast only, on unless
+    // `PROGRAML_GRAPH_AUTO` is off, and then not beside the learned pass's
+    // unless a `PROGRAML_GRAPH_*` variable asks for it.
+    let graph_on = site == 0
+        && match config::auto_enabled() {
+            Ok(on) => on && !(infer.is_some() && !config::any_graph_variable()),
+            Err(_) => true,
+        };
+    let graph = graph_on.then(|| Pass { kind: Kind::GraphAtOptimizerLast, text: config::PASS_NAME.to_string() });
+    (graph, infer)
+}
 
-impl LlvmModulePass for GraphAtOptimizerLast {
-    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
-        if !NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
-            guard::run(|| {
-                if config::auto_enabled()? && !(infer::params::env_enabled() && !config::any_graph_variable()) {
-                    graph::write_module_graph(module, &config::Params::default())?;
-                }
-                Ok::<(), graph::GraphError>(())
-            });
+/// Runs a pass on a module: 1 when it preserved every analysis. Never
+/// unwinds: the passes catch their own panics ([`guard`]).
+///
+/// # Safety
+/// `pass` came from this file and is alive; `module` is valid for the call.
+#[no_mangle]
+pub unsafe extern "C" fn programl_passes_run(pass: *mut c_void, module: LLVMModuleRef) -> c_int {
+    // SAFETY: as the caller promises.
+    let pass = unsafe { &*pass.cast::<Pass>() };
+    // Borrowed from the pass manager: never disposed here.
+    // SAFETY: as the caller promises.
+    let borrowed = ManuallyDrop::new(unsafe { Module::new(module) });
+    let all = match &pass.kind {
+        Kind::Graph(params) => {
+            guard::run(|| graph::write_module_graph(&borrowed, params));
+            true
         }
-        PreservedAnalyses::All
-    }
-}
-
-/// `programl-infer` as named in a pipeline, with its parameters.
-struct InferPass(infer::params::Params);
-
-impl LlvmModulePass for InferPass {
-    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
-        // SAFETY: the pass manager hands over a valid module for this call.
-        unsafe { infer::run_pass(module.as_mut_ptr(), &self.0, infer::Site::Pipeline, None) };
-        PreservedAnalyses::None
-    }
-}
-
-/// `programl-infer` configured by `PROGRAML_INFER`, at `OptimizerLast`
-/// (clang at every -O level, opt's default pipelines) and at the full-LTO
-/// extension point (lld's `-flto` link, opt's `lto<...>`). Does nothing
-/// unless the variable is set, or when the pipeline names the pass itself.
-/// The second field: whether the pipeline optimises (its level above -O0).
-struct InferFromEnvironment(infer::Site, Option<bool>);
-
-impl LlvmModulePass for InferFromEnvironment {
-    fn run_pass(&self, module: &mut Module<'_>, _: &ModuleAnalysisManager) -> PreservedAnalyses {
-        if INFER_NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
-            return PreservedAnalyses::All;
-        }
-        let read = guard::catch(|| infer::params::from_env().map(|r| r.map_err(|e| e.to_string())))
-            .unwrap_or_else(|panic| Some(Err(format!("internal error: {panic}"))));
-        match read {
-            None => PreservedAnalyses::All,
-            Some(Ok(params)) => {
-                // SAFETY: as above.
-                unsafe { infer::run_pass(module.as_mut_ptr(), &params, self.0, self.1) };
-                PreservedAnalyses::None
+        Kind::GraphAtOptimizerLast => {
+            if !NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
+                guard::run(|| {
+                    // Rechecked here: the variable may be set wrong.
+                    if config::auto_enabled()? {
+                        graph::write_module_graph(&borrowed, &config::Params::default())?;
+                    }
+                    Ok::<(), graph::GraphError>(())
+                });
             }
-            Some(Err(error)) => {
-                logger::init();
-                log::warn!(target: infer::params::PASS_NAME, "{}: {error}; no prediction", infer::params::ENV_INFER);
-                PreservedAnalyses::All
-            }
+            true
         }
+        Kind::Infer(params) => {
+            // SAFETY: as above.
+            unsafe { infer::run_pass(module, params, infer::Site::Pipeline, None) };
+            false
+        }
+        Kind::InferFromEnvironment(site, optimised) => run_from_environment(module, *site, *optimised),
+    };
+    all as c_int
+}
+
+fn run_from_environment(module: LLVMModuleRef, site: infer::Site, optimised: bool) -> bool {
+    if INFER_NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
+        return true;
+    }
+    let read = guard::catch(|| infer::params::from_env().map(|r| r.map_err(|e| e.to_string())))
+        .unwrap_or_else(|panic| Some(Err(format!("internal error: {panic}"))));
+    match read {
+        None => true,
+        Some(Ok(params)) => {
+            // SAFETY: the pass manager hands over a valid module for this call.
+            unsafe { infer::run_pass(module, &params, site, Some(optimised)) };
+            false
+        }
+        Some(Err(error)) => {
+            let _ = guard::catch(logger::init);
+            log::warn!(target: infer::params::PASS_NAME, "{}: {error}; no prediction", infer::params::ENV_INFER);
+            true
+        }
+    }
+}
+
+/// The pass's element in a printed pipeline, as UTF-8 (valid while it lives).
+///
+/// # Safety
+/// `pass` came from this file and is alive; `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn programl_passes_text(pass: *mut c_void, len: *mut usize) -> *const c_char {
+    // SAFETY: as the caller promises.
+    let pass = unsafe { &*pass.cast::<Pass>() };
+    // SAFETY: as the caller promises.
+    unsafe { *len = pass.text.len() };
+    pass.text.as_ptr().cast()
+}
+
+/// Frees a pass (its C++ class's destructor).
+///
+/// # Safety
+/// `pass` came from this file and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn programl_passes_drop(pass: *mut c_void) {
+    if !pass.is_null() {
+        // SAFETY: as the caller promises.
+        let pass = unsafe { Box::from_raw(pass.cast::<Pass>()) };
+        let _ = guard::catch(move || drop(pass));
     }
 }

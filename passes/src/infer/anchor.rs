@@ -21,8 +21,8 @@
 
 use std::collections::HashMap;
 
-use llvm_plugin::inkwell::llvm_sys::core::*;
-use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use inkwell::llvm_sys::core::*;
+use inkwell::llvm_sys::prelude::*;
 use petgraph::graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use programl::graph::{Flow, NodeKind, ProgramGraph};

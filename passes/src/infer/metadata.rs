@@ -50,8 +50,8 @@
 
 use std::ffi::{c_char, CString};
 
-use llvm_plugin::inkwell::llvm_sys::core::*;
-use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use inkwell::llvm_sys::core::*;
+use inkwell::llvm_sys::prelude::*;
 use programl::analysis::Task;
 
 use super::anchor;

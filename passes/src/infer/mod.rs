@@ -34,8 +34,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use llvm_plugin::inkwell::llvm_sys::core::*;
-use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use inkwell::llvm_sys::core::*;
+use inkwell::llvm_sys::prelude::*;
 use programl::analysis::{labelled_nodes, Analyzer, Task};
 use programl::batch::{Batch, Batcher, GraphInput, Sample};
 use programl::builder::{build_raw, BuildOptions};
@@ -774,7 +774,7 @@ unsafe fn mostly_optnone(module: LLVMModuleRef) -> bool {
         let startup = !section.is_null() && std::ffi::CStr::from_ptr(section).to_bytes().starts_with(b".text.startup");
         if LLVMIsDeclaration(f) == 0 && !startup {
             defined += 1;
-            marked += !LLVMGetEnumAttributeAtIndex(f, llvm_plugin::inkwell::llvm_sys::LLVMAttributeFunctionIndex, kind).is_null() as usize;
+            marked += !LLVMGetEnumAttributeAtIndex(f, inkwell::llvm_sys::LLVMAttributeFunctionIndex, kind).is_null() as usize;
         }
         f = LLVMGetNextFunction(f);
     }
@@ -1053,8 +1053,8 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use llvm_plugin::inkwell::context::Context;
-    use llvm_plugin::inkwell::memory_buffer::MemoryBuffer;
+    use inkwell::context::Context;
+    use inkwell::memory_buffer::MemoryBuffer;
 
     const KERNELS: &str = r#"
 define spir_kernel void @k(ptr %p) {
@@ -1065,12 +1065,7 @@ define void @helper() {
 }
 "#;
 
-    fn annotate(
-        module: &llvm_plugin::inkwell::module::Module<'_>,
-        task: &str,
-        classes: &[&str],
-        probabilities: &[f32],
-    ) -> Result<usize, String> {
+    fn annotate(module: &inkwell::module::Module<'_>, task: &str, classes: &[&str], probabilities: &[f32]) -> Result<usize, String> {
         let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
         let entry =
             super::metadata::ModelEntry { task, format: "programl-model", version: 1, head: "graph", steps: 6, graph: "0123456789abcdef" };
