@@ -584,13 +584,20 @@ fn run(cli: Cli) -> Result<()> {
                 if let Some(t) = stop.filter(|t| !(t.is_finite() && *t >= 0.0)) {
                     bail!("--stop {t}: the tolerance is a finite value ≥ 0");
                 }
-                let cpu = match stop {
-                    Some(tolerance) => programl_infer::Model::open_with(&model, |c| {
+                // `--steps` caps the rule: the bundle's, or `--stop`'s. The
+                // cap goes into the rule, so the report names the one run.
+                let cpu = match (stop, steps) {
+                    (Some(tolerance), _) => programl_infer::Model::open_with(&model, |c| {
                         c.hyper.stop = Some(programl_infer::config::Stop { tolerance, max_steps: steps.unwrap_or(200) })
                     })?,
-                    None => programl_infer::Model::open(&model)?,
+                    (None, Some(cap)) => programl_infer::Model::open_with(&model, |c| {
+                        if let Some(rule) = c.hyper.stop.as_mut() {
+                            rule.max_steps = cap;
+                        }
+                    })?,
+                    (None, None) => programl_infer::Model::open(&model)?,
                 };
-                let steps = if stop.is_some() { None } else { steps };
+                let steps = None;
                 let predictor = engine::Predictor::Cpu(&cpu, runtime.infer_options()?);
                 let ddf = DdfEval { data: &data, subset: &subset, split: &split, seed, batch_nodes, limit, longer_than, json };
                 return ddf.run(&cpu.config.task, &cpu.vocabulary, &predictor, steps, cpu.config.hyper.stop.as_ref());

@@ -60,6 +60,14 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
             let kernels = if per_kernel { sources::kernel_names(&module.print_to_string().to_string()) } else { Vec::new() };
             (graph, kernels)
         }
+        // OpenCL is device mapping's input; another task's bundle was not
+        // trained on such code, nor does it record how to compile it.
+        "cl" if !per_kernel => bail!(
+            "{name}: an OpenCL kernel file, and {} is a {} bundle: give it IR (.ll, .bc){}",
+            bundle.dir.display(),
+            bundle.config.task,
+            bundle.config.source.as_ref().map_or(String::new(), |s| format!(" or a source its compiler takes ({})", s.compiler))
+        ),
         "cl" => {
             let root = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let unit = sources::Unit {

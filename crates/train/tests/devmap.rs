@@ -332,6 +332,17 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     for key in ["rows", "rows_failed", "error", "files"] {
         assert_eq!(by_noaux[key], e[key], "{key}: {by_noaux} against {e}");
     }
+    // A file without a kernel is counted by its cause and is no row (it has
+    // nothing to map); a name that is not UTF-8 is a failed row, by its
+    // cause (the compile cache keys a file by its name as text).
+    std::fs::write(kernels.join("cpu/helpers.cl"), "float twice(float x) { return x * 2.0f; }\n").unwrap();
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::write(kernels.join("gpu").join(std::ffi::OsStr::from_bytes(b"\xff.cl")), "__kernel void e(__global int *q) { q[1] = 2; }\n")
+        .unwrap();
+    let more = eval_json(&noaux, &kernels, Some(&cache));
+    assert_eq!((more["files"].as_u64(), more["rows"].as_u64(), more["rows_failed"].as_u64()), (Some(5), Some(5), Some(2)), "{more}");
+    assert_eq!(more["kernel_failures"]["no kernel in the file"].as_u64(), Some(1), "{more}");
+    assert_eq!(more["kernel_failures"]["file name is not UTF-8"].as_u64(), Some(1), "{more}");
 }
 
 /// The rows of the first `programs` distinct programs (the benchmark's

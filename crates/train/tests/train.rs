@@ -884,6 +884,15 @@ fn eval_longer_than_keeps_only_the_long_examples() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let all = json(&[]);
+    // `--steps` caps the bundle's rule, and the report names that cap.
+    let capped = json(&["--steps", "2"]);
+    assert_eq!(capped["steps"], serde_json::Value::Null, "{capped}");
+    assert_eq!(capped["stop"]["max_steps"], 2, "{capped}");
+    assert_eq!(capped["stop"]["tolerance"], all["stop"]["tolerance"], "{capped}");
+    assert_ne!(all["stop"]["max_steps"], 2, "{all}");
+    for b in capped["by_steps"].as_array().unwrap() {
+        assert!(b["mean_steps_run"].as_f64().unwrap() <= 2.0, "{b}");
+    }
     let zero = json(&["--longer-than", "0"]);
     for k in ["tp", "fp", "fn", "examples"] {
         assert_eq!(all[k], zero[k], "{k}");
@@ -1111,6 +1120,23 @@ fn eval_and_predict_refuse_what_a_review_found() {
     let out = run(trainer().args(["eval", "--model"]).arg(models.join("poj104")).arg("--data").arg(&linked).arg("--json"));
     let v: serde_json::Value = serde_json::from_slice(out.stdout.rsplit(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap()).unwrap();
     assert_eq!(v["programs"], 2, "{v}");
+    // A program whose file name is not UTF-8 is read and classified (was:
+    // looked for under its lossy name).
+    use std::os::unix::ffi::OsStrExt;
+    let odd = dir.path().join("odd");
+    std::fs::create_dir_all(odd.join("1")).unwrap();
+    std::fs::write(
+        odd.join("1").join(std::ffi::OsStr::from_bytes(b"\xff.cpp")),
+        "int main() { int s = 1; for (int i = 1; i < 7; i++) s *= i; return s; }\n",
+    )
+    .unwrap();
+    let out = run(trainer().args(["eval", "--model"]).arg(models.join("poj104")).arg("--data").arg(&odd).arg("--json"));
+    let v: serde_json::Value = serde_json::from_slice(out.stdout.rsplit(|&b| b == b'\n').find(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!((v["programs"].as_u64(), v["examples"].as_u64()), (Some(1), Some(1)), "{v}");
+    // OpenCL to a bundle of another task: refused by name (was: compiled as
+    // device mapping's kernels and classified).
+    let e = failed(trainer().args(["predict", "--model"]).arg(models.join("poj104")).arg(&kernels));
+    assert!(e.contains("an OpenCL kernel file, and") && e.contains("is a poj104 bundle"), "{e}");
     // A DevMap CSV value past f32's range, named with the record's own line.
     let csv = dir.path().join("rows.csv");
     std::fs::write(

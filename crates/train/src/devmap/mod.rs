@@ -1849,10 +1849,16 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
     for (label, gpu) in [("cpu", false), ("gpu", true)] {
         let sub = dir.join(label);
         let Ok(entries) = std::fs::read_dir(&sub) else { continue };
-        let mut names: Vec<String> =
-            entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".cl")).collect();
+        // A name that is not UTF-8 cannot go into the compile's cache key
+        // (sources::Unit): such a file is a failure by that cause, by name.
+        let mut names: Vec<(String, bool)> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .filter(|n| n.as_encoded_bytes().ends_with(b".cl"))
+            .map(|n| (n.to_string_lossy().into_owned(), n.to_str().is_some()))
+            .collect();
         names.sort();
-        files.extend(names.into_iter().map(|n| (label, n, gpu)));
+        files.extend(names.into_iter().map(|(n, utf8)| (label, n, gpu, utf8)));
     }
     if files.is_empty() {
         bail!("{}: no DIR/cpu/*.cl or DIR/gpu/*.cl files", dir.display());
@@ -1860,8 +1866,13 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
     let clang = clang();
     let mut graphs: Vec<(String, Option<ProgramGraph>, bool)> = Vec::new();
     let mut failures: BTreeMap<String, usize> = BTreeMap::new();
-    for (label, file, gpu) in &files {
+    for (label, file, gpu, utf8) in &files {
         let name = format!("{label}/{file}");
+        if !utf8 {
+            *failures.entry("file name is not UTF-8".into()).or_default() += 1;
+            graphs.push((name, None, *gpu));
+            continue;
+        }
         let unit = sources::Unit {
             dir: label.to_string(),
             file: file.clone(),
@@ -1874,10 +1885,10 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
                 *failures.entry(cause).or_default() += 1;
                 graphs.push((name, None, *gpu));
             }
-            Ok((graph, kernels)) if kernels.is_empty() => {
+            // Compiled, and nothing to map to a device: counted, not a row
+            // (a file that does not compile is one row, its kernels unknown).
+            Ok((_, kernels)) if kernels.is_empty() => {
                 *failures.entry("no kernel in the file".into()).or_default() += 1;
-                graphs.push((name, None, *gpu));
-                drop(graph);
             }
             Ok((graph, kernels)) => {
                 for k in &kernels {

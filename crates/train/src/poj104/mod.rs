@@ -75,12 +75,14 @@ pub fn split_of(rel: &str) -> Split {
 /// number) and programs of `dir`. Files that are not sources are skipped.
 pub fn list(dir: &Path) -> Result<(Vec<String>, Vec<Program>)> {
     let entries = std::fs::read_dir(dir).with_context(|| format!("{}: cannot read the directory", dir.display()))?;
-    let mut classes: Vec<String> = Vec::new();
+    // Names as text (lossily, for classes and messages); paths as the
+    // directory gives them, so that a name that is not UTF-8 still reads.
+    let mut classes: Vec<(String, PathBuf)> = Vec::new();
     for e in entries {
         let e = e.with_context(|| format!("{}: cannot read the directory", dir.display()))?;
         // Symbolic links followed (a class linked in from elsewhere).
         if e.path().is_dir() {
-            classes.push(e.file_name().to_string_lossy().into_owned());
+            classes.push((e.file_name().to_string_lossy().into_owned(), e.path()));
         }
     }
     if classes.is_empty() {
@@ -88,31 +90,31 @@ pub fn list(dir: &Path) -> Result<(Vec<String>, Vec<Program>)> {
     }
     sort_names(&mut classes);
     let mut programs = Vec::new();
-    for (c, class) in classes.iter().enumerate() {
-        let sub = dir.join(class);
-        let mut files: Vec<String> = std::fs::read_dir(&sub)
+    for (c, (class, sub)) in classes.iter().enumerate() {
+        let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(sub)
             .with_context(|| format!("{}: cannot read the directory", sub.display()))?
             .filter_map(|e| e.ok())
             .filter(|e| e.path().is_file())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|f| Path::new(f).extension().is_some_and(|x| EXTENSIONS.iter().any(|e| x == *e)))
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .filter(|(_, path)| path.extension().is_some_and(|x| EXTENSIONS.iter().any(|e| x == *e)))
             .collect();
         sort_names(&mut files);
-        for f in files {
-            programs.push(Program { class: c, rel: format!("{class}/{f}"), path: sub.join(&f) });
+        for (f, path) in files {
+            programs.push(Program { class: c, rel: format!("{class}/{f}"), path });
         }
     }
     if programs.is_empty() {
         bail!("{}: no programs (*.cpp, *.cc, *.c) in its class subdirectories", dir.display());
     }
-    Ok((classes, programs))
+    Ok((classes.into_iter().map(|(name, _)| name).collect(), programs))
 }
 
-/// Numeric order where a name's stem is a number, then by name.
-fn sort_names(names: &mut [String]) {
-    names.sort_by_key(|n| {
+/// Numeric order where a name's stem is a number, then by name (then by
+/// path: two names that are not UTF-8 may read the same).
+fn sort_names(entries: &mut [(String, PathBuf)]) {
+    entries.sort_by_key(|(n, path)| {
         let stem = n.split('.').next().unwrap_or(n);
-        (stem.parse::<u64>().unwrap_or(u64::MAX), n.clone())
+        (stem.parse::<u64>().unwrap_or(u64::MAX), n.clone(), path.clone())
     });
 }
 
