@@ -31,12 +31,14 @@
 // BAD-COMPAT: programl-graph: PROGRAML_GRAPH_COMPAT='programl-9' is not valid (expected paper or programl-0.3); no graph written
 // RUN: env PROGRAML_GRAPH_DIR=%t/bad PROGRAML_GRAPH_AUTO=maybe \
 // RUN:   %clang -fpass-plugin=%plugin -O0 -c %s -o %t/b.o 2>&1 | %FileCheck %s --check-prefix=BAD-AUTO
-// BAD-AUTO: programl-graph: PROGRAML_GRAPH_AUTO='maybe' is not valid (expected 1, on, 0 or off); no graph written
+// BAD-AUTO: programl-graph: PROGRAML_GRAPH_AUTO='maybe' is not valid (expected 1, on, yes, true, 0, off, no or false (any case)); no graph written
 // RUN: not ls %t/bad
 // RUN: ls %t/b.o
 //
-// PROGRAML_GRAPH_AUTO=0: the plugin stays loaded but makes no graphs.
+// PROGRAML_GRAPH_AUTO=0: the plugin stays loaded but makes no graphs; any
+// case of the words.
 // RUN: env PROGRAML_GRAPH_DIR=%t/off PROGRAML_GRAPH_AUTO=0 %clang -fpass-plugin=%plugin -O2 -c %s -o %t/a.o
+// RUN: env PROGRAML_GRAPH_DIR=%t/off PROGRAML_GRAPH_AUTO=Off %clang -fpass-plugin=%plugin -O2 -c %s -o %t/a.o
 // RUN: not ls %t/off
 //
 // An unusable directory (here a regular file) is a warning, not an error.

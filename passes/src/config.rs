@@ -37,7 +37,7 @@ pub const ENV_PANIC_FOR_TESTING: &str = "PROGRAML_GRAPH_PANIC_FOR_TESTING";
 
 const FORMATS: &str = "pb, pbtxt, json or dot";
 const MODES: &str = "paper or programl-0.3";
-const SWITCH: &str = "1, on, 0 or off";
+const SWITCH: &str = "1, on, yes, true, 0, off, no or false (any case)";
 
 /// Where graphs go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,15 +177,24 @@ pub fn any_graph_variable() -> bool {
 
 /// Whether the extension-point instance runs (`PROGRAML_GRAPH_AUTO`).
 pub fn auto_enabled() -> Result<bool, ConfigError> {
-    auto_enabled_with(std::env::var(ENV_AUTO).ok())
+    // A value that is not UTF-8 is a bad value, not an unset variable.
+    auto_enabled_with(std::env::var_os(ENV_AUTO).map(|v| v.to_str().map_or_else(|| v.to_string_lossy().into_owned(), str::to_string)))
 }
 
 fn auto_enabled_with(value: Option<String>) -> Result<bool, ConfigError> {
-    match value.as_deref() {
-        None | Some("" | "1" | "on" | "ON" | "yes" | "true") => Ok(true),
-        Some("0" | "off" | "OFF" | "no" | "false") => Ok(false),
-        Some(v) => Err(ConfigError::BadVariable { name: ENV_AUTO, value: v.to_string(), expected: SWITCH }),
+    let Some(v) = value else { return Ok(true) };
+    match v.to_ascii_lowercase().as_str() {
+        "" | "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => Err(ConfigError::BadVariable { name: ENV_AUTO, value: v, expected: SWITCH }),
     }
+}
+
+/// Whether the extension-point instance writes a graph: on unless
+/// `PROGRAML_GRAPH_AUTO` is off, and not beside the learned pass's
+/// environment instance unless a `PROGRAML_GRAPH_*` variable asks for it.
+pub fn extension_enabled() -> Result<bool, ConfigError> {
+    Ok(auto_enabled()? && !(crate::infer::params::env_enabled() && !any_graph_variable()))
 }
 
 #[cfg(test)]
@@ -235,5 +244,10 @@ mod tests {
         assert_eq!(auto_enabled_with(None), Ok(true));
         assert_eq!(auto_enabled_with(Some("0".into())), Ok(false));
         assert!(auto_enabled_with(Some("maybe".into())).is_err());
+        for (value, on) in [("On", true), ("TRUE", true), ("yes", true), ("Off", false), ("NO", false), ("false", false)] {
+            assert_eq!(auto_enabled_with(Some(value.into())), Ok(on), "{value}");
+        }
+        // Not UTF-8: refused by name (lossily shown), never taken as on.
+        assert!(auto_enabled_with(Some("\u{fffd}".into())).is_err());
     }
 }

@@ -53,6 +53,11 @@ pub fn warn(message: &dyn Display) {
     let _ = writeln!(std::io::stderr().lock(), "{PASS_NAME}: {message}");
 }
 
+/// Prints `message` as one line on stderr, as it is.
+pub fn warn_line(message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{message}");
+}
+
 /// Reports a bad pipeline element once: LLVM may offer the same name to the
 /// parsing callback more than once (first to classify it, then to parse it).
 pub fn report_parse_error(name: &str, error: &ConfigError) {

@@ -62,6 +62,7 @@ static INFER_NAMED_IN_PIPELINE: AtomicBool = AtomicBool::new(false);
 extern "C" {
     fn programl_passes_register(builder: *mut c_void);
     fn programl_passes_api_version() -> u32;
+    fn programl_passes_llvm_major() -> u32;
 }
 
 /// What LLVM's `PassPlugin.h` expects of a plugin (`llvm::PassPluginLibraryInfo`).
@@ -75,15 +76,76 @@ pub struct PassPluginLibraryInfo {
 
 /// The plugin's entry: `opt -load-pass-plugin`, `clang -fpass-plugin`, and
 /// `lld --load-pass-plugin` call it once. Registration does no other work.
+/// Loaded into another LLVM than the one it was built for (whose plugin
+/// API version is the same, so LLVM cannot tell), the plugin registers
+/// nothing and says so: its C++ would read that LLVM's objects with this
+/// one's layouts, and crash the compiler.
 #[no_mangle]
 pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
+    // SAFETY: returns a constant.
+    let ours = unsafe { programl_passes_llvm_major() };
+    let foreign = guard::catch(host_llvm).ok().flatten().filter(|(major, _)| *major != ours);
+    let register: unsafe extern "C" fn(*mut c_void) = match foreign {
+        None => programl_passes_register,
+        Some((major, path)) => {
+            let _ = FOREIGN.set(format!(
+                "programl: this plugin is built for LLVM {ours}, and this compiler runs LLVM {major} ({path}): no pass registered (build the plugin for LLVM {major}: cargo build --release -p programl-passes --no-default-features --features llvm{major})"
+            ));
+            register_nothing
+        }
+    };
     PassPluginLibraryInfo {
         // SAFETY: returns a constant.
         api_version: unsafe { programl_passes_api_version() },
         plugin_name: c"programl".as_ptr(),
         plugin_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast(),
-        register: programl_passes_register,
+        register,
     }
+}
+
+/// Why the plugin registered nothing (another LLVM's compiler).
+static FOREIGN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+unsafe extern "C" fn register_nothing(_: *mut c_void) {
+    if let Some(message) = FOREIGN.get() {
+        guard::warn_line(message);
+    }
+}
+
+/// The LLVM the process runs: the major version and path of the first
+/// libLLVM it loaded (the compiler's own, loaded before any plugin), or
+/// `None` where LLVM is linked in statically.
+fn host_llvm() -> Option<(u32, String)> {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader hands over a valid record; `data` is ours.
+        let (info, found) = unsafe { (&*info, &mut *data.cast::<Option<(u32, String)>>()) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: a NUL-terminated path, alive during the call.
+        let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
+        match llvm_major_of(&path) {
+            Some(major) => {
+                *found = Some((major, path.into_owned()));
+                1
+            }
+            None => 0,
+        }
+    }
+    let mut found: Option<(u32, String)> = None;
+    // SAFETY: `visit` only reads the records and writes `found`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut found as *mut Option<(u32, String)>).cast()) };
+    found
+}
+
+/// The major version in a libLLVM's file name: `libLLVM-16.so.1`,
+/// `libLLVM-16.so` (up to LLVM 17), `libLLVM.so.18.1` (from 18).
+fn llvm_major_of(path: &str) -> Option<u32> {
+    let file = path.rsplit('/').next()?;
+    let rest = file.strip_prefix("libLLVM")?;
+    let version = rest.strip_prefix('-').or_else(|| rest.strip_prefix(".so."))?;
+    let digits = &version[..version.find(|c: char| !c.is_ascii_digit()).unwrap_or(version.len())];
+    digits.parse().ok()
 }
 
 /// One pass of the plugin, as its C++ class (shim.cc) holds it.
@@ -105,8 +167,9 @@ enum Kind {
     /// (clang at every -O level, opt's default pipelines) and at the
     /// full-LTO extension point (lld's `-flto` link, opt's `lto<...>`);
     /// stands down when the pipeline names the pass itself. The second
-    /// field: whether the pipeline optimises (its level above -O0).
-    InferFromEnvironment(infer::Site, bool),
+    /// field: whether the pipeline optimises (its level above -O0; `None`
+    /// when parsed back from a printed pipeline).
+    InferFromEnvironment(infer::Site, Option<bool>),
 }
 
 impl Kind {
@@ -152,8 +215,19 @@ pub unsafe extern "C" fn programl_passes_parse(name: *const c_char, len: usize, 
     }
 }
 
+/// How a printed pipeline spells the extension points' instances, which
+/// parse back as those instances (configured by the environment, standing
+/// down when the pipeline names the pass).
+const GRAPH_AUTO: &str = "programl-graph<auto>";
+const INFER_AUTO: &str = "programl-infer<auto>";
+
 /// Ours (`Some`), another's (`None`), or ours and refused (reported).
 fn parse_pipeline_element(name: &str) -> Result<Option<Kind>, ()> {
+    match name {
+        GRAPH_AUTO => return Ok(Some(Kind::GraphAtOptimizerLast)),
+        INFER_AUTO => return Ok(Some(Kind::InferFromEnvironment(infer::Site::OptimizerLast, None))),
+        _ => {}
+    }
     if let Some(parsed) = infer::params::parse_pass_name(name) {
         return match parsed {
             Ok(params) => {
@@ -201,21 +275,14 @@ pub unsafe extern "C" fn programl_passes_extension(site: c_uint, optimised: c_in
 }
 
 fn extension_passes(site: c_uint, optimised: bool) -> (Option<Pass>, Option<Pass>) {
-    let infer_text = std::env::var_os(infer::params::ENV_INFER).filter(|_| infer::params::env_enabled());
-    let infer = infer_text.map(|text| {
+    let infer = infer::params::env_enabled().then(|| {
         let site = if site == 0 { infer::Site::OptimizerLast } else { infer::Site::FullLto };
-        let text = format!("{}<{}>", infer::params::PASS_NAME, text.to_string_lossy().trim());
-        Pass { kind: Kind::InferFromEnvironment(site, optimised), text }
+        Pass { kind: Kind::InferFromEnvironment(site, Some(optimised)), text: INFER_AUTO.to_string() }
     });
-    // The graph's instance: at OptimizerLast only, on unless
-    // `PROGRAML_GRAPH_AUTO` is off, and then not beside the learned pass's
-    // unless a `PROGRAML_GRAPH_*` variable asks for it.
-    let graph_on = site == 0
-        && match config::auto_enabled() {
-            Ok(on) => on && !(infer.is_some() && !config::any_graph_variable()),
-            Err(_) => true,
-        };
-    let graph = graph_on.then(|| Pass { kind: Kind::GraphAtOptimizerLast, text: config::PASS_NAME.to_string() });
+    // The graph's instance: at OptimizerLast only; a bad variable adds it,
+    // to say so when it runs.
+    let graph_on = site == 0 && config::extension_enabled().unwrap_or(true);
+    let graph = graph_on.then(|| Pass { kind: Kind::GraphAtOptimizerLast, text: GRAPH_AUTO.to_string() });
     (graph, infer)
 }
 
@@ -239,8 +306,9 @@ pub unsafe extern "C" fn programl_passes_run(pass: *mut c_void, module: LLVMModu
         Kind::GraphAtOptimizerLast => {
             if !NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
                 guard::run(|| {
-                    // Rechecked here: the variable may be set wrong.
-                    if config::auto_enabled()? {
+                    // Rechecked here: a variable may be set wrong, and a
+                    // pipeline printed and parsed back adds it regardless.
+                    if config::extension_enabled()? {
                         graph::write_module_graph(&borrowed, &config::Params::default())?;
                     }
                     Ok::<(), graph::GraphError>(())
@@ -258,7 +326,7 @@ pub unsafe extern "C" fn programl_passes_run(pass: *mut c_void, module: LLVMModu
     all as c_int
 }
 
-fn run_from_environment(module: LLVMModuleRef, site: infer::Site, optimised: bool) -> bool {
+fn run_from_environment(module: LLVMModuleRef, site: infer::Site, optimised: Option<bool>) -> bool {
     if INFER_NAMED_IN_PIPELINE.load(Ordering::Relaxed) {
         return true;
     }
@@ -268,7 +336,7 @@ fn run_from_environment(module: LLVMModuleRef, site: infer::Site, optimised: boo
         None => true,
         Some(Ok(params)) => {
             // SAFETY: the pass manager hands over a valid module for this call.
-            unsafe { infer::run_pass(module, &params, site, Some(optimised)) };
+            unsafe { infer::run_pass(module, &params, site, optimised) };
             false
         }
         Some(Err(error)) => {
@@ -302,5 +370,36 @@ pub unsafe extern "C" fn programl_passes_drop(pass: *mut c_void) {
         // SAFETY: as the caller promises.
         let pass = unsafe { Box::from_raw(pass.cast::<Pass>()) };
         let _ = guard::catch(move || drop(pass));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_libllvm_names_its_major_version() {
+        assert_eq!(llvm_major_of("/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"), Some(16));
+        assert_eq!(llvm_major_of("/usr/lib/llvm-14/lib/libLLVM-14.so"), Some(14));
+        assert_eq!(llvm_major_of("/opt/llvm/lib/libLLVM.so.18.1"), Some(18));
+        assert_eq!(llvm_major_of("libLLVM-9.so"), Some(9));
+        for other in ["/usr/lib/libLLVMSupport.so", "/usr/lib/libclang-cpp.so.16", "", "/usr/lib/libLLVM.so", "libLLVM-.so"] {
+            assert_eq!(llvm_major_of(other), None, "{other}");
+        }
+    }
+
+    /// This test process loads the libLLVM the core links: the plugin's own.
+    #[test]
+    fn the_host_llvm_of_a_process_that_links_ours_is_ours() {
+        // SAFETY: returns a constant.
+        let ours = unsafe { programl_passes_llvm_major() };
+        assert_eq!(host_llvm().map(|(major, _)| major), Some(ours));
+    }
+
+    #[test]
+    fn the_extension_instances_parse_back_as_themselves() {
+        assert!(matches!(parse_pipeline_element(GRAPH_AUTO), Ok(Some(Kind::GraphAtOptimizerLast))));
+        assert!(matches!(parse_pipeline_element(INFER_AUTO), Ok(Some(Kind::InferFromEnvironment(_, None)))));
+        assert!(parse_pipeline_element("programl-graph<auto;format=json>").is_err());
     }
 }

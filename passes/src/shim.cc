@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 extern "C" {
 // A pipeline element: 0 when it is not ours, 1 when it is (then *kind
@@ -61,6 +62,10 @@ template <typename Name> struct NamedPass : llvm::PassInfoMixin<NamedPass<Name>>
 
   static llvm::StringRef name() { return Name::value; }
 
+  // Their output is the point, as a printer's is: -opt-bisect-limit and
+  // optnone never skip them.
+  static bool isRequired() { return true; }
+
   llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &) {
     return programl_passes_run(Pass.get(), llvm::wrap(&M)) ? llvm::PreservedAnalyses::all()
                                                             : llvm::PreservedAnalyses::none();
@@ -84,7 +89,28 @@ void add(llvm::ModulePassManager &MPM, unsigned Kind, void *Pass) {
     MPM.addPass(NamedPass<InferName>(Pass));
 }
 
+bool endsWith(llvm::StringRef Text, llvm::StringRef Suffix) {
+  return Text.size() >= Suffix.size() && Text.substr(Text.size() - Suffix.size()) == Suffix;
+}
+
+// Whether the pipeline so far ends with an extension instance of ours: the
+// plugin loaded twice (`-fpass-plugin=P -fpass-plugin=P`, as build systems
+// that add flags at two levels do) registers its extension callbacks twice,
+// and LLVM calls them one after the other. Once is enough, or every pass
+// would run twice.
+bool endsWithOurs(llvm::ModulePassManager &MPM) {
+  if (MPM.isEmpty())
+    return false;
+  std::string Text;
+  llvm::raw_string_ostream OS(Text);
+  MPM.printPipeline(OS, [](llvm::StringRef ClassName) { return ClassName; });
+  OS.flush();
+  return endsWith(Text, "programl-graph<auto>") || endsWith(Text, "programl-infer<auto>");
+}
+
 void addExtension(llvm::ModulePassManager &MPM, unsigned Site, llvm::OptimizationLevel Level) {
+  if (endsWithOurs(MPM))
+    return;
   void *Graph = nullptr;
   void *Infer = nullptr;
   programl_passes_extension(Site, Level == llvm::OptimizationLevel::O0 ? 0 : 1, &Graph, &Infer);
@@ -95,6 +121,8 @@ void addExtension(llvm::ModulePassManager &MPM, unsigned Site, llvm::Optimizatio
 } // namespace
 
 extern "C" uint32_t programl_passes_api_version() { return LLVM_PLUGIN_API_VERSION; }
+
+extern "C" uint32_t programl_passes_llvm_major() { return LLVM_VERSION_MAJOR; }
 
 extern "C" void programl_passes_register(llvm::PassBuilder &PB) {
   // -print-after= and -print-before= match a pass by the name the
