@@ -1098,7 +1098,11 @@ fn predict(
                 .map(|s| {
                     let id: u32 = s.trim().parse().with_context(|| format!("--roots: '{s}' is not a node id"))?;
                     if eligible.binary_search(&id).is_err() {
-                        bail!("{}: node {id} is not an eligible {task} root ({} eligible)", file.display(), eligible.len());
+                        // The analysis says why, as `programl analyze` does.
+                        match analyzer.analyze(task, id) {
+                            Err(why) => bail!("{}: {why} ({} eligible)", file.display(), eligible.len()),
+                            Ok(_) => bail!("{}: node {id} is not an eligible {task} root ({} eligible)", file.display(), eligible.len()),
+                        }
                     }
                     Ok(id)
                 })
