@@ -81,7 +81,17 @@ pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) 
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+') { c } else { '_' })
         .collect();
-    let stem = if stem.is_empty() || stem.starts_with('.') { format!("module{stem}") } else { stem };
+    // A name starting with '-' (clang's "-" for standard input) would read
+    // as an option to the tools that get it next.
+    let stem = if stem.is_empty() || stem.starts_with('.') {
+        format!("module{stem}")
+    } else if stem == "-" {
+        "stdin".to_string()
+    } else if stem.starts_with('-') {
+        format!("_{stem}")
+    } else {
+        stem
+    };
     let absolute =
         if Path::new(named).is_absolute() { PathBuf::from(named) } else { std::env::current_dir().unwrap_or_default().join(named) };
     let mut hash = Fnv1a::default();
@@ -95,6 +105,12 @@ pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_name_starts_with_a_dash() {
+        assert!(file_name("-", "-", 7, Format::Pb).starts_with("stdin."));
+        assert!(file_name("-x.c", "-x.c", 7, Format::Pb).starts_with("_-x."));
+    }
 
     #[test]
     fn names_differ_by_directory_and_process() {

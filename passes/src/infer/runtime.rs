@@ -321,13 +321,16 @@ impl Model {
     }
 
     /// Says once per process that a requested precision is not in effect.
-    fn note_precision(&self, dtype: Dtype, got: i32) {
+    fn note_precision(&self, dtype: Dtype, got: i32, isa: Option<programl_infer::Isa>) {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         self.in_effect.store(got, std::sync::atomic::Ordering::Relaxed);
         if got == 0 && dtype == Dtype::Bf16 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            // Two causes: the CPU, or a bundle of another width than 34,
-            // whose general step has no BF16 path (programl_infer::Model).
-            if programl_infer::cpu::bf16() {
+            // Three causes: the CPU, an `isa=` below AVX-512 (where BF16
+            // runs), or a bundle of another width than 34, whose general
+            // step has no BF16 path (programl_infer::Model).
+            if let Some(cap) = isa.filter(|&i| i < programl_infer::Isa::Avx512 && programl_infer::cpu::bf16()) {
+                log::warn!(target: PASS_NAME, "dtype={dtype}: isa={cap} keeps the step below AVX-512, where BF16 runs; the products stay FP32")
+            } else if programl_infer::cpu::bf16() {
                 log::warn!(target: PASS_NAME, "dtype={dtype}: this bundle's step (a state of another width than 34) has no BF16 path; the products stay FP32")
             } else {
                 log::warn!(target: PASS_NAME, "dtype={dtype}: this CPU has no BF16 instructions (AVX512-BF16); the products stay FP32")
@@ -359,7 +362,7 @@ impl Model {
         if predict(handle.0, &input, &options, &mut out, &mut in_effect) != 0 {
             return Err(runtime.last_error());
         }
-        self.note_precision(dtype, in_effect.0);
+        self.note_precision(dtype, in_effect.0, None);
         Ok(out)
     }
 
@@ -383,7 +386,7 @@ impl Model {
             Backend::Local(model) => {
                 let aux = (!aux.is_empty()).then_some(aux);
                 let out = model.graph_probabilities(batch, aux, &self.options(steps, threads, dtype, isa))?;
-                self.note_precision(dtype, precision_code(out.precision));
+                self.note_precision(dtype, precision_code(out.precision), isa);
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
@@ -408,7 +411,7 @@ impl Model {
         match &self.backend {
             Backend::Local(model) => {
                 let out = model.node_probabilities(batch, &self.options(steps, threads, dtype, isa))?;
-                self.note_precision(dtype, precision_code(out.precision));
+                self.note_precision(dtype, precision_code(out.precision), isa);
                 Ok(out.probabilities)
             }
             Backend::Runtime { runtime, handle } => {
