@@ -6,7 +6,21 @@ use plotters::prelude::*;
 
 use crate::train::Row;
 
+/// Draws the plot into a file beside `path` and renames it into place: a
+/// kill or a full disk leaves the old plot whole, never a cut-short one.
 pub fn curves(path: &Path, rows: &[Row], title: &str) -> Result<(), String> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "curves.png".into(), |n| n.to_string_lossy().into_owned());
+    // The image's format is chosen by the extension: it stays `.png`.
+    let staged = dir.join(format!(".{name}.{}.tmp.png", std::process::id()));
+    let drawn = draw(&staged, rows, title).and_then(|()| std::fs::rename(&staged, path).map_err(|e| e.to_string()));
+    if drawn.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    drawn
+}
+
+fn draw(path: &Path, rows: &[Row], title: &str) -> Result<(), String> {
     let text = programl_dataset::stats::load_font(None).is_some();
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let canvas = BitMapBackend::new(path, (1200, 500)).into_drawing_area();
@@ -51,4 +65,45 @@ pub fn curves(path: &Path, rows: &[Row], title: &str) -> Result<(), String> {
         }
     }
     canvas.present().map_err(|e| err(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> Vec<Row> {
+        let row = |kind: &str, examples, loss, f1| Row {
+            kind: kind.into(),
+            examples,
+            wall_s: 1.0,
+            loss,
+            precision: f1,
+            recall: f1,
+            f1,
+            steps_run: None,
+            steps_needed: None,
+        };
+        vec![row("train", 10, 0.9, None), row("val", 10, 0.8, Some(0.5)), row("train", 20, 0.5, None), row("val", 20, 0.4, Some(0.7))]
+    }
+
+    /// A plot replaces the old one whole, and one that cannot be written
+    /// leaves the old one as it was (was: written in place, so a full disk
+    /// left a cut-short PNG).
+    #[test]
+    fn a_plot_replaces_the_old_one_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curves.png");
+        curves(&path, &rows(), "t").unwrap();
+        let first = std::fs::read(&path).unwrap();
+        assert!(first.starts_with(b"\x89PNG\r\n\x1a\n") && first.len() > 1000, "{} bytes", first.len());
+        let staged = dir.path().join(format!(".curves.png.{}.tmp.png", std::process::id()));
+        std::fs::create_dir(&staged).unwrap();
+        assert!(curves(&path, &rows()[..2], "t").is_err(), "the staged name is a directory");
+        assert_eq!(std::fs::read(&path).unwrap(), first);
+        std::fs::remove_dir(&staged).unwrap();
+        curves(&path, &rows()[..2], "t").unwrap();
+        assert_ne!(std::fs::read(&path).unwrap(), first);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("curves.png")]);
+    }
 }
