@@ -301,9 +301,18 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     );
     let failed = AtomicUsize::new(0);
     let skipped = AtomicUsize::new(0);
+    // A full disk (or a read-only one) fails every file after it: the run
+    // stops at the first such error instead of trying them all.
+    let full = std::sync::Mutex::new(None::<String>);
+    let left = AtomicUsize::new(0);
     let progress = dataset::PlainProgress::new(&bar, inputs.len());
     let one = |tag: char, i: usize| {
         let (job, target) = (&inputs[i], &targets[i]);
+        if full.lock().map_or(true, |f| f.is_some()) {
+            left.fetch_add(1, Ordering::Relaxed);
+            bar.inc(1);
+            return;
+        }
         if args.resume && target.is_file() {
             skipped.fetch_add(1, Ordering::Relaxed);
             bar.inc(1);
@@ -326,6 +335,15 @@ fn graph(args: &GraphArgs) -> Result<bool> {
         if let Err(e) = result {
             failed.fetch_add(1, Ordering::Relaxed);
             bar.suspend(|| eprintln!("programl: {}", message(&e)));
+            let kind = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
+            if matches!(
+                kind,
+                Some(std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded | std::io::ErrorKind::ReadOnlyFilesystem)
+            ) {
+                if let Ok(mut f) = full.lock() {
+                    f.get_or_insert_with(|| e.chain().last().map_or_else(String::new, ToString::to_string));
+                }
+            }
         }
         bar.inc(1);
         progress.tick(&format!("{} failed", failed.load(Ordering::Relaxed)));
@@ -354,6 +372,14 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     let failed = failed.into_inner();
     if failed > 0 {
         eprintln!("programl: {failed} of {} files failed", inputs.len());
+    }
+    if let Some(cause) = full.into_inner().ok().flatten() {
+        eprintln!(
+            "programl: stopped: {} cannot take more ({cause}); {} files not tried: make room and run again with --resume",
+            dir.display(),
+            left.into_inner()
+        );
+        return Ok(false);
     }
     Ok(failed == 0)
 }
