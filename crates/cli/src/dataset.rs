@@ -205,7 +205,7 @@ fn build(args: &BuildArgs) -> Result<bool> {
     }
     let skipped = builder.inputs() - builder.pending();
     let bar = ProgressBar::new(builder.pending() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec:1}  ETA {eta}  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     if skipped > 0 {
@@ -357,7 +357,7 @@ fn export(args: &ExportArgs) -> Result<bool> {
     let dataset = Dataset::open(&args.data)?;
     let config = ExportConfig { out: args.out.clone(), split: args.split, tasks: args.task.0.clone(), subset: args.subset };
     let bar = ProgressBar::new(dataset.record_count() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} records  {per_sec}  ETA {eta}  {msg}")
+        ProgressStyle::with_template("{bar:40} {pos}/{len} records  {per_sec:1}  ETA {eta}  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let written = AtomicUsize::new(0);

@@ -296,7 +296,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
         .build()
         .context("starting worker threads")?;
     let bar = ProgressBar::new(inputs.len() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec}  ETA {eta}  {msg}")
+        ProgressStyle::with_template("{bar:40} {pos}/{len} files  {per_sec:1}  ETA {eta}  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let failed = AtomicUsize::new(0);

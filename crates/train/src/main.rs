@@ -983,7 +983,7 @@ impl DdfEval<'_> {
         };
         let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(ids.len() as u64) };
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec}, ETA {eta})").unwrap(),
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} examples ({per_sec:1}, ETA {eta})").unwrap(),
         );
         let e = engine::evaluate_with(predictor, &examples, &ids, steps, batch_nodes, |n| bar.inc(n as u64));
         bar.finish_and_clear();

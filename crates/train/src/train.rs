@@ -869,7 +869,7 @@ fn progress_bar(args: &TrainArgs, state: &State) -> indicatif::ProgressBar {
         None => (0, "examples"),
     };
     let bar = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(len) };
-    let template = format!("{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, ETA {{eta}}) {{msg}}");
+    let template = format!("{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec:1}}, ETA {{eta}}) {{msg}}");
     bar.set_style(indicatif::ProgressStyle::with_template(&template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
     bar.set_position(match args.budget {
         Some(Budget::Seconds(_)) => state.wall_s as u64,
