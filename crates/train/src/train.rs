@@ -630,10 +630,25 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
     }
     let mut state = if let Some(s) = saved {
-        if serde_json::to_value(&s.args)? != serde_json::to_value(args)? {
+        let (then, now) = (serde_json::to_value(&s.args)?, serde_json::to_value(args)?);
+        if then != now {
+            // The arguments that differ, by name: then and now.
+            let differ: Vec<String> = match (then.as_object(), now.as_object()) {
+                (Some(a), Some(b)) => a
+                    .keys()
+                    .chain(b.keys().filter(|k| !a.contains_key(*k)))
+                    .filter(|k| a.get(*k) != b.get(*k))
+                    .map(|k| {
+                        let shown = |v: Option<&serde_json::Value>| v.map_or_else(|| "unset".to_string(), ToString::to_string);
+                        format!("{k}: {} then, {} now", shown(a.get(k)), shown(b.get(k)))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             bail!(
-                "{}: this run was started with other arguments ({}); use another --out or the same arguments",
+                "{}: this run was started with other arguments ({}); use another --out or the same arguments (all of them then: {})",
                 out.display(),
+                differ.join("; "),
                 serde_json::to_string(&s.args)?
             );
         }

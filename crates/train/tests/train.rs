@@ -257,7 +257,9 @@ fn a_killed_run_resumes_to_the_same_weights() {
     let at = other.iter().position(|a| a == "--val-every").unwrap() + 1;
     other[at] = "500".into();
     let out = trainer().args(&other).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("started with other arguments"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The refusal names what differs, then and now.
+    assert!(!out.status.success() && err.contains("started with other arguments (val_every: ") && err.contains(", 500 now)"), "{err}");
     // The loss's positive weight is part of a run: its default (a run
     // recorded before the flag existed has none) is the same run, another
     // weight is not, and a weight that is not positive is refused by name.
