@@ -1043,7 +1043,14 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
         return Ok(());
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            // "File exists" would not say which file is in the way.
+            let blocker = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir());
+            match blocker {
+                Some(file) => std::io::Error::new(e.kind(), format!("{} is not a directory", file.display())),
+                None => e,
+            }
+        })?;
     }
     let mut text = lines.join("\n");
     text.push('\n');
