@@ -38,6 +38,13 @@ fn main() {
         .define("__STDC_LIMIT_MACROS", None)
         .compile("programl_passes_shim");
     println!("cargo:rerun-if-changed=src/shim.cc");
+    // The plugin's own calls into its exported functions (shim.cc calls
+    // `programl_passes_run` and the rest, which lib.rs exports) bind to this
+    // library, not to the first library in the process that exports the
+    // same names: a second build of the plugin loaded beside this one
+    // (clang -fpass-plugin=A -fpass-plugin=B) would otherwise run A's
+    // passes through B's classes.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     for v in VERSIONS {
         println!("cargo:rerun-if-env-changed=LLVM_SYS_{v}0_PREFIX");
     }

@@ -112,30 +112,55 @@ unsafe extern "C" fn register_nothing(_: *mut c_void) {
     }
 }
 
-/// The LLVM the process runs: the major version and path of the first
-/// libLLVM it loaded (the compiler's own, loaded before any plugin), or
-/// `None` where LLVM is linked in statically.
+/// The LLVM the compiler runs: its major version and the path of the
+/// object that holds it, or `None` where that cannot be told.
+///
+/// The compiler's LLVM is the one the process's global symbol scope
+/// resolves LLVM's C API to (`LLVMContextCreate`, in every LLVM): the
+/// compiler's executable and the libraries it was linked with come first
+/// in that scope, before this plugin and the libLLVM it links (and a
+/// library a process opened on its own, as graphics drivers open theirs,
+/// is not in it). Its version: its own `LLVMGetVersion` (LLVM 16 on), else
+/// its file name (`libLLVM-14.so.1`). A compiler with LLVM linked in
+/// statically and its symbols not exported leaves the scope to this
+/// plugin's libLLVM, and is not told apart (docs/dev/robustness.md).
 fn host_llvm() -> Option<(u32, String)> {
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
-        // SAFETY: the loader hands over a valid record; `data` is ours.
-        let (info, found) = unsafe { (&*info, &mut *data.cast::<Option<(u32, String)>>()) };
-        if info.dlpi_name.is_null() {
-            return 0;
+    type GetVersion = unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint);
+    // The loaded object that holds `address`: its base address and path.
+    fn object_of(address: *mut c_void) -> Option<(usize, String)> {
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables and writes `info`.
+        if address.is_null() || unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fbase.is_null() {
+            return None;
         }
-        // SAFETY: a NUL-terminated path, alive during the call.
-        let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
-        match llvm_major_of(&path) {
-            Some(major) => {
-                *found = Some((major, path.into_owned()));
-                1
-            }
-            None => 0,
-        }
+        let path = if info.dli_fname.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated path owned by the loader.
+            unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+        };
+        Some((info.dli_fbase as usize, path))
     }
-    let mut found: Option<(u32, String)> = None;
-    // SAFETY: `visit` only reads the records and writes `found`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut found as *mut Option<(u32, String)>).cast()) };
-    found
+    // SAFETY: looking a name up in the global scope has no side effect.
+    let context_create = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"LLVMContextCreate".as_ptr()) };
+    let (base, path) = object_of(context_create)?;
+    // The executable's own path reads as "" (or its argv[0]).
+    let path = if path.is_empty() || !path.contains('/') {
+        std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or(path)
+    } else {
+        path
+    };
+    // SAFETY: as above.
+    let get_version = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"LLVMGetVersion".as_ptr()) };
+    // Only the host's own: an LLVM before 16 has none, and the scope's
+    // next one would be this plugin's.
+    if object_of(get_version).is_some_and(|(b, _)| b == base) {
+        let (mut major, mut minor, mut patch) = (0, 0, 0);
+        // SAFETY: LLVM's `void LLVMGetVersion(unsigned *, unsigned *, unsigned *)`.
+        unsafe { std::mem::transmute::<*mut c_void, GetVersion>(get_version)(&mut major, &mut minor, &mut patch) };
+        return Some((major, path));
+    }
+    llvm_major_of(&path).map(|major| (major, path))
 }
 
 /// The major version in a libLLVM's file name: `libLLVM-16.so.1`,
@@ -188,16 +213,27 @@ fn into_raw(pass: Pass) -> *mut c_void {
 
 /// One element of a pipeline (`opt -passes=`): 0 not ours, 1 ours (the
 /// pass and its class set), 2 ours and refused (reported on stderr).
+/// `nested`: whether the element carries a nested pipeline (`name(...)`),
+/// which neither pass takes.
 ///
 /// # Safety
 /// `name` points to `len` readable bytes; `class` and `pass` are writable.
 #[no_mangle]
-pub unsafe extern "C" fn programl_passes_parse(name: *const c_char, len: usize, class: *mut c_uint, pass: *mut *mut c_void) -> c_int {
-    // SAFETY: as the caller promises.
+pub unsafe extern "C" fn programl_passes_parse(
+    name: *const c_char,
+    len: usize,
+    nested: c_int,
+    class: *mut c_uint,
+    pass: *mut *mut c_void,
+) -> c_int {
+    if name.is_null() || len == 0 {
+        return 0;
+    }
+    // SAFETY: as the caller promises (and not null).
     let bytes = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
     let Ok(name) = std::str::from_utf8(bytes) else { return 0 };
     // LLVM calls in through `extern "C"`: a panic here would abort.
-    let parsed = guard::catch(|| parse_pipeline_element(name)).unwrap_or_else(|panic| {
+    let parsed = guard::catch(|| parse_nested_element(name, nested != 0)).unwrap_or_else(|panic| {
         guard::report_pipeline_error("programl", name, &format_args!("internal error: {panic}"));
         Err(())
     });
@@ -220,6 +256,23 @@ pub unsafe extern "C" fn programl_passes_parse(name: *const c_char, len: usize, 
 /// down when the pipeline names the pass).
 const GRAPH_AUTO: &str = "programl-graph<auto>";
 const INFER_AUTO: &str = "programl-infer<auto>";
+
+/// [`parse_pipeline_element`], refusing a nested pipeline after either
+/// name (`programl-graph(instcombine)`): LLVM hands the nested elements to
+/// the callback, which would otherwise drop them without a word.
+fn parse_nested_element(name: &str, nested: bool) -> Result<Option<Kind>, ()> {
+    let parsed = parse_pipeline_element(name)?;
+    if nested && parsed.is_some() {
+        let pass = if parsed.as_ref().is_some_and(|k| k.class() == 1) { infer::params::PASS_NAME } else { "programl-graph" };
+        guard::report_pipeline_error(
+            pass,
+            name,
+            &format_args!("takes no nested pipeline (`{name}(...)`): its settings go in <...>, and the passes to run before it go before it, comma-separated"),
+        );
+        return Err(());
+    }
+    Ok(parsed)
+}
 
 /// Ours (`Some`), another's (`None`), or ours and refused (reported).
 fn parse_pipeline_element(name: &str) -> Result<Option<Kind>, ()> {
@@ -388,7 +441,8 @@ mod tests {
         }
     }
 
-    /// This test process loads the libLLVM the core links: the plugin's own.
+    /// This test process links the libLLVM the core links: the plugin's own,
+    /// told by its `LLVMGetVersion` (16 on) or its file name.
     #[test]
     fn the_host_llvm_of_a_process_that_links_ours_is_ours() {
         // SAFETY: returns a constant.

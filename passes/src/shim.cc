@@ -30,7 +30,9 @@ extern "C" {
 // A pipeline element: 0 when it is not ours, 1 when it is (then *kind
 // and *pass are set), 2 when it is ours but refused (already reported on
 // stderr; opt then fails on the unknown name).
-int programl_passes_parse(const char *name, size_t len, unsigned *kind, void **pass);
+// `nested`: whether the element has a nested pipeline (`name(...)`), which
+// neither pass takes.
+int programl_passes_parse(const char *name, size_t len, int nested, unsigned *kind, void **pass);
 // The passes an extension point adds (site 0: OptimizerLast, 1: full LTO's
 // last): each of *graph and *infer is a pass, or null when the environment
 // leaves it off.
@@ -89,27 +91,27 @@ void add(llvm::ModulePassManager &MPM, unsigned Kind, void *Pass) {
     MPM.addPass(NamedPass<InferName>(Pass));
 }
 
-bool endsWith(llvm::StringRef Text, llvm::StringRef Suffix) {
-  return Text.size() >= Suffix.size() && Text.substr(Text.size() - Suffix.size()) == Suffix;
-}
-
-// Whether the pipeline so far ends with an extension instance of ours: the
+// Whether the pipeline so far holds an extension instance of ours: the
 // plugin loaded twice (`-fpass-plugin=P -fpass-plugin=P`, as build systems
 // that add flags at two levels do) registers its extension callbacks twice,
-// and LLVM calls them one after the other. Once is enough, or every pass
-// would run twice.
-bool endsWithOurs(llvm::ModulePassManager &MPM) {
+// and LLVM calls them in load order, another plugin's perhaps in between
+// (P, Q, P). Once is enough, or every pass would run twice. The pipeline an
+// extension point hands over is that point's own (OptimizerLast's is the
+// optimisation pipeline, full LTO's the LTO pipeline), where only these
+// callbacks add an `<auto>` instance.
+bool holdsOurs(llvm::ModulePassManager &MPM) {
   if (MPM.isEmpty())
     return false;
   std::string Text;
   llvm::raw_string_ostream OS(Text);
   MPM.printPipeline(OS, [](llvm::StringRef ClassName) { return ClassName; });
   OS.flush();
-  return endsWith(Text, "programl-graph<auto>") || endsWith(Text, "programl-infer<auto>");
+  llvm::StringRef Printed(Text);
+  return Printed.contains("programl-graph<auto>") || Printed.contains("programl-infer<auto>");
 }
 
 void addExtension(llvm::ModulePassManager &MPM, unsigned Site, llvm::OptimizationLevel Level) {
-  if (endsWithOurs(MPM))
+  if (holdsOurs(MPM))
     return;
   void *Graph = nullptr;
   void *Infer = nullptr;
@@ -132,10 +134,11 @@ extern "C" void programl_passes_register(llvm::PassBuilder &PB) {
     PIC->addClassToPassName(InferName::value, InferName::value);
   }
   PB.registerPipelineParsingCallback(
-      [](llvm::StringRef Name, llvm::ModulePassManager &MPM, llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
+      [](llvm::StringRef Name, llvm::ModulePassManager &MPM,
+         llvm::ArrayRef<llvm::PassBuilder::PipelineElement> Nested) {
         unsigned Kind = 0;
         void *Pass = nullptr;
-        if (programl_passes_parse(Name.data(), Name.size(), &Kind, &Pass) != 1)
+        if (programl_passes_parse(Name.data(), Name.size(), Nested.empty() ? 0 : 1, &Kind, &Pass) != 1)
           return false;
         add(MPM, Kind, Pass);
         return true;

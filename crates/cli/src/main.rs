@@ -303,18 +303,19 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     let skipped = AtomicUsize::new(0);
     // A full disk (or a read-only one) fails every file after it: the run
     // stops at the first such error instead of trying them all.
-    let full = std::sync::Mutex::new(None::<String>);
+    let full = std::sync::OnceLock::<String>::new();
     let left = AtomicUsize::new(0);
     let progress = dataset::PlainProgress::new(&bar, inputs.len());
     let one = |tag: char, i: usize| {
         let (job, target) = (&inputs[i], &targets[i]);
-        if full.lock().map_or(true, |f| f.is_some()) {
-            left.fetch_add(1, Ordering::Relaxed);
+        // Written by an earlier run: done, full disk or not.
+        if args.resume && target.is_file() {
+            skipped.fetch_add(1, Ordering::Relaxed);
             bar.inc(1);
             return;
         }
-        if args.resume && target.is_file() {
-            skipped.fetch_add(1, Ordering::Relaxed);
+        if full.get().is_some() {
+            left.fetch_add(1, Ordering::Relaxed);
             bar.inc(1);
             return;
         }
@@ -340,9 +341,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
                 kind,
                 Some(std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded | std::io::ErrorKind::ReadOnlyFilesystem)
             ) {
-                if let Ok(mut f) = full.lock() {
-                    f.get_or_insert_with(|| e.chain().last().map_or_else(String::new, ToString::to_string));
-                }
+                let _ = full.set(e.chain().last().map_or_else(String::new, ToString::to_string));
             }
         }
         bar.inc(1);
@@ -373,7 +372,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     if failed > 0 {
         eprintln!("programl: {failed} of {} files failed", inputs.len());
     }
-    if let Some(cause) = full.into_inner().ok().flatten() {
+    if let Some(cause) = full.into_inner() {
         eprintln!(
             "programl: stopped: {} cannot take more ({cause}); {} files not tried: make room and run again with --resume",
             dir.display(),

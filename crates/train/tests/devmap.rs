@@ -343,6 +343,24 @@ fn cross_validation_counts_failed_rows_and_the_bundle_loads() {
     assert_eq!((more["files"].as_u64(), more["rows"].as_u64(), more["rows_failed"].as_u64()), (Some(5), Some(5), Some(2)), "{more}");
     assert_eq!(more["kernel_failures"]["no kernel in the file"].as_u64(), Some(1), "{more}");
     assert_eq!(more["kernel_failures"]["file name is not UTF-8"].as_u64(), Some(1), "{more}");
+    // Files that compile and hold no kernel are no data: an error naming
+    // the directory and why, not an accuracy over nothing.
+    let helpers = tmp.path().join("helpers");
+    std::fs::create_dir_all(helpers.join("cpu")).unwrap();
+    std::fs::copy(kernels.join("cpu/helpers.cl"), helpers.join("cpu/helpers.cl")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_programl-train"))
+        .args(["eval", "--model"])
+        .arg(&noaux)
+        .arg("--data")
+        .arg(&helpers)
+        .args(["--device", "cpu", "--json"])
+        .env("PROGRAML_CACHE", &cache)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("helpers: no kernel to evaluate in its 1 .cl files (1 no kernel in the file)"), "{stderr}");
 }
 
 /// The rows of the first `programs` distinct programs (the benchmark's

@@ -1901,6 +1901,12 @@ pub fn eval_cl_dir(model: &programl_infer::Model, opts: &programl_infer::Options
             }
         }
     }
+    // Every file compiled to a module without a kernel: nothing to score
+    // (an accuracy over no kernels would read as a perfect one).
+    if graphs.is_empty() {
+        let causes: Vec<String> = failures.iter().map(|(cause, n)| format!("{n} {cause}")).collect();
+        bail!("{}: no kernel to evaluate in its {} .cl files ({})", dir.display(), files.len(), causes.join(", "));
+    }
     let examples: Vec<Example<'_>> =
         graphs.iter().map(|(name, g, gpu)| Example { name: name.clone(), graph: g.as_ref(), aux: None, gpu: *gpu }).collect();
     let mut figures = score(model, opts, &examples)?;
