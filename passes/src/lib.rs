@@ -84,12 +84,17 @@ pub struct PassPluginLibraryInfo {
 pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
     // SAFETY: returns a constant.
     let ours = unsafe { programl_passes_llvm_major() };
-    let foreign = guard::catch(host_llvm).ok().flatten().filter(|(major, _)| *major != ours);
+    let foreign = match guard::catch(host_llvm).ok().flatten() {
+        Some((HostLlvm::Major(major), path)) if major != ours => Some((format!("LLVM {major}"), format!("llvm{major}"), path)),
+        // Only a plugin for 16 on can tell: it knows its own LLVM has one.
+        Some((HostLlvm::Before16, path)) if ours >= 16 => Some(("an LLVM before 16".into(), "llvm14 or llvm15".into(), path)),
+        _ => None,
+    };
     let register: unsafe extern "C" fn(*mut c_void) = match foreign {
         None => programl_passes_register,
-        Some((major, path)) => {
+        Some((theirs, feature, path)) => {
             let _ = FOREIGN.set(format!(
-                "programl: this plugin is built for LLVM {ours}, and this compiler runs LLVM {major} ({path}): no pass registered (build the plugin for LLVM {major}: cargo build --release -p programl-passes --no-default-features --features llvm{major})"
+                "programl: this plugin is built for LLVM {ours}, and this compiler runs {theirs} ({path}): no pass registered (build the plugin for its LLVM: cargo build --release -p programl-passes --no-default-features --features {feature})"
             ));
             register_nothing
         }
@@ -112,19 +117,33 @@ unsafe extern "C" fn register_nothing(_: *mut c_void) {
     }
 }
 
-/// The LLVM the compiler runs: its major version and the path of the
-/// object that holds it, or `None` where that cannot be told.
+/// What [`host_llvm`] tells of the compiler's LLVM.
+#[derive(Debug, PartialEq)]
+enum HostLlvm {
+    /// Its major version.
+    Major(u32),
+    /// An object that holds LLVM's C API without its own `LLVMGetVersion`
+    /// (which every LLVM from 16 defines beside `LLVMContextCreate`) and
+    /// without a version in its name: an LLVM before 16, linked into the
+    /// compiler and exported for plugins (as LLVM's release builds of `opt`
+    /// and `clang` are).
+    Before16,
+}
+
+/// The LLVM the compiler runs, and the path of the object that holds it;
+/// `None` where that cannot be told.
 ///
 /// The compiler's LLVM is the one the process's global symbol scope
-/// resolves LLVM's C API to (`LLVMContextCreate`, in every LLVM): the
-/// compiler's executable and the libraries it was linked with come first
-/// in that scope, before this plugin and the libLLVM it links (and a
-/// library a process opened on its own, as graphics drivers open theirs,
-/// is not in it). Its version: its own `LLVMGetVersion` (LLVM 16 on), else
-/// its file name (`libLLVM-14.so.1`). A compiler with LLVM linked in
-/// statically and its symbols not exported leaves the scope to this
-/// plugin's libLLVM, and is not told apart (docs/dev/robustness.md).
-fn host_llvm() -> Option<(u32, String)> {
+/// resolves LLVM's C API to (`LLVMContextCreate`, in every LLVM). That
+/// scope is ordered: the executable, the preloaded libraries, the
+/// libraries the executable was linked with, then what was opened later
+/// with `RTLD_GLOBAL`, this plugin and the libLLVM it links among them (a
+/// graphics driver's libLLVM, opened so, comes after the compiler's too).
+/// Its version: its own `LLVMGetVersion` (LLVM 16 on), else its file name
+/// (`libLLVM-14.so.1`), else [`HostLlvm::Before16`]. A compiler with LLVM
+/// linked in statically and its symbols not exported leaves the scope to
+/// this plugin's libLLVM, and is not told apart (docs/dev/robustness.md).
+fn host_llvm() -> Option<(HostLlvm, String)> {
     type GetVersion = unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint);
     // The loaded object that holds `address`: its load base and path, from
     // the loader's program headers. (Not dladdr: it also finds the nearest
@@ -134,6 +153,9 @@ fn host_llvm() -> Option<(u32, String)> {
         unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
             // SAFETY: the loader hands over a valid record; `data` is ours.
             let (info, found) = unsafe { (&*info, &mut *data.cast::<(usize, Option<(usize, String)>)>()) };
+            if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+                return 0;
+            }
             let base = info.dlpi_addr as usize;
             // SAFETY: `dlpi_phnum` headers at `dlpi_phdr`, alive during the call.
             let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
@@ -178,9 +200,9 @@ fn host_llvm() -> Option<(u32, String)> {
         let (mut major, mut minor, mut patch) = (0, 0, 0);
         // SAFETY: LLVM's `void LLVMGetVersion(unsigned *, unsigned *, unsigned *)`.
         unsafe { std::mem::transmute::<*mut c_void, GetVersion>(get_version)(&mut major, &mut minor, &mut patch) };
-        return Some((major, path));
+        return Some((HostLlvm::Major(major), path));
     }
-    llvm_major_of(&path).map(|major| (major, path))
+    Some((llvm_major_of(&path).map_or(HostLlvm::Before16, HostLlvm::Major), path))
 }
 
 /// The major version in a libLLVM's file name: `libLLVM-16.so.1`,
@@ -467,7 +489,7 @@ mod tests {
     fn the_host_llvm_of_a_process_that_links_ours_is_ours() {
         // SAFETY: returns a constant.
         let ours = unsafe { programl_passes_llvm_major() };
-        assert_eq!(host_llvm().map(|(major, _)| major), Some(ours));
+        assert_eq!(host_llvm().map(|(host, _)| host), Some(HostLlvm::Major(ours)));
     }
 
     #[test]
