@@ -1054,13 +1054,65 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
     }
     let mut text = lines.join("\n");
     text.push('\n');
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let mut file = open_sidecar(path)?;
     file.write_all(text.as_bytes())
+}
+
+/// Opens a sidecar to append. A FIFO that no process reads is an error at
+/// once: opened without `O_NONBLOCK` it would wait for a reader, and hang
+/// the compiler, for ever. Once open (a regular file, or a FIFO with its
+/// reader, as `sidecar=>(...)` is), writes block as usual.
+fn open_sidecar(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            std::io::Error::new(e.kind(), "a FIFO that no process reads (start its reader first)")
+        } else {
+            e
+        }
+    })?;
+    // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(file)
 }
 
 #[cfg(test)]
 mod tests {
     use inkwell::context::Context;
+
+    /// A FIFO without a reader is refused at once, naming why; with one, the
+    /// lines reach it (the blocking open this replaced hung for ever).
+    #[test]
+    fn a_sidecar_fifo_needs_a_reader_and_never_hangs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let lines = vec!["{\"a\":1}".to_string()];
+        let err = super::append_lines(&fifo, &lines).unwrap_err();
+        assert!(err.to_string().contains("a FIFO that no process reads"), "{err}");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        // The reader opens when it is scheduled: retry until it has.
+        let start = std::time::Instant::now();
+        while let Err(e) = super::append_lines(&fifo, &lines) {
+            assert!(start.elapsed().as_secs() < 10, "{e}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(reader.join().unwrap(), "{\"a\":1}\n");
+        // A regular file is appended to as before.
+        let file = dir.path().join("s.jsonl");
+        super::append_lines(&file, &lines).unwrap();
+        super::append_lines(&file, &lines).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 2);
+    }
     use inkwell::memory_buffer::MemoryBuffer;
 
     const KERNELS: &str = r#"
