@@ -130,6 +130,27 @@ pub fn write_bytes_atomically(path: &Path, durability: Durability, bytes: &[u8])
     write_atomically(path, durability, |w| w.write_all(bytes))
 }
 
+/// Whether a file may grow to `end` bytes under the process's file size
+/// limit (`ulimit -f`, `RLIMIT_FSIZE`): an `EFBIG`-kind error saying so when
+/// it may not. A write past the limit raises `SIGXFSZ`, which kills a
+/// process that has not set it aside, and a compiler's handler fails the
+/// compile even when it has: code that runs inside another program (the
+/// plugin) asks first and writes nothing.
+pub fn check_size_limit(end: u64) -> io::Result<()> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    if end > limit.rlim_cur as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("a file of {end} bytes would pass the file size limit of {} bytes (ulimit -f); nothing written", limit.rlim_cur),
+        ));
+    }
+    Ok(())
+}
+
 /// fsyncs a directory, so that renames in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)

@@ -141,7 +141,15 @@ fn parse_output(value: &str) -> Output {
 /// Variables that a parameter overrides are not read, so a bad one is
 /// harmless there.
 pub fn resolve(params: &Params) -> Result<Settings, ConfigError> {
-    resolve_with(params, |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    let mut settings = resolve_with(params, |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))?;
+    // A directory is bytes, not text: one whose name is not UTF-8 is used
+    // as given (its lossy text would be another directory).
+    if params.out.is_none() {
+        if let Some(dir) = std::env::var_os(ENV_DIR).filter(|v| v.to_str().is_none()) {
+            settings.out = Output::Dir(PathBuf::from(dir));
+        }
+    }
+    Ok(settings)
 }
 
 /// [`resolve`] with the environment as a function, for tests.

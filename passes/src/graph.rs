@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use inkwell::module::Module;
 use programl::builder::{build, BuildOptions};
 use programl::format::{write_graph, Format};
-use programl::fsutil::{write_atomically, Durability};
+use programl::fsutil::{check_size_limit, write_bytes_atomically, Durability};
 use programl::hash::Fnv1a;
 
 use crate::config::{self, ConfigError, Output, Params};
@@ -24,6 +24,8 @@ use crate::config::{self, ConfigError, Output, Params};
 #[derive(Debug)]
 pub enum GraphError {
     Config(ConfigError),
+    /// Rendering the graph in its format failed (before any write).
+    Render(io::Error),
     /// Writing to standard output failed.
     Stdout(io::Error),
     /// Writing the graph file failed; the error (from
@@ -35,6 +37,7 @@ impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GraphError::Config(e) => e.fmt(f),
+            GraphError::Render(e) => write!(f, "rendering the graph: {e}"),
             GraphError::Stdout(e) => write!(f, "writing <stdout>: {e}"),
             GraphError::File(e) => e.fmt(f),
         }
@@ -55,21 +58,48 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
     }
     let settings = config::resolve(params)?;
     let graph = build(module, &BuildOptions { mode: settings.mode, ..Default::default() });
-    let write = |out: &mut dyn Write| write_graph(&graph, settings.format, out);
+    // Rendered first, so that its size is known before a byte is written:
+    // past a file size limit (`ulimit -f`) a write would raise SIGXFSZ and
+    // fail the compile.
+    let mut bytes = Vec::new();
+    write_graph(&graph, settings.format, &mut bytes).map_err(GraphError::Render)?;
     match &settings.out {
         Output::Stdout => {
+            stdout_may_take(bytes.len() as u64).map_err(GraphError::Stdout)?;
             let stdout = io::stdout();
             let mut lock = stdout.lock();
-            write(&mut lock).and_then(|()| lock.flush()).map_err(GraphError::Stdout)
+            lock.write_all(&bytes).and_then(|()| lock.flush()).map_err(GraphError::Stdout)
         }
         Output::Dir(dir) => {
             let identifier = module.get_name().to_string_lossy();
             let source = module.get_source_file_name().to_string_lossy();
             let path = dir.join(file_name(&source, &identifier, std::process::id(), settings.format));
-            write_atomically(&path, Durability::Atomic, write).map_err(GraphError::File)
+            check_size_limit(bytes.len() as u64)
+                .map_err(|e| GraphError::File(io::Error::new(e.kind(), format!("{}: {e}", path.display()))))?;
+            write_bytes_atomically(&path, Durability::Atomic, &bytes).map_err(GraphError::File)
         }
     }
 }
+
+/// Whether standard output may take `len` more bytes: where it is a regular
+/// file, under the file size limit from its current offset.
+fn stdout_may_take(len: u64) -> io::Result<()> {
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat and lseek on descriptor 1, which the process owns.
+    let regular = unsafe { libc::fstat(1, &mut stat) } == 0 && (stat.st_mode & libc::S_IFMT) == libc::S_IFREG;
+    if !regular {
+        return Ok(());
+    }
+    // SAFETY: as above; SEEK_CUR with 0 only reads the offset.
+    let offset = unsafe { libc::lseek(1, 0, libc::SEEK_CUR) };
+    check_size_limit(offset.max(0) as u64 + len)
+}
+
+/// The longest stem a graph file name keeps: with the hash, the process id
+/// and the extension (and `write_atomically`'s temporary name around it),
+/// the name stays under the 255 bytes a file name may have; the hash keeps
+/// two long names apart.
+const MAX_STEM: usize = 120;
 
 /// The graph file name of a module; see the module docs.
 pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) -> String {
@@ -92,6 +122,8 @@ pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) 
     } else {
         stem
     };
+    // ASCII by now: cut anywhere.
+    let stem = if stem.len() > MAX_STEM { stem[..MAX_STEM].to_string() } else { stem };
     let absolute =
         if Path::new(named).is_absolute() { PathBuf::from(named) } else { std::env::current_dir().unwrap_or_default().join(named) };
     let mut hash = Fnv1a::default();
@@ -128,5 +160,18 @@ mod tests {
         assert!(file_name("", "<stdin>", 1, Format::Pb).starts_with("_stdin_."));
         assert!(file_name("", "", 1, Format::Pb).starts_with("module."));
         assert!(file_name("dir/my file.cc", "", 1, Format::Dot).starts_with("my_file."));
+    }
+
+    /// A source name at the file system's limit still gives a graph name
+    /// under it (with room for the temporary name), and two such names
+    /// that differ only past the cut still differ.
+    #[test]
+    fn a_long_source_name_is_cut_to_a_writable_name() {
+        let a = format!("/src/{}a.c", "x".repeat(250));
+        let b = format!("/src/{}b.c", "x".repeat(250));
+        let (na, nb) = (file_name(&a, &a, 4_194_304, Format::PbTxt), file_name(&b, &b, 4_194_304, Format::PbTxt));
+        assert!(na.len() + 12 <= 255, "{} bytes: {na}", na.len());
+        assert!(na.starts_with(&"x".repeat(MAX_STEM)), "{na}");
+        assert_ne!(na, nb);
     }
 }

@@ -1055,7 +1055,32 @@ fn append_lines(path: &Path, lines: &[String]) -> std::io::Result<()> {
     let mut text = lines.join("\n");
     text.push('\n');
     let mut file = open_sidecar(path)?;
-    file.write_all(text.as_bytes())
+    // A regular file: within the file size limit (past it, a write raises
+    // SIGXFSZ and fails the compile), and never left with half a record,
+    // onto which the next compile's record would be glued.
+    let start = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    if let Some(start) = start {
+        programl::fsutil::check_size_limit(start + text.len() as u64)?;
+    }
+    let mut written = 0;
+    while written < text.len() {
+        match file.write(&text.as_bytes()[written..]) {
+            Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing")),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // Cut back what this call appended, where nothing was
+                // appended after it (another compile's record stays).
+                if let Some(start) = start {
+                    if written > 0 && file.metadata().is_ok_and(|m| m.len() == start + written as u64) {
+                        let _ = file.set_len(start);
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Opens a sidecar to append. A FIFO that no process reads is an error at
