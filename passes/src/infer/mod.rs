@@ -147,11 +147,12 @@ fn not_finite(probabilities: &[f32]) -> Result<(), String> {
 /// at least that many), past `max_nodes`; `what` qualifies the count.
 fn too_large(nodes: usize, exact: bool, what: &str, p: &Params) -> String {
     let (count, more) = if exact { ("", "") } else { ("at least ", " or more") };
+    let bytes = nodes.saturating_mul(BYTES_PER_NODE);
+    let size = if bytes < 1 << 20 { format!("{} KB", bytes.div_ceil(1000)) } else { format!("{} MB", bytes.div_ceil(1 << 20)) };
     format!(
-        "the module's graph has {count}{nodes} nodes{what}, more than max_nodes={}: inference would hold about {} MB{more} (about {} \
+        "the module's graph has {count}{nodes} nodes{what}, more than max_nodes={}: inference would hold about {size}{more} (about {} \
          KB a node); max_nodes=N raises the bound",
         p.max_nodes,
-        nodes.saturating_mul(BYTES_PER_NODE).div_ceil(1 << 20),
         BYTES_PER_NODE as f64 / 1000.0
     )
 }
@@ -257,16 +258,34 @@ unsafe fn run(module: LLVMModuleRef, p: &Params, site: Site, optimised: Option<b
     }
     let config = &bundle.config;
     if config.head == "graph" {
-        if p.verify || p.roots != Roots::Sample {
-            // Settings of node-level bundles: said once a process, not per unit.
+        // Settings of node-level bundles, named as given: said once a
+        // process, not per unit.
+        let given: Vec<&str> =
+            [(p.roots != Roots::Sample, "roots="), (p.max_roots != params::DEFAULT_MAX_ROOTS, "max_roots="), (p.verify, "verify")]
+                .into_iter()
+                .filter_map(|(set, what)| set.then_some(what))
+                .collect();
+        if !given.is_empty() {
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                let (list, verb) = match given.as_slice() {
+                    [one] => (one.to_string(), "is a setting"),
+                    [rest @ .., last] => (format!("{} and {last}", rest.join(", ")), "are settings"),
+                    [] => unreachable!(),
+                };
                 log::warn!(
                     target: PASS_NAME,
-                    "{name}: roots= and verify are settings of node-level (DeepDataFlow) bundles; {shown}, a {} bundle, decides for the whole module and ignores them",
-                    config.task
+                    "{name}: {list} {verb} of node-level (DeepDataFlow) bundles; {shown}, a {} bundle, decides for the whole module and ignores {}",
+                    config.task,
+                    if given.len() == 1 { "it" } else { "them" }
                 );
             }
+        }
+        // Nothing to classify: a module that defines no function (data
+        // only, or every function inlined away). Device mapping says the
+        // same of a module without a kernel.
+        if instructions == 0 && !metadata::is_device_mapping(&config.task) {
+            return Err("no function defined, nothing to classify".into());
         }
         return run_graph(module, p, site, optimised, bundle, start, t);
     }
@@ -638,7 +657,33 @@ unsafe fn run_graph(
                     names.join(" and ")
                 ));
             }
-            log::debug!(target: PASS_NAME, "{name}: {} not given: using {}", names.join(", "), noaux.display());
+            let given: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| match *n {
+                    "transfer" => p.transfer.is_some(),
+                    "wgsize" => p.wgsize.is_some(),
+                    _ => false,
+                })
+                .collect();
+            if given.is_empty() {
+                log::debug!(target: PASS_NAME, "{name}: {} not given: using {}", names.join(", "), noaux.display());
+            } else {
+                // One of the inputs alone is most likely a slip: said once a
+                // process, and decided as without any.
+                static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    let missing: Vec<String> = names.iter().filter(|n| !given.contains(&n.as_str())).map(|n| format!("{n}=")).collect();
+                    log::warn!(
+                        target: PASS_NAME,
+                        "{name}: {}= given without {}: {} takes them together, so the decision is {}'s, made without any",
+                        given.join("= and "),
+                        missing.join(" and "),
+                        bundle.dir.display(),
+                        noaux.display()
+                    );
+                }
+            }
             let b = read_matching(module, &noaux)?;
             if b.config.hyper.graph.as_ref().is_none_or(|g| !g.aux.is_empty()) {
                 return Err(format!("bundle {}: not a graph-level bundle without auxiliary inputs", noaux.display()));
