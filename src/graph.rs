@@ -263,6 +263,14 @@ impl ProgramGraph {
         node != 0 && n.kind == NodeKind::Instruction && n.function.is_some() && n.text != UNDEFINED_FUNCTION_TEXT
     }
 
+    /// Whether the graph holds code: an instruction of a defined function's
+    /// body. A module of data or declarations alone has none, and a
+    /// graph-level model has nothing to decide on (the learned pass, the
+    /// CLI's `predict` and Python's refuse it).
+    pub fn has_code(&self) -> bool {
+        (1..self.node_count() as u32).any(|n| self.is_body_instruction(n))
+    }
+
     /// The entry instruction of `function`: the builder's record if there is
     /// one, else [`ProgramGraph::derived_entry`].
     pub fn entry(&self, function: FunctionId) -> Option<u32> {

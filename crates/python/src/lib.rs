@@ -122,6 +122,28 @@ impl Graph {
         self.graph.functions.iter().map(|f| f.name.clone()).collect()
     }
 
+    /// The graph device mapping decides `kernel` on, as the learned pass
+    /// and `programl-train predict` do: in a module of several kernels
+    /// (`kernels`, every kernel's name), the kernel and what it calls, the
+    /// other kernels left out; in a module of one, the whole graph.
+    fn kernel_graph(&self, kernel: &str, kernels: Vec<String>) -> PyResult<Graph> {
+        let g = &self.graph;
+        let id_of = |name: &str| {
+            g.functions.iter().position(|f| f.name == name).map(|i| i as u32).ok_or_else(|| {
+                let names: Vec<&str> = g.functions.iter().map(|f| f.name.as_str()).collect();
+                value_error(format!("no function '{name}' in the graph; its functions: {}", names.join(", ")))
+            })
+        };
+        let k = id_of(kernel)?;
+        let others = kernels.iter().filter(|n| *n != kernel).map(|n| id_of(n)).collect::<PyResult<Vec<u32>>>()?;
+        if others.is_empty() {
+            return Ok(Graph { graph: g.clone() });
+        }
+        let index = g.function_index();
+        let keep = index.call_closure(k, &|f| others.contains(&f));
+        Ok(Graph { graph: index.subgraph(&keep) })
+    }
+
     /// The graph in `format`: `pb` (ProGraML protobuf, upstream's tools read
     /// it), `pbtxt`, `json` (networkx node-link) or `dot`.
     #[pyo3(signature = (format = "pb"))]
@@ -358,6 +380,9 @@ impl Bundle {
         let input =
             py.detach(|| GraphInput::new(&graph.graph, &model.vocabulary)).map_err(|e| value_error(format!("not model input: {e}")))?;
         if model.config.head == Head::Graph {
+            if !graph.graph.has_code() {
+                return Err(value_error("the graph holds no code (no function is defined): nothing to classify, as the pass says"));
+            }
             let probs = py.detach(|| -> Result<Vec<f32>, String> {
                 let batch = Batch::from_samples(&[Sample { graph: &input, root: None, positives: None }]).map_err(|e| e.to_string())?;
                 Ok(model.graph_probabilities(&batch, aux.as_deref(), &opts)?.probabilities)

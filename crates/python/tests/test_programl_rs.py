@@ -259,6 +259,39 @@ def test_predictions_are_the_passes(irs, tmp_path):
         devmap.predict(k)
 
 
+def test_device_mapping_decides_each_kernel_on_its_graph_as_the_pass(tmp_path):
+    """A module of two kernels: each kernel's decision is the pass's, made
+    on that kernel's graph (the kernel and what it calls), not the
+    module's."""
+    ll = tmp_path / "two.ll"
+    run("clang-16", "-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header", "-target", "spir64", "-O1",
+        "-S", "-emit-llvm", ROOT / "llvm-tests/Inputs/infer/two_kernels.cl", "-o", ll)
+    g = pg.from_llvm_ir(ll)
+    kernels = ["saxpy", "squash"]
+    assert set(kernels) <= set(g.functions())
+    aux = [67108864.0, 256.0]
+    bundle = ROOT / "models/devmap-amd"
+    ann = annotations(tmp_path, ll, f"model={bundle};device=cpu;dtype=f32;transfer=67108864;wgsize=256")
+    decided = {f["name"]: f["device"] for f in ann["functions"] if "device" in f}
+    assert sorted(decided) == kernels, ann
+    devmap = pg.load_bundle(bundle)
+    for name in kernels:
+        sub = g.kernel_graph(name, kernels)
+        assert name in sub.functions() and not ((set(kernels) - {name}) & set(sub.functions()))
+        assert sub.node_count < g.node_count
+        p = devmap.predict(sub, aux=aux, dtype="f32")
+        best = max(range(len(p)), key=p.__getitem__)
+        assert devmap.classes[best] == decided[name]["device"], (name, p, decided)
+        assert abs(p[best] - decided[name]["p"]) <= 1e-5, (name, p, decided)
+    # A graph without code: nothing to classify, as the pass says.
+    with pytest.raises(ValueError, match="no code"):
+        pg.load_bundle(ROOT / "models/poj104").predict(pg.from_llvm_ir("@g = global i32 3\n"))
+    # One kernel: the whole graph; an unknown name names the functions.
+    assert g.kernel_graph("saxpy", ["saxpy"]) == g
+    with pytest.raises(ValueError, match="no function 'nope'.*saxpy"):
+        g.kernel_graph("nope", kernels)
+
+
 def test_bad_input_raises_and_names_it(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="<string>"):
         pg.from_llvm_ir("define i32 @f( {\n")

@@ -109,6 +109,9 @@ fn graphs(bundle: &Bundle, file: &Path) -> Result<Vec<(String, ProgramGraph)>> {
         }
     };
     if !per_kernel {
+        if !graph.has_code() {
+            bail!("{name}: no function defined, nothing to classify");
+        }
         return Ok(vec![(name, graph)]);
     }
     if kernels.is_empty() {

@@ -1099,6 +1099,12 @@ fn eval_and_predict_refuse_what_a_review_found() {
         ]));
         assert!(e.contains("'--steps <STEPS>'"), "{steps}: {e}");
     }
+    // A module of declarations alone has no code to classify (was: class
+    // 25 at p=0.996), as the learned pass says.
+    let decl = dir.path().join("decl.ll");
+    std::fs::write(&decl, "declare i32 @f(i32)\n@g = global i32 3\n").unwrap();
+    let e = failed(trainer().args(["predict", "--device", "cpu", "--model"]).arg(models.join("poj104")).arg(&decl));
+    assert!(e.contains("decl.ll: no function defined, nothing to classify"), "{e}");
     // A missing bundle's cause, once.
     let e = failed(trainer().args(["predict", "--model"]).arg(dir.path().join("none")).arg(&kernels));
     assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");

@@ -26,6 +26,9 @@ class ProgramGraph:
     def edges(self) -> List[_Edge]:
         """Per edge: (source, target, flow, position)."""
     def functions(self) -> List[str]: ...
+    def kernel_graph(self, kernel: str, kernels: List[str]) -> ProgramGraph:
+        """The graph device mapping decides `kernel` on: with several
+        `kernels`, the kernel and what it calls, the others left out."""
     def to_bytes(self, format: _Format = "pb") -> bytes: ...
     @staticmethod
     def from_bytes(data: bytes, format: _ReadFormat = "pb") -> ProgramGraph: ...
