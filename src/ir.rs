@@ -110,6 +110,12 @@ pub fn detect_text_pointers(text: &[u8]) -> Pointers {
 /// use a fresh context per file.
 pub fn load_module<'ctx>(context: &'ctx Context, path: &Path) -> Result<Module<'ctx>, LoadError> {
     let bytes = std::fs::read(path).map_err(|e| LoadError::Read { path: path.display().to_string(), message: e.to_string() })?;
+    // LLVM reads an empty buffer as an empty text module: right for an
+    // empty `.ll`, but an empty `.bc` is a compile that failed or was cut
+    // short, not a module without code.
+    if bytes.is_empty() && path.extension().is_some_and(|e| e == "bc") {
+        return Err(LoadError::Parse { path: path.display().to_string(), message: "an empty file (0 bytes) is not LLVM bitcode".into() });
+    }
     parse_module(context, &bytes, &path.display().to_string())
 }
 

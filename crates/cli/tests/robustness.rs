@@ -264,6 +264,8 @@ fn broken_inputs_are_errors_naming_the_file() {
         ("truncated.bc", bytes[..bytes.len() / 2].to_vec()),
         ("noise.bc", (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()),
         ("magic-only.bc", b"BC\xC0\xDE\x35\x14\x00\x00".to_vec()),
+        // Empty bitcode: a failed or cut-short compile (was: an empty module).
+        ("zero.bc", Vec::new()),
     ];
     for (name, content) in &cases {
         let path = dir.path().join(name);

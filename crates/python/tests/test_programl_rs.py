@@ -293,6 +293,18 @@ def test_device_mapping_decides_each_kernel_on_its_graph_as_the_pass(tmp_path):
 
 
 def test_bad_input_raises_and_names_it(tmp_path, monkeypatch):
+    # An argument that makes clang write something else: clang's doing,
+    # said so (it blamed the source as "not valid LLVM IR"); -S's IR reads.
+    with pytest.raises(pg.ClangError, match="neither LLVM bitcode nor IR.*-E"):
+        pg.from_clang("int f(void) { return 1; }", ["-E"])
+    assert pg.from_clang("int f(void) { return 1; }", ["-S"]) == pg.from_clang("int f(void) { return 1; }")
+    for bad in (0, -1, "5", None):
+        with pytest.raises(ValueError, match="timeout"):
+            pg.from_clang("int f(void) { return 1; }", timeout=bad)
+    # IR text given as bitcode: a ValueError pointing to from_llvm_ir (was a
+    # FileNotFoundError named after the text).
+    with pytest.raises(ValueError, match="from_llvm_ir"):
+        pg.from_bitcode("define void @f() { ret void }")
     with pytest.raises(ValueError, match="<string>"):
         pg.from_llvm_ir("define i32 @f( {\n")
     with pytest.raises(OSError, match="nope.ll"):

@@ -162,6 +162,15 @@ def from_bitcode(bytes_or_path: Union[bytes, PathLike], *, mode: str = "paper", 
     """
     _check_mode(mode)
     if isinstance(bytes_or_path, str):
+        # Text that is not a path (IR, say): a ValueError saying what it
+        # is, not a missing file named after the text.
+        if ("\n" in bytes_or_path or any(c.isspace() for c in bytes_or_path.strip())) and not os.path.isfile(
+            os.path.expanduser(bytes_or_path.strip())
+        ):
+            raise ValueError(
+                f"not LLVM bitcode: a str is a .bc file's path, and this is text ({bytes_or_path[:40]!r}...); "
+                "IR text goes to from_llvm_ir"
+            )
         bytes_or_path = Path(bytes_or_path)
     data, shown = _read_if_path(bytes_or_path, "LLVM bitcode")
     # (LLVM reads text as IR and nothing as an empty module.)
@@ -227,6 +236,8 @@ def from_clang(
     _check_mode(mode)
     if language is not None and language not in _LANGUAGES:
         raise ValueError(f"language '{language}': expected one of {', '.join(_LANGUAGES)}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout: {timeout!r}; seconds, more than 0")
     if isinstance(args, (str, bytes)):
         raise TypeError(f"args: a list of clang arguments, e.g. ['-O2'], not a string ({args!r})")
     args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in args]
@@ -269,7 +280,17 @@ def from_clang(
         # clang succeeds and writes nothing when it takes an input for the
         # linker (e.g. with -x none): never an empty graph in silence.
         raise ClangError(f"{shown}: clang wrote no bitcode (is it a source file? pass language=):\n{r.stderr.decode(errors='replace')}")
-    return _core.build_ir(r.stdout, shown, mode)
+    if r.stdout.startswith((b"BC\xc0\xde", b"\xde\xc0\x17\x0b")):
+        return _core.build_ir(r.stdout, shown, mode)
+    # Not bitcode: an argument changed clang's output. -S gives IR text,
+    # which reads; -E gives preprocessed source, which is clang's doing,
+    # not the source's fault.
+    try:
+        return _core.build_ir(r.stdout, shown, mode)
+    except ValueError as e:
+        raise ClangError(
+            f"{shown}: clang wrote neither LLVM bitcode nor IR (did an argument, such as -E, change its output?): {e}"
+        ) from None
 
 
 def from_bytes(data: bytes, format: str = "pb") -> ProgramGraph:
