@@ -1085,6 +1085,16 @@ fn predict(
     json: bool,
 ) -> Result<()> {
     let task = train::parse_task(task)?;
+    // A DeepDataFlow bundle reads IR: a source file is named as such, not
+    // parsed as IR into "expected top-level entity".
+    let ext = file.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
+    if matches!(ext.as_str(), "c" | "h" | "cc" | "cpp" | "cxx" | "c++" | "hpp" | "cl" | "cu" | "i" | "ii") {
+        bail!(
+            "{}: a source file, and a {task} bundle reads LLVM IR (.ll, .bc): compile it first, e.g. clang-16 -O1 -S -emit-llvm {} -o x.ll",
+            file.display(),
+            file.display()
+        );
+    }
     let context = inkwell::context::Context::create();
     let module = programl::ir::load_module(&context, file).map_err(|e| anyhow::anyhow!("{e}"))?;
     let graph = programl::builder::build(&module, &Default::default());
@@ -1109,6 +1119,13 @@ fn predict(
                 .collect::<Result<_>>()?
         }
     };
+    if chosen.is_empty() {
+        // Said on stderr, not an empty output that reads as "nothing
+        // positive"; not an error (a module without a common subexpression
+        // has no subexpressions root, and a loop over files goes on).
+        eprintln!("predict: {}: no eligible {task} root, nothing to predict", file.display());
+        return Ok(());
+    }
     let input = GraphInput::new(&graph, vocabulary)?;
     let kinds: Vec<_> = graph.graph.node_weights().map(|n| n.kind).collect();
     let labelled = data::labelled_nodes(task, &kinds, graph.graph.node_weights().map(|n| n.text.as_str()));

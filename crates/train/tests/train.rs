@@ -1105,6 +1105,17 @@ fn eval_and_predict_refuse_what_a_review_found() {
     std::fs::write(&decl, "declare i32 @f(i32)\n@g = global i32 3\n").unwrap();
     let e = failed(trainer().args(["predict", "--device", "cpu", "--model"]).arg(models.join("poj104")).arg(&decl));
     assert!(e.contains("decl.ll: no function defined, nothing to classify"), "{e}");
+    // A node-level bundle on a source file is told to compile it (was: an
+    // IR parse error), and on a module without a root says so on stderr
+    // (was: no output at all).
+    let e = failed(trainer().args(["predict", "--device", "cpu", "--model"]).arg(models.join("reachability")).arg(&kernels));
+    assert!(e.contains("two_kernels.cl: a source file, and a reachability bundle reads LLVM IR"), "{e}");
+    let out = trainer().args(["predict", "--device", "cpu", "--model"]).arg(models.join("reachability")).arg(&decl).output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && out.stdout.is_empty() && e.contains("decl.ll: no eligible reachability root, nothing to predict"),
+        "{e}"
+    );
     // A missing bundle's cause, once.
     let e = failed(trainer().args(["predict", "--model"]).arg(dir.path().join("none")).arg(&kernels));
     assert_eq!(e.matches("No such file or directory").count(), 1, "{e}");
