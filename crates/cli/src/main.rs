@@ -123,7 +123,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Graph(args) => graph(&args),
         Command::Summary { files } => summary(&files),
-        Command::Convert { format, output, file } => convert(&file, format, output.as_deref()),
+        Command::Convert { format, output, file } => convert(&file, format, stdout_dash(output.as_deref())),
         Command::Analyze(args) => analyze::run(&args),
         Command::Dataset(command) => dataset::run_dataset(command),
         Command::Vocab(command) => dataset::run_vocab(command),
@@ -217,8 +217,18 @@ fn render(input: &Path, format: Format, options: &BuildOptions) -> Result<Vec<u8
     Ok(out)
 }
 
+/// `-o -` is standard output, as it is to clang and most tools (it wrote a
+/// file named `-`); `-o ./-` names such a file.
+fn stdout_dash(output: Option<&Path>) -> Option<&Path> {
+    output.filter(|o| o.as_os_str() != "-")
+}
+
 fn graph(args: &GraphArgs) -> Result<bool> {
-    let (files, output, jobs) = (&args.files, args.output.as_deref(), args.jobs);
+    let (files, jobs) = (&args.files, args.jobs);
+    let output = stdout_dash(args.output.as_deref());
+    if output.is_none() && args.output.is_some() && (collect_inputs(files)?.len() != 1 || files[0].is_dir()) {
+        bail!("-o -: standard output takes one input's graph; for several, give an output directory with -o DIR");
+    }
     let options = &BuildOptions { mode: args.compat.unwrap_or_default(), ..Default::default() };
     let inputs = collect_inputs(files)?;
     if inputs.is_empty() {

@@ -314,6 +314,12 @@ fn cli_single_input_goes_to_stdout_and_round_trips() {
     let pb = dir.path().join("list.pb");
     run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o"]).arg(&pb).arg(&bc));
     assert_eq!(std::fs::read(&pb).unwrap(), out.stdout);
+    // -o - is standard output (it wrote a file named '-'), one input only.
+    let dash = run(Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o", "-"]).arg(&bc).current_dir(dir.path()));
+    assert_eq!(dash.stdout, out.stdout);
+    assert!(!dir.path().join("-").exists());
+    let two = Command::new(env!("CARGO_BIN_EXE_programl")).args(["graph", "-o", "-"]).arg(&bc).arg(&bc).output().unwrap();
+    assert!(!two.status.success() && String::from_utf8_lossy(&two.stderr).contains("-o -: standard output takes one input"));
     let summary = run(Command::new(env!("CARGO_BIN_EXE_programl")).arg("summary").arg(&pb));
     let text = String::from_utf8_lossy(&summary.stdout);
     assert!(text.contains(&format!("{} nodes", g.node_count())), "{text}");
