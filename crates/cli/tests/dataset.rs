@@ -458,3 +458,20 @@ fn a_second_build_on_the_same_dataset_is_refused_while_one_runs() {
     let report = held.run(&|_| {}).unwrap();
     assert_eq!((report.ok, report.failed.len(), report.total_records), (12, 2, 12));
 }
+
+/// `--out` naming a regular file is refused as not a directory, before
+/// anything is written (it said only "File exists").
+#[test]
+fn out_that_is_a_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let ir = dir.path().join("ir");
+    std::fs::create_dir(&ir).unwrap();
+    std::fs::write(ir.join("f.ll"), "define i32 @f(i32 %x) {\n  ret i32 %x\n}\n").unwrap();
+    let file = dir.path().join("hello.ll");
+    std::fs::write(&file, "keep").unwrap();
+    let output = programl().args(["dataset", "build", "--ir"]).arg(&ir).arg("--out").arg(&file).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{}: not a directory", file.display())), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+}

@@ -304,6 +304,13 @@ impl Builder {
                 source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no .ll or .bc files"),
             });
         }
+        if out.exists() && !out.is_dir() {
+            // create_dir_all would say only "File exists".
+            return Err(DatasetError::Io {
+                path: out.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "not a directory: --out is the dataset's directory"),
+            });
+        }
         std::fs::create_dir_all(out).map_err(DatasetError::io(out))?;
         let lock = lock(out)?;
         let ir_text = ir.to_string_lossy().into_owned();

@@ -301,6 +301,12 @@ def test_bad_input_raises_and_names_it(tmp_path, monkeypatch):
     for bad in (0, -1, "5", None):
         with pytest.raises(ValueError, match="timeout"):
             pg.from_clang("int f(void) { return 1; }", timeout=bad)
+    # save_graphs onto a directory names the directory (was: the temporary
+    # file beside it).
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(IsADirectoryError) as e:
+        pg.save_graphs(tmp_path / "adir", [pg.from_llvm_ir("define void @f() {\n  ret void\n}\n")])
+    assert e.value.filename == os.fspath(tmp_path / "adir"), e.value
     # IR text given as bitcode: a ValueError pointing to from_llvm_ir (was a
     # FileNotFoundError named after the text).
     with pytest.raises(ValueError, match="from_llvm_ir"):

@@ -339,6 +339,9 @@ def save_graphs(path: PathLike, graphs: Iterable[ProgramGraph], compression: Opt
     # Through a symbolic link, as open(path, "wb") writes: its target is
     # the file replaced, the link stays.
     path = Path(os.path.realpath(path))
+    if path.is_dir():
+        # The rename would fail naming the temporary file.
+        raise IsADirectoryError(errno.EISDIR, "cannot write a ProgramGraphList: a directory", os.fspath(shown))
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
