@@ -16,11 +16,34 @@ pub struct Weights {
     tensors: BTreeMap<String, Vec<f32>>,
 }
 
+/// What is wrong with a safetensors file cut short (a copy or a download
+/// that stopped): the safetensors crate says only `HeaderTooSmall` or
+/// `MetadataIncompleteBuffer`. `None` where the sizes agree.
+pub fn cut_short(bytes: &[u8]) -> Option<String> {
+    let Some(head) = bytes.get(..8) else {
+        return Some(format!("cut short: {} bytes, less than the 8 of the header's length", bytes.len()));
+    };
+    let header = u64::from_le_bytes(head.try_into().ok()?);
+    let have = bytes.len() as u64 - 8;
+    if header > have {
+        return Some(format!(
+            "cut short: its header is {header} bytes and only {have} follow the length (a copy or download that stopped?)"
+        ));
+    }
+    // The tensors' data: the largest end offset the header gives.
+    let meta: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header as usize]).ok()?;
+    let needed = meta.as_object()?.values().filter_map(|t| t.get("data_offsets")?.get(1)?.as_u64()).max().unwrap_or(0);
+    let data = have - header;
+    (needed > data)
+        .then(|| format!("cut short: its tensors take {needed} bytes and only {data} are there (a copy or download that stopped?)"))
+}
+
 impl Weights {
     /// Reads and checks `path` for a model of `hyper`.
     pub fn read(path: &Path, hyper: &Hyper) -> Result<Weights, BundleError> {
         let bytes = programl::fsutil::read_regular(path).map_err(|source| BundleError::Io { path: path.to_path_buf(), source })?;
-        let file = SafeTensors::deserialize(&bytes).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
+        let file = SafeTensors::deserialize(&bytes)
+            .map_err(|e| invalid(path, format!("not a safetensors file: {}", cut_short(&bytes).unwrap_or_else(|| e.to_string()))))?;
         let mut found = BTreeMap::new();
         let mut problems = Vec::new();
         for (name, view) in file.tensors() {

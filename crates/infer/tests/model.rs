@@ -214,7 +214,17 @@ fn a_bad_bundle_is_one_error_naming_its_file() {
         std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
     });
     let e = open_error(truncated.path());
-    assert!(e.contains("weights.safetensors: not a safetensors file"), "{e}");
+    assert!(e.contains("weights.safetensors: not a safetensors file: cut short: its tensors take"), "{e}");
+    // Cut inside the 8 bytes of the header's length, and inside the header.
+    for keep in [5usize, 40] {
+        let cut = edited(|d| {
+            let p = d.join("weights.safetensors");
+            let bytes = std::fs::read(&p).unwrap();
+            std::fs::write(&p, &bytes[..keep]).unwrap();
+        });
+        let e = open_error(cut.path());
+        assert!(e.contains("not a safetensors file: cut short: "), "{keep}: {e}");
+    }
 
     let missing = edited(|d| std::fs::remove_file(d.join("weights.safetensors")).unwrap());
     assert!(open_error(missing.path()).contains("weights.safetensors"), "missing weights");

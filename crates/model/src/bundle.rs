@@ -201,7 +201,11 @@ fn load_weights_as(model: &Ggnn, path: &Path, grow: bool) -> Result<i64, BundleE
     if !path.exists() {
         return Err(BundleError::Io { path: path.to_path_buf(), source: std::io::Error::from(std::io::ErrorKind::NotFound) });
     }
-    let read = Tensor::read_safetensors(path).map_err(|e| invalid(path, format!("not a safetensors file: {e}")))?;
+    let read = Tensor::read_safetensors(path).map_err(|e| {
+        // tch repeats the path and names only the safetensors variant.
+        let why = std::fs::read(path).ok().and_then(|b| programl_infer::weights::cut_short(&b)).unwrap_or_else(|| e.to_string());
+        invalid(path, format!("not a safetensors file: {why}"))
+    })?;
     let mut found: BTreeMap<String, Tensor> = read.into_iter().collect();
     let mut read_rows = model.hyper().vocab_size as i64;
     let current = model.named_tensors().into_iter().find(|(n, _)| *n == "embedding.weight").map(|(_, t)| t);
