@@ -240,8 +240,30 @@ fn node_id(n: i64, what: &str) -> PyResult<u32> {
 /// `programl dataset build` labels), `{"task", "root", "steps",
 /// "positives"}`.
 #[pyfunction]
-#[pyo3(signature = (graph, task, root = None, seed = 0))]
-fn analyze<'py>(py: Python<'py>, graph: &Graph, task: &str, root: Option<i64>, seed: u64) -> PyResult<Vec<Bound<'py, PyDict>>> {
+#[pyo3(signature = (graph, task, root = None, seed = None))]
+fn analyze<'py>(
+    py: Python<'py>,
+    graph: &Graph,
+    task: &str,
+    root: Option<i64>,
+    seed: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    // PyO3's own OverflowError or TypeError would not name the argument.
+    let seed: u64 = match seed.map_or(Ok(0), |s| s.extract()) {
+        Ok(s) => s,
+        Err(_) if seed.is_some_and(|s| s.is_instance_of::<pyo3::types::PyInt>()) => {
+            return Err(value_error(format!(
+                "seed: {}; a whole number from 0 to 2**64 - 1",
+                seed.map(|s| s.to_string()).unwrap_or_default()
+            )))
+        }
+        Err(_) => {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "seed: an int, got {}",
+                seed.and_then(|s| s.get_type().name().ok()).map(|n| n.to_string()).unwrap_or_default()
+            )))
+        }
+    };
     let task = parse_task(task)?;
     let root = root.map(|r| node_id(r, "root")).transpose()?;
     let results = py.detach(|| -> Result<Vec<(u32, u32, Vec<u32>)>, String> {
@@ -338,12 +360,31 @@ impl Bundle {
         py: Python<'py>,
         graph: &Graph,
         roots: Option<Vec<i64>>,
-        aux: Option<Vec<f32>>,
+        aux: Option<Vec<Bound<'py, PyAny>>>,
         dtype: &str,
         threads: i64,
         steps: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dtype: Dtype = dtype.parse().map_err(value_error)?;
+        // Each value named by its place (PyO3 said "must be real number,
+        // not str" without saying where).
+        let aux: Option<Vec<f32>> = aux
+            .map(|values| {
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        v.extract::<f32>().map_err(|_| {
+                            pyo3::exceptions::PyTypeError::new_err(format!(
+                                "aux[{i}]: a number, got {} ({})",
+                                v.get_type().name().map(|n| n.to_string()).unwrap_or_default(),
+                                v.repr().map(|r| r.to_string()).unwrap_or_default()
+                            ))
+                        })
+                    })
+                    .collect::<PyResult<Vec<f32>>>()
+            })
+            .transpose()?;
         let roots = roots.map(|r| r.into_iter().map(|n| node_id(n, "roots")).collect::<PyResult<Vec<u32>>>()).transpose()?;
         let threads =
             usize::try_from(threads).ok().filter(|&t| t >= 1).ok_or_else(|| value_error(format!("threads: {threads}; at least 1")))?;

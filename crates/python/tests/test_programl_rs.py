@@ -301,6 +301,14 @@ def test_bad_input_raises_and_names_it(tmp_path, monkeypatch):
     for bad in (0, -1, "5", None):
         with pytest.raises(ValueError, match="timeout"):
             pg.from_clang("int f(void) { return 1; }", timeout=bad)
+    # A bad seed or aux value names its argument (PyO3's own errors did not).
+    g = pg.from_llvm_ir("define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n")
+    with pytest.raises(ValueError, match="seed: -1"):
+        pg.analyze(g, "reachability", seed=-1)
+    with pytest.raises(TypeError, match="seed: an int"):
+        pg.analyze(g, "reachability", seed="7")
+    with pytest.raises(TypeError, match=r"aux\[0\]: a number, got str"):
+        pg.load_bundle(ROOT / "models/devmap-amd").predict(g, aux=["a", 1])
     # save_graphs onto a directory names the directory (was: the temporary
     # file beside it).
     (tmp_path / "adir").mkdir()
