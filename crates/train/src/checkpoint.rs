@@ -32,6 +32,55 @@ pub struct Checkpoint {
     names: Vec<&'static str>,
 }
 
+/// Holds the run directory `run` for this process: two trainings into one
+/// directory would interleave their checkpoints and bundles, and the one
+/// that ends last would own them while the other reported success (the
+/// check of a resume's arguments cannot see a run that has not yet
+/// checkpointed). `flock` on `run/.lock`, released when the guard drops or
+/// the process dies; a second hold by the same process (POJ-104's run,
+/// then its training loop) shares the first.
+pub struct RunLock {
+    _file: Option<std::fs::File>,
+    key: Option<std::path::PathBuf>,
+}
+
+static HELD: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+pub fn lock_run(run: &Path) -> Result<RunLock> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(run).with_context(|| format!("{}: cannot create the run directory", run.display()))?;
+    let key = run.canonicalize().with_context(|| format!("{}: cannot resolve", run.display()))?;
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if held.contains(&key) {
+        return Ok(RunLock { _file: None, key: None });
+    }
+    let path = run.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("{}: cannot open", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            bail!("{}: another programl-train run is writing this run directory; wait for it to end, or give another --out", run.display());
+        }
+        return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
+    }
+    held.push(key.clone());
+    Ok(RunLock { _file: Some(file), key: Some(key) })
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).retain(|k| k != key);
+        }
+    }
+}
+
 /// Puts back what a swap killed half-way left aside in the run directory
 /// `run` (its `checkpoint/` and `model/`, [`bundle::recover_dir`]). Every
 /// reader of a run calls it before asking whether the run has started.

@@ -381,6 +381,7 @@ pub fn fit<S: RunSettings>(
         bail!("--epochs and --batch-nodes must be at least 1");
     }
     std::fs::create_dir_all(run.out).map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", run.out.display()))?;
+    let _lock = crate::checkpoint::lock_run(run.out)?;
     let params = model.parameters();
     let mut opt = AdamW::new(&params, lr);
     crate::checkpoint::recover_run(run.out)?;

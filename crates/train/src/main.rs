@@ -310,7 +310,7 @@ enum Command {
         /// Message-passing steps.
         #[arg(long, default_value_t = 6)]
         steps: i64,
-        #[arg(long, default_value_t = 1e-3)]
+        #[arg(long, default_value_t = 1e-3, value_parser = train::learning_rate)]
         lr: f64,
         #[arg(long, default_value_t = 10_000)]
         batch_nodes: usize,
@@ -417,7 +417,7 @@ enum Command {
         epochs: usize,
         #[arg(long, default_value_t = 6)]
         steps: i64,
-        #[arg(long, default_value_t = 1e-3)]
+        #[arg(long, default_value_t = 1e-3, value_parser = train::learning_rate)]
         lr: f64,
         #[arg(long, default_value_t = 10_000)]
         batch_nodes: usize,
@@ -537,6 +537,18 @@ fn main() {
     // whole (outputs are written atomically).
     // SAFETY: as above.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // Standard output that cannot be written (a full disk, `> /dev/full`):
+    // `println!` panics; said as the other write errors are, one line and
+    // exit 2, not a panic's backtrace (the CLI writes through `writeln!`).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied());
+        if let Some(cause) = text.and_then(|t| t.strip_prefix("failed printing to stdout: ")) {
+            eprintln!("programl-train: <stdout>: cannot write: {cause}");
+            std::process::exit(2);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     if let Err(e) = programl_model::libtorch::check() {
         eprintln!("programl-train: {e}");

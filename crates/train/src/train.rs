@@ -85,7 +85,7 @@ pub struct TrainArgs {
     pub data: PathBuf,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    #[arg(long, default_value_t = 2.5e-4)]
+    #[arg(long, default_value_t = 2.5e-4, value_parser = learning_rate)]
     pub lr: f64,
     /// Warm-up: the rate rises linearly from 0 to --lr over this many
     /// training examples (0: none, --lr from the first batch).
@@ -115,7 +115,7 @@ pub struct TrainArgs {
     #[arg(long, requires = "init")]
     pub extend_vocab: bool,
     /// Message-passing steps T.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=programl_infer::bundle::MAX_STEPS))]
     pub steps: i64,
     /// The examples trained and validated on, by the step count each
     /// needs: `ddf-30` (the paper's training set), `ddf-60`, `ddf-200` or
@@ -237,7 +237,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 60_000)]
     pub max_nodes: usize,
     /// Validation examples (val split, DDF-30, chosen by seed).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
     pub val_examples: usize,
     /// Validate every this many training examples.
     #[arg(long, default_value_t = 20_000)]
@@ -437,6 +437,26 @@ fn mean_or_absent(a: &Option<Aggregation>) -> bool {
 }
 
 /// `--hidden H` of any trainer: an even state width the bundle format takes.
+/// `--lr`: a finite rate above 0 (NaN or infinity would train a model of
+/// NaNs, and clap reads `-1` as a flag).
+pub fn learning_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(lr) if lr.is_finite() && lr > 0.0 => Ok(lr),
+        Ok(lr) => Err(format!("{lr} is not a finite learning rate above 0")),
+        Err(e) => Err(format!("'{text}': {e}")),
+    }
+}
+
+/// A count of at least 1 (`--val-examples`: an F1 over no examples would
+/// read as a perfect 1.0).
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0: at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("'{text}': {e}")),
+    }
+}
+
 pub fn check_hidden(hidden: i64) -> Result<()> {
     if !(4..=programl_infer::bundle::MAX_HIDDEN).contains(&hidden) || hidden % 2 != 0 {
         bail!("--hidden {hidden} is not an even width in 4..={}", programl_infer::bundle::MAX_HIDDEN);
@@ -463,6 +483,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
 
     // The vocabulary: fixed at the first start.
     let vocab_path = out.join(bundle::VOCABULARY_FILE);
+    let _lock = crate::checkpoint::lock_run(out)?;
     crate::checkpoint::recover_run(out)?;
     let fresh = !out.join("checkpoint").join("state.json").exists();
     let init = match (&args.init, fresh) {
@@ -726,6 +747,16 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             None => evaluate(model, &val, &val_ids, args.steps, args.batch_nodes.max(1), |_| {}),
             Some(_) => validate_adaptive(&out.join("candidate"), &config_now(state), model, &vocab, &val, &val_ids, args)?,
         };
+        // Diverged (the last step made the weights NaN or infinite): stop
+        // before anything of this state is recorded, so that the bundle and
+        // the checkpoint keep the last good one and the run can resume.
+        if !e.loss.is_finite() {
+            bail!(
+                "the model diverged at {} examples (validation loss {}): stopping; the checkpoint and the bundle keep the last good state (a lower --lr, or --clip-norm, would help)",
+                state.examples_seen,
+                e.loss
+            );
+        }
         let t = e.total;
         let (ran, needed) = e.steps.iter().fold((0, 0), |(r, n), &(a, b)| (r + a, n + b));
         let per_example = |x: u64| stop.as_ref().map(|_| x as f64 / e.examples.max(1) as f64);

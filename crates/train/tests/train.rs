@@ -1171,3 +1171,70 @@ fn eval_and_predict_refuse_what_a_review_found() {
         assert!(e.contains(&format!("{}: ", flag[0])) && e.contains("graph-level (poj104) bundle"), "{e}");
     }
 }
+
+/// What a probe of the trainer found (2026-12-02): settings that trained a
+/// model of NaNs or scored nothing are refused; a run that diverges stops
+/// and keeps nothing of the diverged state; two runs into one directory
+/// are refused; an unwritable stdout is an error line, not a panic.
+#[test]
+fn a_probe_of_the_trainer_refuses_and_stops_as_it_should() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let with = |out: &Path, set: &[(&str, &str)], budget: &str| -> Vec<String> {
+        let mut a = train_args(data, out, budget);
+        for (flag, value) in set {
+            let at = a.iter().position(|x| x == flag).map(|i| i + 1);
+            match at {
+                Some(i) => a[i] = value.to_string(),
+                None => a.extend([flag.to_string(), value.to_string()]),
+            }
+        }
+        a
+    };
+    for (flag, value, why) in [
+        ("--lr", "nan", "not a finite learning rate above 0"),
+        ("--lr", "inf", "not a finite learning rate above 0"),
+        ("--steps", "0", "0 is not in 1..=10000"),
+        ("--steps", "10001", "10001 is not in 1..=10000"),
+        ("--val-examples", "0", "at least 1"),
+    ] {
+        let o = trainer().args(with(&dir.path().join("bad"), &[(flag, value)], "10")).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(flag) && e.contains(why), "{flag} {value}: {e}");
+    }
+    // A rate that makes the weights NaN: stopped at the validation, no
+    // bundle or checkpoint of the NaN state (it shipped one as the best,
+    // and its checkpoint could not be read back).
+    let diverged = dir.path().join("diverged");
+    let o = trainer().args(with(&diverged, &[("--lr", "1e30")], "800")).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    // (Caught by the training loss where the step's own loss is NaN, else
+    // by the validation after it.)
+    assert!(!o.status.success() && (e.contains("the model diverged at") || e.contains("the training loss is NaN")), "{e}");
+    assert!(!diverged.join("model").exists() && !diverged.join("checkpoint/state.json").exists());
+    // Two runs into one directory: the second is refused while the first
+    // holds it.
+    let shared = dir.path().join("shared");
+    let mut first = trainer().args(with(&shared, &[], "1000000")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !shared.join(".lock").exists() {
+        assert!(start.elapsed().as_secs() < 60, "the first run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The lock file appears just before the lock is taken.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = trainer().args(with(&shared, &[("--task", "dominance")], "10")).output().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("another programl-train run is writing this run directory"), "{e}");
+    // Standard output that cannot be written.
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/poj104");
+    let ll = dir.path().join("f.ll");
+    std::fs::write(&ll, "define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n").unwrap();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let o = trainer().args(["predict", "--device", "cpu", "--model"]).arg(&model).arg(&ll).stdout(full).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("<stdout>: cannot write: No space left on device") && !e.contains("panicked"), "{e}");
+}

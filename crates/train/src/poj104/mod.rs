@@ -561,6 +561,7 @@ pub fn run(o: &Options, s: &Settings, device: Device) -> Result<()> {
     // another clang or prelude (the same sizes, other texts) would read
     // its embedding rows as other texts'. The run's bundle records the
     // vocabulary it was trained with; another one is refused.
+    let _lock = crate::checkpoint::lock_run(&o.out)?;
     crate::checkpoint::recover_run(&o.out)?;
     let trained_with = o.out.join("model").join(bundle::VOCABULARY_FILE);
     if o.out.join("checkpoint/state.json").exists() && trained_with.exists() {
