@@ -752,7 +752,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         // the checkpoint keep the last good one and the run can resume.
         if !e.loss.is_finite() {
             bail!(
-                "the model diverged at {} examples (validation loss {}): stopping; the checkpoint and the bundle keep the last good state (a lower --lr, or --clip-norm, would help)",
+                "the model diverged at {} examples (validation loss {}): stopping; the checkpoint and the bundle keep the last good state (a new run, in another --out, with a lower --lr or a --clip-norm avoids it)",
                 state.examples_seen,
                 e.loss
             );
