@@ -651,7 +651,17 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
     }
     let mut state = if let Some(s) = saved {
-        let (then, now) = (serde_json::to_value(&s.args)?, serde_json::to_value(args)?);
+        // `--hidden` at its default is the run's width as much as no
+        // `--hidden`: compared as one.
+        let canonical = |mut v: serde_json::Value| {
+            if let Some(o) = v.as_object_mut() {
+                if o.get("hidden").and_then(serde_json::Value::as_i64) == Some(programl_model::HIDDEN) {
+                    o.remove("hidden");
+                }
+            }
+            v
+        };
+        let (then, now) = (canonical(serde_json::to_value(&s.args)?), canonical(serde_json::to_value(args)?));
         if then != now {
             // The arguments that differ, by name: then and now.
             let differ: Vec<String> = match (then.as_object(), now.as_object()) {
@@ -667,7 +677,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
                 _ => Vec::new(),
             };
             bail!(
-                "{}: this run was started with other arguments ({}); use another --out or the same arguments (all of them then: {})",
+                "{}: this run was started with other arguments ({}); use another --out or the same arguments (those then, defaults left out: {})",
                 out.display(),
                 differ.join("; "),
                 serde_json::to_string(&s.args)?

@@ -1228,6 +1228,11 @@ fn a_probe_of_the_trainer_refuses_and_stops_as_it_should() {
     first.wait().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("another programl-train run is writing this run directory"), "{e}");
+    // A run started without --hidden resumes with --hidden at its default
+    // (it was refused: "hidden: unset then, 34 now").
+    let plain = dir.path().join("plain");
+    run(trainer().args(with(&plain, &[], "200")));
+    run(trainer().args(with(&plain, &[("--hidden", "34")], "400")));
     // Standard output that cannot be written.
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/poj104");
     let ll = dir.path().join("f.ll");
