@@ -571,6 +571,13 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         }
         None => (kept, 0),
     };
+    if train.examples.is_empty() {
+        // Not a matter of --max-nodes: the split itself is empty.
+        bail!(
+            "{}: the training split holds no {task} {subset} example (its programs fell in val and test, or failed to build: `programl dataset stats` shows the splits)",
+            args.data.display()
+        );
+    }
     if kept.is_empty() {
         let long = args.longer_than.map_or(String::new(), |n| format!(", needs more than {n} steps (--longer-than)"));
         bail!("{}: no {} {subset} training example has at most {} nodes{long}", args.data.display(), task, args.max_nodes);
