@@ -1233,6 +1233,25 @@ fn a_probe_of_the_trainer_refuses_and_stops_as_it_should() {
     let plain = dir.path().join("plain");
     run(trainer().args(with(&plain, &[], "200")));
     run(trainer().args(with(&plain, &[("--hidden", "34")], "400")));
+    // A store whose training split is empty (its one program hashed into
+    // val or test): said as such (it blamed --max-nodes).
+    let (ir, _) = fixture();
+    let one = dir.path().join("one-ir");
+    std::fs::create_dir_all(&one).unwrap();
+    let name = (0..1000)
+        .map(|i| format!("p{i}.ll"))
+        .find(|n| programl_dataset::split_of(&programl_dataset::split_key(Path::new(n))) != programl_dataset::Split::Train)
+        .unwrap();
+    let source = std::fs::read_dir(ir.join("proj0")).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "ll"));
+    std::fs::copy(source.unwrap(), one.join(&name)).unwrap();
+    let store = dir.path().join("one-store");
+    programl_dataset::Builder::open(programl_dataset::BuildConfig::new(&one, &store)).unwrap().run(&|_| {}).unwrap();
+    let mut a = with(&dir.path().join("one-run"), &[], "10");
+    let at = a.iter().position(|x| x == "--data").unwrap() + 1;
+    a[at] = store.display().to_string();
+    let o = trainer().args(&a).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("the training split holds no datadep"), "{e}");
     // Standard output that cannot be written.
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/poj104");
     let ll = dir.path().join("f.ll");
