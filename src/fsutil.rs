@@ -151,6 +151,20 @@ pub fn check_size_limit(end: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes an exclusive `flock` on `path` (created if missing) without
+/// waiting: the open file holds it until it is closed, also when the
+/// process is killed. A lock another process holds is an error of kind
+/// `WouldBlock`. (The dataset build's and a training run's directory lock.)
+pub fn try_lock(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
 /// fsyncs a directory, so that renames in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)

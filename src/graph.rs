@@ -338,6 +338,23 @@ impl ProgramGraph {
         self.function_index().subgraph(keep)
     }
 
+    /// The graph device mapping decides `kernel` on: in a module of several
+    /// kernels (`kernels`, every kernel's name), the kernel and what it
+    /// calls, the module's other kernels left out; in a module of one, the
+    /// whole graph. The learned pass's rule (`kernel_graphs` in the plugin,
+    /// by function id), shared by training, `predict` and Python. `None`
+    /// where no function is named `kernel`.
+    pub fn kernel_subgraph(&self, kernel: &str, kernels: &[String]) -> Option<ProgramGraph> {
+        let id_of = |name: &str| self.functions.iter().position(|f| f.name == name).map(|i| i as FunctionId);
+        let k = id_of(kernel)?;
+        let others: Vec<FunctionId> = kernels.iter().filter(|n| *n != kernel).filter_map(|n| id_of(n)).collect();
+        if others.is_empty() {
+            return Some(self.clone());
+        }
+        let index = self.function_index();
+        Some(index.subgraph(&index.call_closure(k, &|f| others.contains(&f))))
+    }
+
     /// The calls between functions and each function's nodes, computed in
     /// one pass over the graph, for [`FunctionIndex::call_closure`] and
     /// [`FunctionIndex::subgraph`]: each then costs the size of what it

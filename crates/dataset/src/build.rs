@@ -18,7 +18,6 @@
 //! however often the build is killed.
 
 use std::collections::{BTreeMap, HashSet};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -230,18 +229,10 @@ impl std::fmt::Debug for Builder {
 
 fn lock(dir: &Path) -> Result<std::fs::File, DatasetError> {
     let path = dir.join(".lock");
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(DatasetError::io(&path))?;
-    // SAFETY: flock on a descriptor we own; released when the file closes
-    // (also when the process is killed).
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            return Err(DatasetError::Locked { path: dir.to_path_buf() });
-        }
-        return Err(DatasetError::Io { path, source: e });
-    }
-    Ok(file)
+    programl::fsutil::try_lock(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => DatasetError::Locked { path: dir.to_path_buf() },
+        _ => DatasetError::Io { path, source: e },
+    })
 }
 
 /// `<dataset>/.inflight`, the journal of the inputs being read: a line

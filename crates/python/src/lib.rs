@@ -128,20 +128,15 @@ impl Graph {
     /// other kernels left out; in a module of one, the whole graph.
     fn kernel_graph(&self, kernel: &str, kernels: Vec<String>) -> PyResult<Graph> {
         let g = &self.graph;
-        let id_of = |name: &str| {
-            g.functions.iter().position(|f| f.name == name).map(|i| i as u32).ok_or_else(|| {
-                let names: Vec<&str> = g.functions.iter().map(|f| f.name.as_str()).collect();
-                value_error(format!("no function '{name}' in the graph; its functions: {}", names.join(", ")))
-            })
-        };
-        let k = id_of(kernel)?;
-        let others = kernels.iter().filter(|n| *n != kernel).map(|n| id_of(n)).collect::<PyResult<Vec<u32>>>()?;
-        if others.is_empty() {
-            return Ok(Graph { graph: g.clone() });
+        // Every name given is a function of the graph: a misspelt kernel
+        // would otherwise stay in another kernel's graph unsaid.
+        if let Some(missing) =
+            std::iter::once(kernel).chain(kernels.iter().map(String::as_str)).find(|n| !g.functions.iter().any(|f| f.name == *n))
+        {
+            let names: Vec<&str> = g.functions.iter().map(|f| f.name.as_str()).collect();
+            return Err(value_error(format!("no function '{missing}' in the graph; its functions: {}", names.join(", "))));
         }
-        let index = g.function_index();
-        let keep = index.call_closure(k, &|f| others.contains(&f));
-        Ok(Graph { graph: index.subgraph(&keep) })
+        Ok(Graph { graph: g.kernel_subgraph(kernel, &kernels).expect("checked above") })
     }
 
     /// The graph in `format`: `pb` (ProGraML protobuf, upstream's tools read

@@ -47,7 +47,6 @@ pub struct RunLock {
 static HELD: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 pub fn lock_run(run: &Path) -> Result<RunLock> {
-    use std::os::fd::AsRawFd;
     std::fs::create_dir_all(run).with_context(|| format!("{}: cannot create the run directory", run.display()))?;
     let key = run.canonicalize().with_context(|| format!("{}: cannot resolve", run.display()))?;
     let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
@@ -55,20 +54,13 @@ pub fn lock_run(run: &Path) -> Result<RunLock> {
         return Ok(RunLock { _file: None, key: None });
     }
     let path = run.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("{}: cannot open", path.display()))?;
-    // SAFETY: flock on a descriptor this function owns.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            bail!("{}: another programl-train run is writing this run directory; wait for it to end, or give another --out", run.display());
+    let file = match programl::fsutil::try_lock(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            bail!("{}: another programl-train run is writing this run directory; wait for it to end, or give another --out", run.display())
         }
-        return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
-    }
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot lock", path.display())),
+    };
     held.push(key.clone());
     Ok(RunLock { _file: Some(file), key: Some(key) })
 }

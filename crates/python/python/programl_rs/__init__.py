@@ -162,16 +162,15 @@ def from_bitcode(bytes_or_path: Union[bytes, PathLike], *, mode: str = "paper", 
     """
     _check_mode(mode)
     if isinstance(bytes_or_path, str):
-        # Text that is not a path (IR, say): a ValueError saying what it
-        # is, not a missing file named after the text.
-        if ("\n" in bytes_or_path or any(c.isspace() for c in bytes_or_path.strip())) and not os.path.isfile(
-            os.path.expanduser(bytes_or_path.strip())
-        ):
+        path = _named_file(bytes_or_path, "LLVM bitcode")
+        if path is None:
+            # Text, not a path (IR, say): a ValueError saying what it is,
+            # not a missing file named after the text.
             raise ValueError(
                 f"not LLVM bitcode: a str is a .bc file's path, and this is text ({bytes_or_path[:40]!r}...); "
                 "IR text goes to from_llvm_ir"
             )
-        bytes_or_path = Path(bytes_or_path)
+        bytes_or_path = Path(path)
     data, shown = _read_if_path(bytes_or_path, "LLVM bitcode")
     # (LLVM reads text as IR and nothing as an empty module.)
     if not data.startswith(_BITCODE_MAGIC):

@@ -22,7 +22,7 @@
 //! kernel of a module gets its own decision from the same rule, and it
 //! keeps the real helper functions, which the normalised `src` column lost.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -474,20 +474,10 @@ pub fn kernel_names(ir: &str) -> Vec<String> {
     define.captures_iter(ir).map(|c| c[2].to_string()).collect()
 }
 
-/// The graph of `kernel` in `graph`: in a module of several kernels, the
-/// kernel and what it calls, the module's other kernels left out; in a
-/// module of one, the whole module. That is the learned pass's rule
-/// (`kernel_graphs` in the plugin), so training sees what the pass sees.
+/// The graph of `kernel` in `graph` ([`ProgramGraph::kernel_subgraph`]:
+/// the learned pass's rule, so training sees what the pass sees).
 pub fn kernel_subgraph(graph: &ProgramGraph, kernel: &str, kernels: &[String]) -> Option<ProgramGraph> {
-    let id_of = |name: &str| graph.functions.iter().position(|f| f.name == name).map(|i| i as u32);
-    let k = id_of(kernel)?;
-    if kernels.len() < 2 {
-        return Some(graph.clone());
-    }
-    let others: Vec<u32> = kernels.iter().filter(|n| *n != kernel).filter_map(|n| id_of(n)).collect();
-    let index = graph.function_index();
-    let keep: BTreeSet<u32> = index.call_closure(k, &|f| others.contains(&f));
-    Some(index.subgraph(&keep))
+    graph.kernel_subgraph(kernel, kernels)
 }
 
 impl Kernels {
