@@ -446,6 +446,17 @@ pub fn fit<S: RunSettings>(
     };
     let mut last_checkpoint = Instant::now();
     let examples_at_start = state.examples_seen;
+    let _armed = crate::interrupt::armed();
+    // Ctrl-C or SIGTERM, seen at a batch's end: save, and stop.
+    let interrupted = |signal: i32, state: &mut State<S>, opt: &AdamW| -> Result<Ending<S>> {
+        crate::interrupt::saying(signal);
+        save(state, opt)?;
+        Err(crate::interrupt::Interrupted {
+            signal,
+            at: format!("epoch {}, batch {} ({} examples)", state.epoch + 1, state.batch, state.examples_seen),
+        }
+        .into())
+    };
     while state.epoch < run.epochs {
         let batches = epoch_batches(data, train, run.seed, state.epoch, run.batch_nodes, run.min_items);
         let epoch_start = Instant::now();
@@ -453,6 +464,9 @@ pub fn fit<S: RunSettings>(
         let mut session_n = 0usize;
         for (b, items) in batches.iter().enumerate().skip(state.batch) {
             // At least one batch per session, so that any budget makes progress.
+            if let Some(signal) = crate::interrupt::caught() {
+                return interrupted(signal, &mut state, &opt);
+            }
             let trained = state.examples_seen > examples_at_start;
             if trained && run.budget_s.is_some_and(|budget| session.elapsed().as_secs_f64() > budget) {
                 save(&mut state, &opt)?;
@@ -485,6 +499,10 @@ pub fn fit<S: RunSettings>(
                 save(&mut state, &opt)?;
                 last_checkpoint = Instant::now();
             }
+        }
+        if let Some(signal) = crate::interrupt::caught() {
+            // Before the epoch's validation, which a resume then runs.
+            return interrupted(signal, &mut state, &opt);
         }
         let val = validate(model);
         let wall = wall0 + session.elapsed().as_secs_f64();

@@ -18,6 +18,7 @@ mod devmap;
 mod engine;
 mod graphtask;
 mod harness;
+mod interrupt;
 mod metrics;
 mod optim;
 mod plot;
@@ -556,7 +557,10 @@ fn main() {
     }
     if let Err(e) = run(cli) {
         eprintln!("programl-train: {}", programl::error_line(e.as_ref()));
-        std::process::exit(1);
+        // Stopped by Ctrl-C or SIGTERM after saving: the shell's status for
+        // a process that signal ended, 130 or 143.
+        let status = e.downcast_ref::<interrupt::Interrupted>().map_or(1, |i| 128 + i.signal);
+        std::process::exit(status);
     }
 }
 

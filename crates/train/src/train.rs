@@ -814,6 +814,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
         Ok(())
     };
 
+    let _armed = crate::interrupt::armed();
     // A run started from a bundle first measures it: the bar to beat.
     if state.init.is_some() && state.history.is_empty() {
         validate(&mut state, &model)?;
@@ -835,6 +836,13 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
             batches = shuffle.into_iter().map(|k| batches[k].clone()).collect();
         }
         while (state.batch_in_epoch as usize) < batches.len() {
+            if let Some(signal) = crate::interrupt::caught() {
+                bar.suspend(|| crate::interrupt::saying(signal));
+                checkpoint(&mut state, &model, &opt)?;
+                bar.finish_and_clear();
+                let at = format!("{} examples, {:.0} s of training", state.examples_seen, state.wall_s);
+                return Err(crate::interrupt::Interrupted { signal, at }.into());
+            }
             if exhausted(&state) {
                 break 'outer;
             }

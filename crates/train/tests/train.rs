@@ -1,7 +1,7 @@
 //! `programl-train` end to end on a small fixture: generated C programs
 //! compiled by clang, a dataset store built from them, a short training run
-//! that must beat the trivial classifiers, a SIGKILLed run that resumes to
-//! the very same weights, a run past a file size limit that fails naming
+//! that must beat the trivial classifiers, a SIGKILLed run and one stopped
+//! by Ctrl-C or SIGTERM that resume to the very same weights, a run past a file size limit that fails naming
 //! the file and completes after, `eval` on IR files, `predict`, and clear
 //! errors for broken bundles.
 
@@ -278,6 +278,61 @@ fn a_killed_run_resumes_to_the_same_weights() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM mid-run: the run saves its checkpoint at the
+/// batch's end and exits 130 or 143, as a shell reports a process that
+/// signal ended; the same command continues it to the very weights of a
+/// run never stopped. (Before, the signal ended the process and the work
+/// since the last periodic checkpoint was lost.)
+#[test]
+fn an_interrupted_run_saves_its_checkpoint_and_resumes_to_the_same_weights() {
+    let (_, data) = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    run(trainer().args(train_args(data, &whole, "1500")));
+    let state = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("checkpoint/state.json")).unwrap_or_default()).unwrap_or_default()
+    };
+    for (signal, name, status) in [(libc::SIGINT, "SIGINT", 130), (libc::SIGTERM, "SIGTERM", 143)] {
+        let stopped = dir.path().join(name);
+        let mut args = train_args(data, &stopped, "1500");
+        // No periodic checkpoint: the validations' (every 400 examples) and
+        // the signal's are the only ones written.
+        args.extend(["--checkpoint-every".into(), "3600".into()]);
+        let child = trainer().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let start = Instant::now();
+        let before = loop {
+            let seen = state(&stopped)["examples_seen"].as_u64().unwrap_or(0);
+            if seen > 0 || start.elapsed() > Duration::from_secs(50) {
+                break seen;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // SAFETY: a signal to the child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}: saving the checkpoint")) && err.contains("run the same command to continue"),
+            "{name}: {err}"
+        );
+        let saved = state(&stopped)["examples_seen"].as_u64().unwrap();
+        assert!(before > 0 && saved >= before && saved < 1500, "{name}: {before} examples checkpointed before the signal, {saved} after");
+        run(trainer().args(&args));
+        for f in ["checkpoint/weights.safetensors", "checkpoint/optimizer.safetensors", "model/weights.safetensors"] {
+            assert!(
+                std::fs::read(whole.join(f)).unwrap() == std::fs::read(stopped.join(f)).unwrap(),
+                "{f} differs after {name} and resume"
+            );
+        }
+        assert_eq!(state(&whole)["examples_seen"], state(&stopped)["examples_seen"], "{name}");
+        let losses = |d: &Path| -> Vec<serde_json::Value> {
+            state(d)["history"].as_array().unwrap().iter().map(|r| serde_json::json!([r["kind"], r["examples"], r["loss"]])).collect()
+        };
+        assert_eq!(losses(&whole), losses(&stopped), "{name}: the log (wall times aside)");
+    }
 }
 
 #[test]
