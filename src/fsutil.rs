@@ -142,7 +142,7 @@ pub fn check_size_limit(end: u64) -> io::Result<()> {
     if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
         return Ok(());
     }
-    if end > limit.rlim_cur as u64 {
+    if end > limit.rlim_cur {
         return Err(io::Error::new(
             io::ErrorKind::FileTooLarge,
             format!("a file of {end} bytes would pass the file size limit of {} bytes (ulimit -f); nothing written", limit.rlim_cur),
@@ -170,6 +170,21 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot sync directory: {e}", dir.display())))
+}
+
+/// The project's cache directory (derived data: corpora, datasets, compiled
+/// kernels): `$PROGRAML_CACHE`, else `$XDG_CACHE_HOME/programl-rs`, else
+/// `$HOME/.cache/programl-rs`, as `scripts/bootstrap.sh` sets it.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("PROGRAML_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("programl-rs");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".cache/programl-rs")
 }
 
 #[cfg(test)]
@@ -244,19 +259,4 @@ mod tests {
         let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|m| u32::from_str_radix(m.trim(), 8).unwrap()).unwrap();
         assert_eq!(mode, 0o666 & !umask, "mode {mode:o} with umask {umask:o}");
     }
-}
-
-/// The project's cache directory (derived data: corpora, datasets, compiled
-/// kernels): `$PROGRAML_CACHE`, else `$XDG_CACHE_HOME/programl-rs`, else
-/// `$HOME/.cache/programl-rs`, as `scripts/bootstrap.sh` sets it.
-pub fn cache_dir() -> std::path::PathBuf {
-    use std::path::PathBuf;
-    if let Some(dir) = std::env::var_os("PROGRAML_CACHE").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("programl-rs");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-    PathBuf::from(home).join(".cache/programl-rs")
 }

@@ -128,7 +128,7 @@ mod reading {
 
     const SLOTS: usize = 256;
     /// A slot being filled in (its length not yet stored).
-    const CLAIMED: *mut u8 = 1 as *mut u8;
+    const CLAIMED: *mut u8 = std::ptr::dangling_mut::<u8>();
     static NAMES: [AtomicPtr<u8>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
     static LENS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 

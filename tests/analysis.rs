@@ -448,7 +448,7 @@ fn build_cfg(spec: &CfgSpec) -> Built {
     }
     let mut items: Vec<Item> = Vec::new();
     for (f, func) in spec.funcs.iter().enumerate() {
-        items.extend(std::iter::repeat(Item::Inst(f)).take(func.len()));
+        items.extend(std::iter::repeat_n(Item::Inst(f), func.len()));
     }
     items.extend((0..spec.vars.len()).map(Item::Var));
     items.extend((0..spec.consts.len()).map(Item::Const));

@@ -214,7 +214,7 @@ fn check_files(oracle: &Oracle, root: &Path, files: &[PathBuf]) -> Tally {
                 Err(e) => Outcome::LoadFailed(format!("reading: {e}")),
             };
             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-            if n % step == 0 || n == files.len() {
+            if n.is_multiple_of(step) || n == files.len() {
                 eprintln!("  checked {n}/{} files ({:.0?})", files.len(), start.elapsed());
             }
             (rel, group, outcome)

@@ -145,7 +145,7 @@ impl Cache {
 
     pub(super) fn has_live_out(&mut self, flow: &FlowGraph<'_>, inst: u32) -> bool {
         let Some(f) = flow.function(inst) else { return false };
-        if !self.functions.get(&f).is_some_and(|x| x.has_live_out.is_some()) {
+        if self.functions.get(&f).is_none_or(|x| x.has_live_out.is_none()) {
             self.run(flow, f, None);
         }
         self.functions[&f].has_live_out.as_ref().is_some_and(|s| s.binary_search(&inst).is_ok())

@@ -56,7 +56,7 @@ struct Row {
 }
 
 fn progress(label: &str, i: usize, n: usize, start: Instant) {
-    if (i + 1) % (n / 10).max(1) == 0 || i + 1 == n {
+    if (i + 1).is_multiple_of((n / 10).max(1)) || i + 1 == n {
         eprintln!("  {label}: {}/{n} files ({:.1} s)", i + 1, start.elapsed().as_secs_f64());
     }
 }

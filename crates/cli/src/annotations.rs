@@ -169,17 +169,6 @@ fn without_attachments(text: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn attachments_are_removed() {
-        let t = "%5 = add i32 %1, 2, !tbaa !3, !programl.node !13, !programl.value !14, !programl.reachability !15";
-        assert_eq!(super::without_attachments(t), "%5 = add i32 %1, 2, !tbaa !3");
-        assert_eq!(super::without_attachments("ret void, !programl.root !0, !dbg !9"), "ret void, !dbg !9");
-        assert_eq!(super::without_attachments("br label %4"), "br label %4");
-    }
-}
-
 /// The JSON of one annotated module.
 ///
 /// # Safety
@@ -363,4 +352,15 @@ pub fn run(args: &AnnotationsArgs) -> Result<bool> {
         out.write_all(b"\n")?;
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn attachments_are_removed() {
+        let t = "%5 = add i32 %1, 2, !tbaa !3, !programl.node !13, !programl.value !14, !programl.reachability !15";
+        assert_eq!(super::without_attachments(t), "%5 = add i32 %1, 2, !tbaa !3");
+        assert_eq!(super::without_attachments("ret void, !programl.root !0, !dbg !9"), "ret void, !dbg !9");
+        assert_eq!(super::without_attachments("br label %4"), "br label %4");
+    }
 }

@@ -236,7 +236,7 @@ fn graph(args: &GraphArgs) -> Result<bool> {
     }
     let single = inputs.len() == 1 && !files[0].is_dir();
     // One input: stdout, or -o names the file unless it is a directory.
-    if single && output.map_or(true, |o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
+    if single && output.is_none_or(|o| !o.is_dir() && !o.to_string_lossy().ends_with('/')) {
         // `-o x.json` without --format writes JSON, not protobuf under a
         // .json name that `summary` and `convert` would then refuse.
         let by_name = output.and_then(|o| o.extension()).and_then(|e| e.to_str()).and_then(Format::parse);

@@ -332,7 +332,7 @@ pub fn format_g4(x: f64) -> String {
             s.to_string()
         }
     };
-    if exp < -4 || exp >= P {
+    if !(-4..P).contains(&exp) {
         format!("{}e{}{:02}", trim(mantissa), if exp < 0 { '-' } else { '+' }, exp.abs())
     } else {
         trim(&format!("{:.*}", (P - 1 - exp) as usize, x))

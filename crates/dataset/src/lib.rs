@@ -255,7 +255,7 @@ impl Subset {
 
     /// Whether an example of `steps` steps belongs to the subset.
     pub fn contains(self, steps: u32) -> bool {
-        self.max_steps().map_or(true, |m| steps <= m)
+        self.max_steps().is_none_or(|m| steps <= m)
     }
 
     /// The paper's name: `DDF-30`, `DDF-60`, `DDF-200`, `DDF`.

@@ -218,7 +218,7 @@ impl Iterator for Records<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             for r in self.current.by_ref() {
-                if self.split.map_or(true, |s| s == r.split) {
+                if self.split.is_none_or(|s| s == r.split) {
                     return Some(Ok(r));
                 }
             }

@@ -230,7 +230,7 @@ impl Stats {
     pub fn example_count(&self, task: Task, split: Option<Split>, subset: Subset) -> u64 {
         Split::ALL
             .into_iter()
-            .filter(|s| split.map_or(true, |x| x == *s))
+            .filter(|s| split.is_none_or(|x| x == *s))
             .map(|s| self.examples.get(&(task, s, subset)).copied().unwrap_or(0))
             .sum()
     }
@@ -239,7 +239,7 @@ impl Stats {
     pub fn positive_share(&self, task: Task, split: Option<Split>) -> Option<f64> {
         let (p, n) = Split::ALL
             .into_iter()
-            .filter(|s| split.map_or(true, |x| x == *s))
+            .filter(|s| split.is_none_or(|x| x == *s))
             .filter_map(|s| self.balance.get(&(task, s)))
             .fold((0, 0), |(p, n), b| (p + b.0, n + b.1));
         (n > 0).then(|| p as f64 / n as f64)

@@ -242,7 +242,7 @@ fn the_reference_is_the_shipped_models_arithmetic() {
 fn any_width_runs_and_matches_the_reference() {
     for (hidden, seed) in [(18i64, 7u64), (66, 11)] {
         let hyper = Hyper { hidden, steps: 8, ..Hyper::spec(0) };
-        let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+        let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
         let hyper = Hyper { vocab_size: vocab.len(), ..hyper };
         let (_dir, model, tensors, batch) = synthetic_on_real_ir(&hyper, seed);
         let want = reference(&hyper, &tensors, &batch, 8);
@@ -276,7 +276,7 @@ fn any_width_runs_and_matches_the_reference() {
 /// its INT8 products' messages), within INT8's bound of the reference.
 #[test]
 fn summed_and_max_messages_match_the_reference_on_both_steps() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     for aggregation in [Aggregation::Sum, Aggregation::Max, Aggregation::MeanMax] {
         for (hidden, seed) in [(34i64, 5u64), (18, 9)] {
             let hyper = Hyper { hidden, steps: 8, vocab_size: vocab.len(), aggregation, ..Hyper::spec(0) };
@@ -316,7 +316,7 @@ fn summed_and_max_messages_match_the_reference_on_both_steps() {
 /// that many steps, bit for bit; a zero tolerance runs the cap.
 #[test]
 fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     let stop = Stop { tolerance: 1e-3, max_steps: 60 };
     let hyper = Hyper { hidden: 18, steps: 8, stop: Some(stop), ..Hyper::spec(vocab.len()) };
     let dir = synthetic_with(&hyper, 3, 0.3);
@@ -369,7 +369,7 @@ fn adaptive_depth_stops_each_graph_at_its_fixed_point() {
 /// many steps (INT8's within its bound of 0.05).
 #[test]
 fn adaptive_depth_runs_on_the_34_wide_kernels_at_every_precision() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     let inputs = inputs(&vocab);
     let batch = batch_of(&inputs);
     let offsets = batch.offsets().to_vec();
@@ -447,7 +447,7 @@ fn compactions(sizes: &[usize], steps: &[i64]) -> usize {
 /// alone, bit for bit, including after a second compaction.
 #[test]
 fn a_batch_whose_graphs_stop_apart_is_compacted_exactly() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     let graphs = [
         graph_of("examples/hello.c", &["-O0"]),
         graph_of("llvm-tests/Inputs/infer/sort.cpp", &["-O1"]),
@@ -497,7 +497,7 @@ fn a_batch_whose_graphs_stop_apart_is_compacted_exactly() {
 /// rule for every bundle.
 #[test]
 fn a_bundle_can_keep_auto_at_fp32() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     let inputs = inputs(&vocab);
     let batch = batch_of(&inputs);
     let hyper = Hyper { stop: Some(Stop { tolerance: 1e-3, max_steps: 60 }), aggregation: Aggregation::Max, ..Hyper::spec(vocab.len()) };
@@ -533,7 +533,7 @@ fn a_bundle_can_keep_auto_at_fp32() {
 /// Shapes a bundle cannot have are one error naming config.json.
 #[test]
 fn a_bad_width_or_stopping_rule_is_an_error_naming_the_config() {
-    let vocab = programl::vocab::Vocabulary::load(&root().join("models/reachability/vocabulary.json")).unwrap();
+    let vocab = programl::vocab::Vocabulary::load(root().join("models/reachability/vocabulary.json")).unwrap();
     let good = Hyper { hidden: 18, ..Hyper::spec(vocab.len()) };
     for (edit, says) in [
         (serde_json::json!({"hidden": 17}), "hyper.hidden 17 is not an even width"),

@@ -14,7 +14,7 @@ use crate::H;
 /// number per entry on one thread on AMD CPUs (MKL's generator only on
 /// Intel ones): a tenth of a training step with dropout.
 pub fn dropout_mask(out: &mut [f32], seed: u64, keep: f32, scale: f32, threads: usize) {
-    assert!(out.len() % 2 == 0 && H % 2 == 0, "entries come in pairs");
+    assert!(out.len().is_multiple_of(2) && H.is_multiple_of(2), "entries come in pairs");
     let pairs = out.len() / 2;
     let run = H / 2;
     // Kept below: the top 24 bits of a 32-bit draw under `keep · 2^24`.

@@ -56,7 +56,7 @@ impl Packed {
     /// x · wᵀ`), as the right-hand side `wᵀ`.
     pub fn from_weight(w: &[f32], cols: usize, k: usize, bf16: bool) -> Packed {
         assert_eq!(w.len(), cols * k, "a [{cols}, {k}] weight");
-        assert!(!bf16 || k % 2 == 0, "BF16 pairs need an even inner dimension");
+        assert!(!bf16 || k.is_multiple_of(2), "BF16 pairs need an even inner dimension");
         let stride = cols.div_ceil(LANES) * LANES;
         let data = if bf16 {
             let mut d = vec![0u32; k / 2 * stride];

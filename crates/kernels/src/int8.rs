@@ -55,7 +55,7 @@ pub mod any;
 mod avx2;
 pub(crate) mod portable;
 
-const H: usize = HIDDEN as usize;
+const H: usize = HIDDEN;
 const LANES: usize = 16;
 /// The quantised entries of a state, and the quads (4 bytes) they make.
 pub const QK: usize = 32;

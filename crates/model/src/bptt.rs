@@ -878,8 +878,8 @@ impl Ggnn {
             let (d_fused, _, _, _) = Tensor::embedding_bag(&d_edge, &order, &offsets, false, 0, false, None::<Tensor>, false);
             let d_fused = d_fused.view([n, FUSED_BLOCKS * hd]);
             let d_gh = d_fused.narrow(1, hm, 3 * hd);
-            let _ = d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
-            let _ = d_gh.narrow(1, h2, hd).copy_(&(&d_pre_n * &r));
+            d_gh.narrow(1, 0, h2).copy_(&d_pre_rz);
+            d_gh.narrow(1, h2, hd).copy_(&(&d_pre_n * &r));
             let d_fused_op = pr.operand(&d_fused);
             pr.accumulate(&mut d_w, (&d_fused.tr(), &d_fused_op.tr()), (&s.h, &s.h_op));
             let _ = d_b.g_add_(&sum_rows(&d_fused));

@@ -283,7 +283,12 @@ impl Ggnn {
             h = m.gru_cell(&h, &self.w_ih, &self.w_hh, Some(&self.b_ih), Some(&self.b_hh));
             if train && self.hyper.state_dropout > 0.0 {
                 let mask = state_dropout_mask(&h, self.hyper.state_dropout);
-                h = h * mask;
+                // A new tensor, not `*=`: gru_cell's backward may read its
+                // output, which an in-place product would overwrite.
+                #[allow(clippy::assign_op_pattern)]
+                {
+                    h = h * mask;
+                }
             }
         }
         h
@@ -397,11 +402,11 @@ impl Ggnn {
             if bf16 {
                 // The products in BF16 (FP32 accumulation); their results
                 // are read in FP32 by the element-wise operations.
-                let _ = h_b.copy_(&h);
+                h_b.copy_(&h);
                 block_products(&f_b, &h_b, &w_f_b);
                 let _ = rows.index_select_out(&gathered_b, 0, &rows_index).mul_out(&per_edge, &gates);
                 input.aggregate_into(&m, &per_edge);
-                let _ = m_b.copy_(&m);
+                m_b.copy_(&m);
                 block_products(&gi_b, &m_b, &w_ih_b);
                 let _ = gi_b.add_out(&gi, &k);
             } else {
@@ -609,7 +614,7 @@ impl Ggnn {
         };
         let gates: &[f32] = unsafe { view(&table, Kind::Float) };
         if narrow_inputs {
-            let _ = h_b.copy_(&h0);
+            h_b.copy_(&h0);
         }
         let states = [s0, s1];
         let mut h = h0.shallow_clone();
@@ -1261,7 +1266,7 @@ impl Prepared {
     /// [`Prepared::aggregate`] into `out`, \[N, 34\].
     pub fn aggregate_into(&self, out: &Tensor, per_edge: &Tensor) {
         if self.reduce.has_max() {
-            let _ = out.shallow_clone().copy_(&self.aggregate(per_edge, self.nodes));
+            out.shallow_clone().copy_(&self.aggregate(per_edge, self.nodes));
             return;
         }
         let _ = self.mean().mm_out(out, per_edge);

@@ -379,7 +379,8 @@ fn bundle_round_trips_and_reports_what_is_wrong() {
     assert!(e.contains("config.json") && e.contains("No such file"), "{e}");
     // A stopping rule, which programl-infer runs and this crate's GGNN
     // does not: refused by name, before any weight is read.
-    for (key, value, says) in [("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.stop")] {
+    {
+        let (key, value, says) = ("stop", r#"{"tolerance": 0.001, "max_steps": 90}"#, "hyper.stop");
         let e = err(&|p| {
             let c = p.join(bundle::CONFIG_FILE);
             let text = std::fs::read_to_string(&c).unwrap().replacen("\"classes\": 2", &format!("\"classes\": 2, \"{key}\": {value}"), 1);

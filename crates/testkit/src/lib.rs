@@ -583,7 +583,7 @@ pub fn compare(left: &ProgramGraph, right: &ProgramGraph) -> GraphDiff {
     let (nodes_only_left, nodes_only_right) = multiset_diff(nodes(left), nodes(right));
     let (edges_only_left, edges_only_right) = multiset_diff(edges(left), edges(right));
     let (fl, fr) = multiset_diff(functions(left), functions(right));
-    let flatten = |v: Vec<(String, usize)>| v.into_iter().flat_map(|(k, c)| std::iter::repeat(k).take(c)).collect();
+    let flatten = |v: Vec<(String, usize)>| v.into_iter().flat_map(|(k, c)| std::iter::repeat_n(k, c)).collect();
     GraphDiff {
         left_nodes: left.node_count(),
         right_nodes: right.node_count(),
@@ -596,6 +596,49 @@ pub fn compare(left: &ProgramGraph, right: &ProgramGraph) -> GraphDiff {
         functions_only_left: flatten(fl),
         functions_only_right: flatten(fr),
     }
+}
+
+/// C source of generated test program `i`: a mix of loops, branches, switches, recursion,
+/// pointer chasing and arithmetic, with a long chain of branches in some
+/// programs so step counts reach past 30 and 60.
+pub fn c_program(i: usize) -> String {
+    let ops = ["+", "-", "*", "^", "|", "&"];
+    let mut s = String::from("struct node { int value; struct node *next; };\nint table[64];\n");
+    let functions = 1 + i % 5;
+    for f in 0..functions {
+        let op = ops[(i + f) % ops.len()];
+        let k = 3 + (i * 7 + f) % 11;
+        s += &match (i + f) % 6 {
+            0 => format!("int f{f}(int n) {{ int s = 0; for (int j = 0; j < n; j++) s = s {op} table[j % 64] {op} {k}; return s; }}\n"),
+            1 => format!(
+                "int f{f}(int n) {{ int s = 0; for (int a = 0; a < n; a++) for (int b = 0; b < a; b++) s += (a {op} b) * (a {op} b) + {k}; return s; }}\n"
+            ),
+            2 => format!(
+                "int f{f}(int x) {{ if (x > {k}) return x {op} 1; else if (x < -{k}) return x * 2; else if (x == 0) return {k}; return x - {k}; }}\n"
+            ),
+            3 => format!(
+                "int f{f}(int x) {{ switch (x % 5) {{ case 0: return x {op} {k}; case 1: return x + 1; case 2: x *= 3; /* fall through */ case 3: return x - {k}; default: return 0; }} }}\n"
+            ),
+            4 => format!("int f{f}(int n) {{ return n < 2 ? n : f{f}(n - 1) {op} f{f}(n - 2); }}\n"),
+            _ => format!(
+                "int f{f}(struct node *p) {{ int s = {k}; while (p) {{ if (p->value > s) s = p->value {op} s; p = p->next; }} return s; }}\n"
+            ),
+        };
+    }
+    // A chain of branches: long control paths, many blocks.
+    let chain = if i.is_multiple_of(3) { 10 + (i * 13) % 70 } else { 0 };
+    s += "int chain(int x) {\n";
+    for c in 0..chain {
+        s += &format!("  if (x > {c}) x = x * {} + {c}; else x ^= {};\n", c % 7 + 1, c + 3);
+    }
+    s += "  return x;\n}\n";
+    s += "int main(int argc, char **argv) {\n  int r = chain(argc);\n  struct node n = { argc, 0 };\n";
+    for f in 0..functions {
+        let arg = if (i + f) % 6 == 5 { "&n".to_string() } else { format!("argc + {f}") };
+        s += &format!("  r += f{f}({arg});\n");
+    }
+    s += "  int a = argc * r + 7, b = argc * r + 7;\n  return a ^ b ^ r;\n}\n";
+    s
 }
 
 #[cfg(test)]
@@ -699,47 +742,4 @@ mod tests {
         assert_eq!(g.modules[0].features["llvm_target_triple"], "x86_64");
         assert!(read_node_link_json(b"{").is_err());
     }
-}
-
-/// C source of generated test program `i`: a mix of loops, branches, switches, recursion,
-/// pointer chasing and arithmetic, with a long chain of branches in some
-/// programs so step counts reach past 30 and 60.
-pub fn c_program(i: usize) -> String {
-    let ops = ["+", "-", "*", "^", "|", "&"];
-    let mut s = String::from("struct node { int value; struct node *next; };\nint table[64];\n");
-    let functions = 1 + i % 5;
-    for f in 0..functions {
-        let op = ops[(i + f) % ops.len()];
-        let k = 3 + (i * 7 + f) % 11;
-        s += &match (i + f) % 6 {
-            0 => format!("int f{f}(int n) {{ int s = 0; for (int j = 0; j < n; j++) s = s {op} table[j % 64] {op} {k}; return s; }}\n"),
-            1 => format!(
-                "int f{f}(int n) {{ int s = 0; for (int a = 0; a < n; a++) for (int b = 0; b < a; b++) s += (a {op} b) * (a {op} b) + {k}; return s; }}\n"
-            ),
-            2 => format!(
-                "int f{f}(int x) {{ if (x > {k}) return x {op} 1; else if (x < -{k}) return x * 2; else if (x == 0) return {k}; return x - {k}; }}\n"
-            ),
-            3 => format!(
-                "int f{f}(int x) {{ switch (x % 5) {{ case 0: return x {op} {k}; case 1: return x + 1; case 2: x *= 3; /* fall through */ case 3: return x - {k}; default: return 0; }} }}\n"
-            ),
-            4 => format!("int f{f}(int n) {{ return n < 2 ? n : f{f}(n - 1) {op} f{f}(n - 2); }}\n"),
-            _ => format!(
-                "int f{f}(struct node *p) {{ int s = {k}; while (p) {{ if (p->value > s) s = p->value {op} s; p = p->next; }} return s; }}\n"
-            ),
-        };
-    }
-    // A chain of branches: long control paths, many blocks.
-    let chain = if i % 3 == 0 { 10 + (i * 13) % 70 } else { 0 };
-    s += "int chain(int x) {\n";
-    for c in 0..chain {
-        s += &format!("  if (x > {c}) x = x * {} + {c}; else x ^= {};\n", c % 7 + 1, c + 3);
-    }
-    s += "  return x;\n}\n";
-    s += "int main(int argc, char **argv) {\n  int r = chain(argc);\n  struct node n = { argc, 0 };\n";
-    for f in 0..functions {
-        let arg = if (i + f) % 6 == 5 { "&n".to_string() } else { format!("argc + {f}") };
-        s += &format!("  r += f{f}({arg});\n");
-    }
-    s += "  int a = argc * r + 7, b = argc * r + 7;\n  return a ^ b ^ r;\n}\n";
-    s
 }

@@ -144,9 +144,11 @@ impl Writer {
         LLVMGlobalSetMetadata(f, kind, node);
     }
 
-    /// Appends `node` to the named metadata `name`.
-    pub fn add_named(&self, name: &str, node: LLVMMetadataRef) {
+    /// Appends a node of `operands` (made by this writer) to the named
+    /// metadata `name`.
+    pub fn add_named(&self, name: &str, operands: &[LLVMMetadataRef]) {
         let c = CString::new(name).expect("no NUL in metadata names");
+        let node = self.node(operands);
         unsafe { LLVMAddNamedMetadataOperand(self.module, c.as_ptr(), LLVMMetadataAsValue(self.context, node)) };
     }
 
@@ -374,7 +376,7 @@ pub struct ModelEntry<'a> {
 /// `kept` entries of other tasks, and this run's `!programl.model` entry.
 pub fn write_header(w: &Writer, kept: &[Vec<String>], entry: &ModelEntry<'_>) {
     let s = w.string(SCHEMA);
-    w.add_named(SCHEMA_NAMED, w.node(&[s]));
+    w.add_named(SCHEMA_NAMED, &[s]);
     for old in kept {
         // Another task's entry: strings, except the version and steps.
         let ops: Vec<_> = old
@@ -385,9 +387,9 @@ pub fn write_header(w: &Writer, kept: &[Vec<String>], entry: &ModelEntry<'_>) {
                 _ => w.string(v),
             })
             .collect();
-        w.add_named(MODEL_NAMED, w.node(&ops));
+        w.add_named(MODEL_NAMED, &ops);
     }
     let e = entry;
     let model = [w.string(e.task), w.string(e.format), w.int(e.version), w.string(e.head), w.int(e.steps), w.string(e.graph)];
-    w.add_named(MODEL_NAMED, w.node(&model));
+    w.add_named(MODEL_NAMED, &model);
 }
