@@ -21,17 +21,28 @@
 #       Compiles <target>'s C and C++ sources with -fpass-plugin, so each
 #       translation unit writes the program graph of its final IR into <dir>
 #       (default: ${CMAKE_CURRENT_BINARY_DIR}/<target>.programl; created at
-#       build time, removed by `clean`). FORMAT defaults to pb.
+#       build time), one graph per object, replaced when the object is
+#       rebuilt. `clean` removes <dir> only when it lies inside the build
+#       tree (and, in an in-source build, only the default <dir>); a <dir>
+#       that holds the source or the build tree is refused. FORMAT defaults
+#       to pb.
 #   programl_add_inference(<target> MODEL <bundle dir> [DEVICE auto|cpu|cuda]
 #                          [ROOTS sample|all|marked] [STEPS <n>] [THREADS <n>]
 #                          [MAX_ROOTS <n>] [MAX_NODES <n>] [VERIFY]
 #                          [SIDECAR <file>])
 #       Compiles <target>'s C and C++ sources with the learned pass
 #       (programl-infer, passes/README.md): each translation unit's final IR
-#       is annotated with the bundle's predictions. VERIFY prints the exact
+#       is annotated with the bundle's predictions. ROOTS marked predicts
+#       only for instructions marked !programl.root in the IR, which C and
+#       C++ compiled as is never carry (one warning a unit). DEVICE cuda on
+#       a machine without a GPU loads the CUDA runtime in every compile
+#       (about a second) and leaves each unit unannotated: use auto, which
+#       looks for /dev/nvidia0 first. VERIFY prints the exact
 #       analysis's figures per unit (into SIDECAR if given, else on the
-#       compiler's stderr); SIDECAR appends every decision, one JSON line
-#       per unit. Both functions may be used on one target.
+#       compiler's stderr); SIDECAR appends every decision: a JSON line per
+#       unit (device mapping: per kernel), and with VERIFY a second line per
+#       unit. Records accumulate over rebuilds (each names its module).
+#       One model per target; both functions may be used on one target.
 #
 # How the settings reach the pass: clang has no pass pipeline text, and
 # clang 16 parses -mllvm options before it loads -fpass-plugin plugins, so
@@ -40,9 +51,14 @@
 # settings this file separates with `,` since a CMake list cannot hold a
 # `;`). Per target, this file sets them through the target's
 # C/CXX_COMPILER_LAUNCHER: `cmake -E env VAR=...`, followed by any launcher
-# the target had before. That needs a Makefile or Ninja generator.
+# the target had before. That needs a Makefile or Ninja generator; set a
+# target's own launcher before calling these functions, not after (a later
+# one replaces ours: the settings are then lost, which is checked at the end
+# of the directory where CMake has cmake_language(DEFER), 3.19 and later).
+# Makefiles do not track a launcher: after changing a setting, rebuild from
+# clean (Ninja rebuilds by itself).
 # CCACHE_DISABLE=1 is set too: a cache hit would skip the compiler and so the
-# pass.
+# pass. Other compiler caches (sccache) must be turned off by hand.
 #
 # The compiler must be clang of the LLVM the plugin was built for (16 by
 # default); the first programl_add_graphs() checks this by compiling an
@@ -59,7 +75,12 @@ set(_programl_hints
   "${CMAKE_CURRENT_LIST_DIR}/../.."
   "${CMAKE_CURRENT_LIST_DIR}/../../../lib")
 # A source checkout: cmake/ next to cargo's target directory.
-foreach(_programl_target_dir "$ENV{CARGO_TARGET_DIR}" "${CMAKE_CURRENT_LIST_DIR}/../target")
+# The bootstrap's cargo target directory, which the checkout's target/ links to.
+set(_programl_cache "$ENV{PROGRAML_CACHE}")
+if(NOT _programl_cache AND DEFINED ENV{HOME})
+  set(_programl_cache "$ENV{HOME}/.cache/programl-rs")
+endif()
+foreach(_programl_target_dir "$ENV{CARGO_TARGET_DIR}" "${CMAKE_CURRENT_LIST_DIR}/../target" "${_programl_cache}/target")
   if(_programl_target_dir)
     list(APPEND _programl_hints "${_programl_target_dir}/release" "${_programl_target_dir}/debug")
   endif()
@@ -67,9 +88,22 @@ endforeach()
 find_file(Programl_PLUGIN NAMES "${_programl_name}" PATHS ${_programl_hints}
   NO_DEFAULT_PATH DOC "The ProGraML pass plugin")
 
-if(NOT Programl_PLUGIN OR NOT EXISTS "${Programl_PLUGIN}")
+if(Programl_PLUGIN AND NOT IS_ABSOLUTE "${Programl_PLUGIN}")
   set(Programl_FOUND FALSE)
   set(Programl_NOT_FOUND_MESSAGE
+    "Programl_PLUGIN (or PROGRAML_PLUGIN) '${Programl_PLUGIN}' is relative: give the plugin's absolute path")
+  unset(Programl_PLUGIN CACHE)
+  return()
+endif()
+if(Programl_PLUGIN AND NOT EXISTS "${Programl_PLUGIN}")
+  set(Programl_FOUND FALSE)
+  set(Programl_NOT_FOUND_MESSAGE "Programl_PLUGIN (or PROGRAML_PLUGIN): ${Programl_PLUGIN} does not exist")
+  unset(Programl_PLUGIN CACHE)
+  return()
+endif()
+if(NOT Programl_PLUGIN)
+  set(Programl_FOUND FALSE)
+  string(CONCAT Programl_NOT_FOUND_MESSAGE
     "${_programl_name} not found: build it (cargo build --release -p programl-passes) "
     "or set Programl_PLUGIN (or the environment variable PROGRAML_PLUGIN) to its path")
   return()
@@ -99,8 +133,10 @@ function(_programl_check_compiler lang caller)
   endif()
   if(lang STREQUAL "CXX")
     set(_x c++)
+    set(_suggest clang++-16)
   else()
     set(_x c)
+    set(_suggest clang-16)
   endif()
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env PROGRAML_GRAPH_AUTO=0
@@ -109,7 +145,7 @@ function(_programl_check_compiler lang caller)
   if(NOT _result EQUAL 0)
     message(FATAL_ERROR
       "${caller}: the plugin needs clang of the LLVM it was built for "
-      "(e.g. -DCMAKE_${lang}_COMPILER=clang-16); ${_compiler} cannot load ${Programl_PLUGIN}:\n${_output}")
+      "(e.g. -DCMAKE_${lang}_COMPILER=${_suggest}); ${_compiler} cannot load ${Programl_PLUGIN}:\n${_output}")
   endif()
   set(${_var} "${_compiler};${Programl_PLUGIN}" CACHE INTERNAL "")
 endfunction()
@@ -132,13 +168,35 @@ function(_programl_attach caller target)
   set_property(TARGET ${target} PROPERTY PROGRAML_ENVIRONMENT "${_env}")
 
   get_property(_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  # The languages the target's sources are in, so far (by extension, or
+  # the LANGUAGE a source sets): the compiler of a language the target
+  # does not use need not be clang. Without such sources yet (added
+  # later), every enabled one is checked.
+  get_target_property(_sources ${target} SOURCES)
+  set(_target_languages "")
+  foreach(_source IN LISTS _sources)
+    get_source_file_property(_language "${_source}" LANGUAGE)
+    if(NOT _language)
+      get_filename_component(_ext "${_source}" LAST_EXT)
+      if(_ext STREQUAL ".c")
+        set(_language C)
+      elseif(_ext MATCHES "^\\.(cc|cpp|cxx|c\\+\\+|C|CPP|cp)$")
+        set(_language CXX)
+      endif()
+    endif()
+    if(_language)
+      list(APPEND _target_languages ${_language})
+    endif()
+  endforeach()
   set(_used FALSE)
   foreach(lang C CXX)
     if(NOT lang IN_LIST _languages)
       continue()
     endif()
     set(_used TRUE)
-    _programl_check_compiler(${lang} ${caller})
+    if(NOT _target_languages OR lang IN_LIST _target_languages)
+      _programl_check_compiler(${lang} ${caller})
+    endif()
     get_target_property(_before ${target} PROGRAML_${lang}_LAUNCHER_BEFORE)
     if(NOT _before)
       get_target_property(_before ${target} ${lang}_COMPILER_LAUNCHER)
@@ -153,6 +211,12 @@ function(_programl_attach caller target)
     set_property(TARGET ${target} PROPERTY ${lang}_COMPILER_LAUNCHER
       "${CMAKE_COMMAND}" -E env ${_env} ${_before})
   endforeach()
+  get_target_property(_deferred ${target} PROGRAML_LAUNCHER_CHECKED)
+  if(NOT _deferred AND COMMAND cmake_language)
+    set_property(TARGET ${target} PROPERTY PROGRAML_LAUNCHER_CHECKED TRUE)
+    # DEFER evaluates its arguments when the call runs: the values now.
+    cmake_language(EVAL CODE "cmake_language(DEFER CALL _programl_check_launcher [[${caller}]] [[${target}]])")
+  endif()
   if(NOT _used)
     message(FATAL_ERROR "${caller}: enable C or CXX in project() first")
   endif()
@@ -163,18 +227,58 @@ function(_programl_attach caller target)
   endif()
 endfunction()
 
+# At the end of the directory: a launcher set on <target> after ours
+# replaced it, and with it every setting.
+function(_programl_check_launcher caller target)
+  foreach(lang C CXX)
+    get_target_property(_launcher ${target} ${lang}_COMPILER_LAUNCHER)
+    get_target_property(_before ${target} PROGRAML_${lang}_LAUNCHER_BEFORE)
+    if(_before AND NOT "${_launcher}" MATCHES "PROGRAML_")
+      message(FATAL_ERROR
+        "${caller}(${target}): ${target}'s ${lang}_COMPILER_LAUNCHER was set after ${caller}() "
+        "(to '${_launcher}'), which drops the pass's settings: set it before")
+    endif()
+  endforeach()
+endfunction()
+
+# <target> itself, or the target an ALIAS names.
+macro(_programl_resolve_alias caller)
+  if(NOT TARGET ${target})
+    message(FATAL_ERROR "${caller}: no target named '${target}'")
+  endif()
+  get_target_property(_aliased ${target} ALIASED_TARGET)
+  if(_aliased)
+    set(target ${_aliased})
+  endif()
+endmacro()
+
 function(programl_add_graphs target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "DIR;FORMAT;COMPAT" "")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "programl_add_graphs: unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
   endif()
-  if(NOT TARGET ${target})
-    message(FATAL_ERROR "programl_add_graphs: no target named '${target}'")
-  endif()
+  _programl_resolve_alias(programl_add_graphs)
+  set(_default_dir "${CMAKE_CURRENT_BINARY_DIR}/${target}.programl")
   if(NOT arg_DIR)
-    set(arg_DIR "${CMAKE_CURRENT_BINARY_DIR}/${target}.programl")
+    set(arg_DIR "${_default_dir}")
   endif()
   get_filename_component(arg_DIR "${arg_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+  # `clean` removes a directory whole: never one that holds the sources or
+  # the build, nor one outside the build tree.
+  foreach(_tree "${CMAKE_SOURCE_DIR}" "${CMAKE_BINARY_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
+    file(RELATIVE_PATH _rel "${arg_DIR}" "${_tree}")
+    if(_rel STREQUAL "" OR NOT _rel MATCHES "^\\.\\.(/|$)")
+      message(FATAL_ERROR "programl_add_graphs: DIR ${arg_DIR} holds ${_tree}: give the graphs a directory of their own")
+    endif()
+  endforeach()
+  file(RELATIVE_PATH _rel "${CMAKE_BINARY_DIR}" "${arg_DIR}")
+  set(_clean FALSE)
+  if(NOT _rel MATCHES "^\\.\\.(/|$)" AND NOT IS_ABSOLUTE "${_rel}")
+    set(_clean TRUE)
+    if(CMAKE_BINARY_DIR STREQUAL CMAKE_SOURCE_DIR AND NOT arg_DIR STREQUAL _default_dir)
+      set(_clean FALSE)
+    endif()
+  endif()
   if(NOT arg_FORMAT)
     set(arg_FORMAT pb)
   endif()
@@ -190,7 +294,9 @@ function(programl_add_graphs target)
   endif()
 
   _programl_attach(programl_add_graphs ${target} ${_env})
-  set_property(TARGET ${target} APPEND PROPERTY ADDITIONAL_CLEAN_FILES "${arg_DIR}")
+  if(_clean)
+    set_property(TARGET ${target} APPEND PROPERTY ADDITIONAL_CLEAN_FILES "${arg_DIR}")
+  endif()
   set_property(TARGET ${target} PROPERTY PROGRAML_GRAPH_DIR "${arg_DIR}")
 endfunction()
 
@@ -200,8 +306,10 @@ function(programl_add_inference target)
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "${_fn}: unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
   endif()
-  if(NOT TARGET ${target})
-    message(FATAL_ERROR "${_fn}: no target named '${target}'")
+  _programl_resolve_alias(${_fn})
+  get_target_property(_had ${target} PROGRAML_INFER)
+  if(_had)
+    message(FATAL_ERROR "${_fn}: ${target} already runs a model (${_had}); one model per target")
   endif()
   if(NOT arg_MODEL)
     message(FATAL_ERROR "${_fn}: MODEL <bundle directory> is required (e.g. <programl checkout>/models/reachability)")
@@ -237,6 +345,13 @@ function(programl_add_inference target)
     if(DEFINED arg_${_key})
       if(NOT arg_${_key} MATCHES "^[1-9][0-9]*$")
         message(FATAL_ERROR "${_fn}: ${_key} ${arg_${_key}} is not a positive number")
+      endif()
+      # The pass's own bounds: steps 1 to 10,000, the rest within 64 bits.
+      string(LENGTH "${arg_${_key}}" _digits)
+      if(_key STREQUAL "STEPS" AND (_digits GREATER 5 OR arg_${_key} GREATER 10000))
+        message(FATAL_ERROR "${_fn}: STEPS ${arg_${_key}} is past 10000, the most the pass runs")
+      elseif(_digits GREATER 18)
+        message(FATAL_ERROR "${_fn}: ${_key} ${arg_${_key}} is too large")
       endif()
       string(TOLOWER "${_key}" _name)
       string(APPEND _settings ",${_name}=${arg_${_key}}")

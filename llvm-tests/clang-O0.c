@@ -13,7 +13,7 @@
 // RUN:   %clang -fpass-plugin=%plugin -O0 -flto -c %s -o %t/a.bc
 // RUN: ls %t/lto | count 1
 
-// CHECK: graph {{.*}}/clang-O0.{{[0-9a-f]+}}.{{[0-9]+}}.json
+// CHECK: graph {{.*}}/clang-O0.{{[0-9a-f]+}}.json
 // CHECK-DAG: node {{[0-9]+}} instruction alloca | %{{[0-9]+}} = alloca i32, align 4
 // CHECK-DAG: node {{[0-9]+}} instruction call | %{{[0-9]+}} = call i32 @twice(i32 noundef %{{[0-9]+}})
 // CHECK-DAG: edge call 0 {{[0-9]+}} -> {{[0-9]+}} | %{{[0-9]+}} = call i32 @twice({{.*}}) -> %{{[0-9]+}} = alloca

@@ -5,7 +5,7 @@
 // RUN: ls %t | count 1
 // RUN: %graph-lines %t/*.json | %FileCheck %s
 
-// CHECK: graph {{.*}}/invoke.{{[0-9a-f]+}}.{{[0-9]+}}.json
+// CHECK: graph {{.*}}/invoke.{{[0-9a-f]+}}.json
 // CHECK-DAG: node [[INVOKE:[0-9]+]] instruction invoke | %{{[0-9]+}} = invoke noundef i32 @_Z9may_throwi(i32 noundef %{{[0-9]+}}) to label %[[NORMAL:[0-9]+]] unwind label %[[UNWIND:[0-9]+]]
 // CHECK-DAG: node [[PAD:[0-9]+]] instruction landingpad | %{{[0-9]+}} = landingpad { ptr, i32 } catch ptr null
 // CHECK-DAG: node [[PHI:[0-9]+]] instruction phi |

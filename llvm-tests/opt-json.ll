@@ -8,7 +8,7 @@
 ;
 ; The file is named after the source file: <stem>.<hash>.<pid>.json.
 ; RUN: ls %t/graphs | %FileCheck %s --check-prefix=NAME
-; NAME: {{^}}max.{{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}}.{{[0-9]+}}.json{{$}}
+; NAME: {{^}}max.{{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}}.json{{$}}
 
 ; Raw node-link JSON, as upstream graph2json writes it.
 ; The default mode records each function's entry instruction (node 3).

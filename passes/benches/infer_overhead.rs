@@ -567,7 +567,7 @@ fn opt_load_cost(plugin: &Path, runs: usize) {
 /// One ThinLTO link of Lua (its interpreter: every unit but luac.c), the
 /// plugin loaded in lld: every module goes through the pass in one process.
 fn thin_lto(plugin: &Path, infer: &str, units: &[Unit]) {
-    let lua: Vec<&Unit> = units.iter().filter(|u| u.project == "lua" && !u.file.file_stem().is_some_and(|s| s == "luac")).collect();
+    let lua: Vec<&Unit> = units.iter().filter(|u| u.project == "lua" && u.file.file_stem().is_none_or(|s| s != "luac")).collect();
     if lua.is_empty() {
         return;
     }

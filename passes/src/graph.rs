@@ -1,12 +1,16 @@
 //! The one function that does the work: module → graph → file.
 //!
-//! File names never collide in a parallel build: a module's graph is
-//! `<stem>.<hash>.<pid>.<ext>`, where `stem` is the source file's stem,
-//! `hash` eight hex digits of an FNV-1a hash of the source file's absolute
-//! path and the module identifier (two `x.c` in different directories differ),
-//! and `pid` the compiler's process id (the same file compiled twice at once
-//! differs). Files are written to a temporary name in the same directory and
-//! renamed, so a reader never sees half a graph.
+//! A module's graph is `<stem>.<hash>.<ext>`, where `stem` is the source
+//! file's stem and `hash` eight hex digits of an FNV-1a hash of the source
+//! file's absolute path, the module identifier and the output file the
+//! compiler was asked to write (`-o FILE` on its command line, absolute;
+//! none when it has no `-o`). So two `x.c` in different directories, and
+//! one `x.c` compiled into two objects (two targets, two -O levels), get
+//! two graphs, and compiling an object again (a rebuild) replaces its
+//! graph instead of leaving the old one beside it. Files are written to a
+//! temporary name in the same directory and renamed, so a reader never
+//! sees half a graph, and two compiles of one object at once leave one
+//! whole graph.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -73,7 +77,7 @@ pub fn write_module_graph(module: &Module<'_>, params: &Params) -> Result<(), Gr
         Output::Dir(dir) => {
             let identifier = module.get_name().to_string_lossy();
             let source = module.get_source_file_name().to_string_lossy();
-            let path = dir.join(file_name(&source, &identifier, std::process::id(), settings.format));
+            let path = dir.join(file_name(&source, &identifier, process_output(), settings.format));
             check_size_limit(bytes.len() as u64)
                 .map_err(|e| GraphError::File(io::Error::new(e.kind(), format!("{}: {e}", path.display()))))?;
             write_bytes_atomically(&path, Durability::Atomic, &bytes).map_err(GraphError::File)
@@ -95,14 +99,56 @@ fn stdout_may_take(len: u64) -> io::Result<()> {
     check_size_limit(offset.max(0) as u64 + len)
 }
 
-/// The longest stem a graph file name keeps: with the hash, the process id
-/// and the extension (and `write_atomically`'s temporary name around it),
-/// the name stays under the 255 bytes a file name may have; the hash keeps
-/// two long names apart.
+/// The output file this process was asked to write, absolute: the last
+/// `-o FILE` (or `--output=FILE`, `--output FILE`) on its command line,
+/// which is clang's own (the compiler job runs in the driver's process) or
+/// cc1's, opt's or the linker's. Read once.
+fn process_output() -> Option<&'static Path> {
+    static OUTPUT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    OUTPUT
+        .get_or_init(|| {
+            let line = std::fs::read("/proc/self/cmdline").ok()?;
+            let args: Vec<&[u8]> = line.split(|&b| b == 0).collect();
+            output_argument(&args).map(|o| {
+                use std::os::unix::ffi::OsStrExt;
+                let o = Path::new(std::ffi::OsStr::from_bytes(o));
+                if o.is_absolute() {
+                    o.to_path_buf()
+                } else {
+                    std::env::current_dir().unwrap_or_default().join(o)
+                }
+            })
+        })
+        .as_deref()
+}
+
+/// The last output argument of `args`; `-` (standard output) is none.
+fn output_argument<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let mut found = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i] {
+            b"-o" | b"--output" if i + 1 < args.len() => {
+                found = Some(args[i + 1]);
+                i += 1;
+            }
+            a if a.starts_with(b"--output=") => found = Some(&a[b"--output=".len()..]),
+            _ => {}
+        }
+        i += 1;
+    }
+    found.filter(|o| !o.is_empty() && *o != b"-")
+}
+
+/// The longest stem a graph file name keeps: with the hash and the
+/// extension (and `write_atomically`'s temporary name around it), the name
+/// stays under the 255 bytes a file name may have; the hash keeps two long
+/// names apart.
 const MAX_STEM: usize = 120;
 
-/// The graph file name of a module; see the module docs.
-pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) -> String {
+/// The graph file name of a module written by a compile whose output is
+/// `output`; see the module docs.
+pub fn file_name(source_file: &str, identifier: &str, output: Option<&Path>, format: Format) -> String {
     let named = if source_file.is_empty() { identifier } else { source_file };
     let stem: String = Path::new(named)
         .file_stem()
@@ -130,8 +176,13 @@ pub fn file_name(source_file: &str, identifier: &str, pid: u32, format: Format) 
     hash.write(absolute.to_string_lossy().as_bytes());
     hash.write(&[0]);
     hash.write(identifier.as_bytes());
+    if let Some(output) = output {
+        use std::os::unix::ffi::OsStrExt;
+        hash.write(&[0]);
+        hash.write(output.as_os_str().as_bytes());
+    }
     let hash = hash.finish();
-    format!("{stem}.{:08x}.{pid}.{}", hash as u32 ^ (hash >> 32) as u32, format.extension())
+    format!("{stem}.{:08x}.{}", hash as u32 ^ (hash >> 32) as u32, format.extension())
 }
 
 #[cfg(test)]
@@ -140,26 +191,45 @@ mod tests {
 
     #[test]
     fn no_name_starts_with_a_dash() {
-        assert!(file_name("-", "-", 7, Format::Pb).starts_with("stdin."));
-        assert!(file_name("-x.c", "-x.c", 7, Format::Pb).starts_with("_-x."));
+        assert!(file_name("-", "-", None, Format::Pb).starts_with("stdin."));
+        assert!(file_name("-x.c", "-x.c", None, Format::Pb).starts_with("_-x."));
     }
 
     #[test]
-    fn names_differ_by_directory_and_process() {
-        let a = file_name("/src/a/x.c", "/src/a/x.c", 7, Format::Json);
-        let b = file_name("/src/b/x.c", "/src/b/x.c", 7, Format::Json);
-        let c = file_name("/src/a/x.c", "/src/a/x.c", 8, Format::Json);
-        assert!(a.starts_with("x.") && a.ends_with(".7.json"), "{a}");
+    fn names_differ_by_directory_and_output_and_stay_for_a_rebuild() {
+        let (o1, o2) = (Path::new("/build/x.o"), Path::new("/build/x-O2.o"));
+        let a = file_name("/src/a/x.c", "/src/a/x.c", Some(o1), Format::Json);
+        let b = file_name("/src/b/x.c", "/src/b/x.c", Some(o1), Format::Json);
+        let c = file_name("/src/a/x.c", "/src/a/x.c", Some(o2), Format::Json);
+        let d = file_name("/src/a/x.c", "/src/a/x.c", None, Format::Json);
+        assert!(a.starts_with("x.") && a.ends_with(".json") && a.matches('.').count() == 2, "{a}");
         assert_ne!(a, b);
         assert_ne!(a, c);
-        assert_eq!(a, file_name("/src/a/x.c", "/src/a/x.c", 7, Format::Json));
+        assert_ne!(a, d);
+        // The same compile again (a rebuild, another process): the same name.
+        assert_eq!(a, file_name("/src/a/x.c", "/src/a/x.c", Some(o1), Format::Json));
+    }
+
+    #[test]
+    fn the_output_is_the_last_o_on_the_command_line() {
+        let out = |args: &[&str]| {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            output_argument(&args).map(|o| String::from_utf8_lossy(o).into_owned())
+        };
+        assert_eq!(out(&["clang", "-c", "x.c", "-o", "x.o"]).as_deref(), Some("x.o"));
+        assert_eq!(out(&["ld.lld", "-o", "a", "--output=app", "x.o"]).as_deref(), Some("app"));
+        assert_eq!(out(&["opt", "-passes=verify", "x.ll", "-o", "-"]), None);
+        assert_eq!(out(&["clang", "-c", "x.c"]), None);
+        assert_eq!(out(&["clang", "-c", "x.c", "-o"]), None);
+        // clang's options that merely start with -o are not outputs.
+        assert_eq!(out(&["clang", "-objcmt-migrate-all", "-c", "x.m"]), None);
     }
 
     #[test]
     fn odd_names_get_a_safe_stem() {
-        assert!(file_name("", "<stdin>", 1, Format::Pb).starts_with("_stdin_."));
-        assert!(file_name("", "", 1, Format::Pb).starts_with("module."));
-        assert!(file_name("dir/my file.cc", "", 1, Format::Dot).starts_with("my_file."));
+        assert!(file_name("", "<stdin>", None, Format::Pb).starts_with("_stdin_."));
+        assert!(file_name("", "", None, Format::Pb).starts_with("module."));
+        assert!(file_name("dir/my file.cc", "", None, Format::Dot).starts_with("my_file."));
     }
 
     /// A source name at the file system's limit still gives a graph name
@@ -169,7 +239,7 @@ mod tests {
     fn a_long_source_name_is_cut_to_a_writable_name() {
         let a = format!("/src/{}a.c", "x".repeat(250));
         let b = format!("/src/{}b.c", "x".repeat(250));
-        let (na, nb) = (file_name(&a, &a, 4_194_304, Format::PbTxt), file_name(&b, &b, 4_194_304, Format::PbTxt));
+        let (na, nb) = (file_name(&a, &a, None, Format::PbTxt), file_name(&b, &b, None, Format::PbTxt));
         assert!(na.len() + 12 <= 255, "{} bytes: {na}", na.len());
         assert!(na.starts_with(&"x".repeat(MAX_STEM)), "{na}");
         assert_ne!(na, nb);

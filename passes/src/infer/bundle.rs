@@ -108,7 +108,7 @@ pub fn read(dir: &Path) -> Result<Arc<Bundle>, String> {
     let config_path = dir.join("config.json");
     let text = programl::fsutil::read_regular_to_string(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let config = parse_config(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let vocabulary = Vocabulary::load(&dir.join("vocabulary.json")).map_err(|e| e.to_string())?;
+    let vocabulary = Vocabulary::load(dir.join("vocabulary.json")).map_err(|e| e.to_string())?;
     let bundle = Arc::new(Bundle { dir: canonical.clone(), config, vocabulary });
     cache.lock().unwrap_or_else(|p| p.into_inner()).insert(canonical, bundle.clone());
     Ok(bundle)

@@ -900,7 +900,13 @@ unsafe fn choose_roots(
                 }
             }
             if roots.is_empty() {
-                log::info!(target: PASS_NAME, "{name}: no instruction carries !{} for {task}", metadata::ROOT_MARK);
+                // Said: roots=marked on a module nobody marked (C or C++
+                // compiled as is carries no marks) predicts nothing.
+                log::warn!(
+                    target: PASS_NAME,
+                    "{name}: roots=marked, but no instruction carries !{} for {task}: nothing to predict",
+                    metadata::ROOT_MARK
+                );
             }
             roots
         }
@@ -1051,7 +1057,7 @@ pub unsafe fn annotate_graph_level(
     let kept = metadata::clear(module, metadata::Annotated::Graph(entry.task), entry.graph);
     let w = metadata::Writer::new(module);
     metadata::write_header(&w, &kept, entry);
-    w.add_named(metadata::CLASS_NAMED, w.node(&[w.string(&classes[best]), w.real(probabilities[best])]));
+    w.add_named(metadata::CLASS_NAMED, &[w.string(&classes[best]), w.real(probabilities[best])]);
     Ok(1)
 }
 
@@ -1247,7 +1253,7 @@ define void @helper() {
         let together: usize = built.iter().map(|g| g.node_count()).sum();
         assert!(graph.node_count() < together, "module {} against kernels {together}", graph.node_count());
         p.max_nodes = graph.node_count();
-        let refused = super::kernel_graphs(&graph, &kernels, &p).err().expect("refused");
+        let refused = super::kernel_graphs(&graph, &kernels, &p).expect_err("refused");
         assert!(refused.contains("has at least ") && refused.contains("(its kernels' graphs together), more than max_nodes="), "{refused}");
     }
 
