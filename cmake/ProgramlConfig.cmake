@@ -55,8 +55,9 @@
 # target's own launcher before calling these functions, not after (a later
 # one replaces ours: the settings are then lost, which is checked at the end
 # of the directory where CMake has cmake_language(DEFER), 3.19 and later).
-# Makefiles do not track a launcher: after changing a setting, rebuild from
-# clean (Ninja rebuilds by itself).
+# Makefiles do not track a launcher: the settings are also written to a
+# file the target's objects depend on, so a changed setting rebuilds them
+# with either generator.
 # CCACHE_DISABLE=1 is set too: a cache hit would skip the compiler and so the
 # pass. Other compiler caches (sccache) must be turned off by hand.
 #
@@ -166,6 +167,36 @@ function(_programl_attach caller target)
     list(APPEND _env "${_assignment}")
   endforeach()
   set_property(TARGET ${target} PROPERTY PROGRAML_ENVIRONMENT "${_env}")
+
+  # The settings also go into a file that the target's objects depend on,
+  # rewritten only when they change: Makefiles, which do not track a
+  # launcher, then rebuild the objects a change concerns (Ninja tracks the
+  # launcher too). Sources added to the target after this call are not
+  # covered.
+  set(_stamp "${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${target}.programl-settings")
+  string(REPLACE ";" "\n" _text "${_env}\n")
+  set(_old "")
+  if(EXISTS "${_stamp}")
+    file(READ "${_stamp}" _old)
+  endif()
+  if(NOT _old STREQUAL _text)
+    file(WRITE "${_stamp}" "${_text}")
+  endif()
+  get_target_property(_sources ${target} SOURCES)
+  list(FILTER _sources EXCLUDE REGEX "\\$<")
+  if(_sources)
+    get_target_property(_target_dir ${target} SOURCE_DIR)
+    set(_absolute "")
+    foreach(_source IN LISTS _sources)
+      get_filename_component(_source "${_source}" ABSOLUTE BASE_DIR "${_target_dir}")
+      list(APPEND _absolute "${_source}")
+    endforeach()
+    if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.18)
+      set_property(SOURCE ${_absolute} TARGET_DIRECTORY ${target} APPEND PROPERTY OBJECT_DEPENDS "${_stamp}")
+    else()
+      set_property(SOURCE ${_absolute} APPEND PROPERTY OBJECT_DEPENDS "${_stamp}")
+    endif()
+  endif()
 
   get_property(_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
   # The languages the target's sources are in, so far (by extension, or
