@@ -241,9 +241,11 @@ function(_programl_attach caller target)
     endif()
     set_property(TARGET ${target} PROPERTY ${lang}_COMPILER_LAUNCHER
       "${CMAKE_COMMAND}" -E env ${_env} ${_before})
+    set_property(TARGET ${target} PROPERTY PROGRAML_${lang}_LAUNCHER
+      "${CMAKE_COMMAND}" -E env ${_env} ${_before})
   endforeach()
   get_target_property(_deferred ${target} PROGRAML_LAUNCHER_CHECKED)
-  if(NOT _deferred AND COMMAND cmake_language)
+  if(NOT _deferred AND CMAKE_VERSION VERSION_GREATER_EQUAL 3.19)
     set_property(TARGET ${target} PROPERTY PROGRAML_LAUNCHER_CHECKED TRUE)
     # DEFER evaluates its arguments when the call runs: the values now.
     cmake_language(EVAL CODE "cmake_language(DEFER CALL _programl_check_launcher [[${caller}]] [[${target}]])")
@@ -263,8 +265,8 @@ endfunction()
 function(_programl_check_launcher caller target)
   foreach(lang C CXX)
     get_target_property(_launcher ${target} ${lang}_COMPILER_LAUNCHER)
-    get_target_property(_before ${target} PROGRAML_${lang}_LAUNCHER_BEFORE)
-    if(_before AND NOT "${_launcher}" MATCHES "PROGRAML_")
+    get_target_property(_ours ${target} PROGRAML_${lang}_LAUNCHER)
+    if(_ours AND NOT "${_launcher}" STREQUAL "${_ours}")
       message(FATAL_ERROR
         "${caller}(${target}): ${target}'s ${lang}_COMPILER_LAUNCHER was set after ${caller}() "
         "(to '${_launcher}'), which drops the pass's settings: set it before")
@@ -295,7 +297,12 @@ function(programl_add_graphs target)
   endif()
   get_filename_component(arg_DIR "${arg_DIR}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_BINARY_DIR}")
   # `clean` removes a directory whole: never one that holds the sources or
-  # the build, nor one outside the build tree.
+  # the build, or CMake's own files (CMakeFiles/, a subdirectory's build),
+  # nor one outside the build tree.
+  if(arg_DIR MATCHES "/CMakeFiles(/|$)" OR EXISTS "${arg_DIR}/CMakeFiles" OR EXISTS "${arg_DIR}/CMakeCache.txt"
+     OR EXISTS "${arg_DIR}/cmake_install.cmake")
+    message(FATAL_ERROR "programl_add_graphs: DIR ${arg_DIR} holds CMake's own files: give the graphs a directory of their own")
+  endif()
   foreach(_tree "${CMAKE_SOURCE_DIR}" "${CMAKE_BINARY_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
     file(RELATIVE_PATH _rel "${arg_DIR}" "${_tree}")
     if(_rel STREQUAL "" OR NOT _rel MATCHES "^\\.\\.(/|$)")

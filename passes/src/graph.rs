@@ -4,7 +4,7 @@
 //! file's stem and `hash` eight hex digits of an FNV-1a hash of the source
 //! file's absolute path, the module identifier and the output file the
 //! compiler was asked to write (`-o FILE` on its command line, absolute;
-//! none when it has no `-o`). So two `x.c` in different directories, and
+//! the working directory when it has no `-o`; [`process_output`]). So two `x.c` in different directories, and
 //! one `x.c` compiled into two objects (two targets, two -O levels), get
 //! two graphs, and compiling an object again (a rebuild) replaces its
 //! graph instead of leaving the old one beside it. Files are written to a
@@ -99,45 +99,131 @@ fn stdout_may_take(len: u64) -> io::Result<()> {
     check_size_limit(offset.max(0) as u64 + len)
 }
 
-/// The output file this process was asked to write, absolute: the last
-/// `-o FILE` (or `--output=FILE`, `--output FILE`) on its command line,
-/// which is clang's own (the compiler job runs in the driver's process) or
-/// cc1's, opt's or the linker's. Read once.
+/// What a graph's name is keyed on besides its module: the output file the
+/// compile was asked for (the last `-o FILE`, `-oFILE`, `--output=FILE` on
+/// the process's command line, response files expanded), absolute and
+/// lexically normalised; without one, the working directory (clang then
+/// writes `<stem>.o` there). A cc1 that clang's driver started as a process
+/// of its own (compile and link in one command, `-fembed-bitcode`,
+/// `-no-integrated-as`) writes one of the driver's temporary files: the
+/// driver's own output is the key then. Read once.
 fn process_output() -> Option<&'static Path> {
     static OUTPUT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     OUTPUT
         .get_or_init(|| {
-            let line = std::fs::read("/proc/self/cmdline").ok()?;
-            let args: Vec<&[u8]> = line.split(|&b| b == 0).collect();
-            output_argument(&args).map(|o| {
-                use std::os::unix::ffi::OsStrExt;
-                let o = Path::new(std::ffi::OsStr::from_bytes(o));
-                if o.is_absolute() {
-                    o.to_path_buf()
-                } else {
-                    std::env::current_dir().unwrap_or_default().join(o)
-                }
-            })
+            let cwd = std::env::current_dir().ok()?;
+            let args = command_line("/proc/self/cmdline", &cwd)?;
+            let mut out = output_argument(&args).map(|o| cwd.join(o));
+            let cc1 = args.get(1).is_some_and(|a| a == b"-cc1");
+            if cc1 && out.as_ref().is_some_and(|o| o.starts_with(std::env::temp_dir())) {
+                out = parent_id()
+                    .and_then(|p| command_line(&format!("/proc/{p}/cmdline"), &cwd))
+                    .and_then(|a| output_argument(&a).map(|o| cwd.join(o)));
+            }
+            Some(normalised(&out.unwrap_or(cwd)))
         })
         .as_deref()
 }
 
-/// The last output argument of `args`; `-` (standard output) is none.
-fn output_argument<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
-    let mut found = None;
+/// A process's arguments from its `/proc/<pid>/cmdline`, `@file` response
+/// files expanded (relative to `cwd`, GNU quoting, as clang reads them).
+fn command_line(path: &str, cwd: &Path) -> Option<Vec<Vec<u8>>> {
+    let line = std::fs::read(path).ok()?;
+    let mut args = Vec::new();
+    for a in line.split(|&b| b == 0).filter(|a| !a.is_empty()) {
+        expand(a, cwd, &mut args, 0);
+    }
+    Some(args)
+}
+
+fn expand(arg: &[u8], cwd: &Path, out: &mut Vec<Vec<u8>>, depth: usize) {
+    use std::os::unix::ffi::OsStrExt;
+    let text = match arg.strip_prefix(b"@") {
+        Some(file) if depth < 8 => std::fs::read(cwd.join(std::ffi::OsStr::from_bytes(file))).ok(),
+        _ => None,
+    };
+    let Some(text) = text else {
+        out.push(arg.to_vec());
+        return;
+    };
+    // GNU quoting: whitespace separates; '…' and "…" group; a backslash
+    // takes the next byte as it is (outside single quotes).
+    let (mut word, mut quote, mut any, mut bytes) = (Vec::new(), None, false, text.iter().copied());
+    while let Some(b) = bytes.next() {
+        match (quote, b) {
+            (Some(q), b) if b == q => quote = None,
+            (Some(b'\''), b) => word.push(b),
+            (_, b'\\') => word.extend(bytes.next()),
+            (Some(_), b) => word.push(b),
+            (None, b'\'' | b'"') => {
+                quote = Some(b);
+                any = true;
+            }
+            (None, b) if b.is_ascii_whitespace() => {
+                if !word.is_empty() || any {
+                    expand(&std::mem::take(&mut word), cwd, out, depth + 1);
+                }
+                any = false;
+            }
+            (None, b) => word.push(b),
+        }
+    }
+    if !word.is_empty() || any {
+        expand(&word, cwd, out, depth + 1);
+    }
+}
+
+/// This process's parent, from `/proc/self/stat` (the field after the
+/// command's closing parenthesis and the state).
+fn parent_id() -> Option<u32> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `path` without `.` components and with `..` taken back lexically.
+fn normalised(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(c);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The last output argument of `args`; `-` (standard output) is none. The
+/// joined `-oFILE` is read on clang's driver only, where no other option
+/// starts with `-o` but `-obj…` (cc1, opt and the linkers have options
+/// that do, and take `-o FILE`).
+fn output_argument(args: &[Vec<u8>]) -> Option<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let driver = args
+        .first()
+        .is_some_and(|a| Path::new(std::ffi::OsStr::from_bytes(a)).file_name().is_some_and(|n| n.as_bytes().starts_with(b"clang")))
+        && args.get(1).is_none_or(|a| a != b"-cc1");
+    let mut found: Option<&[u8]> = None;
     let mut i = 0;
     while i < args.len() {
-        match args[i] {
+        let a = args[i].as_slice();
+        match a {
             b"-o" | b"--output" if i + 1 < args.len() => {
-                found = Some(args[i + 1]);
+                found = Some(&args[i + 1]);
                 i += 1;
             }
             a if a.starts_with(b"--output=") => found = Some(&a[b"--output=".len()..]),
+            a if driver && a.len() > 2 && a.starts_with(b"-o") && !a.starts_with(b"-obj") => found = Some(&a[2..]),
             _ => {}
         }
         i += 1;
     }
-    found.filter(|o| !o.is_empty() && *o != b"-")
+    found.filter(|o| !o.is_empty() && *o != b"-").map(|o| std::ffi::OsStr::from_bytes(o).to_os_string())
 }
 
 /// The longest stem a graph file name keeps: with the hash and the
@@ -213,16 +299,40 @@ mod tests {
     #[test]
     fn the_output_is_the_last_o_on_the_command_line() {
         let out = |args: &[&str]| {
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            output_argument(&args).map(|o| String::from_utf8_lossy(o).into_owned())
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            output_argument(&args).map(|o| o.to_string_lossy().into_owned())
         };
         assert_eq!(out(&["clang", "-c", "x.c", "-o", "x.o"]).as_deref(), Some("x.o"));
+        assert_eq!(out(&["/usr/bin/clang-16", "-c", "x.c", "-ox-O2.o"]).as_deref(), Some("x-O2.o"));
         assert_eq!(out(&["ld.lld", "-o", "a", "--output=app", "x.o"]).as_deref(), Some("app"));
         assert_eq!(out(&["opt", "-passes=verify", "x.ll", "-o", "-"]), None);
         assert_eq!(out(&["clang", "-c", "x.c"]), None);
         assert_eq!(out(&["clang", "-c", "x.c", "-o"]), None);
-        // clang's options that merely start with -o are not outputs.
+        // Options that merely start with -o are not outputs: clang's -obj…,
+        // and anything of cc1's or opt's.
         assert_eq!(out(&["clang", "-objcmt-migrate-all", "-c", "x.m"]), None);
+        assert_eq!(out(&["opt", "-opaque-pointers=0", "x.ll"]), None);
+        assert_eq!(out(&["clang", "-cc1", "-opt-record-file", "x.yaml"]), None);
+    }
+
+    #[test]
+    fn response_files_are_read_with_gnu_quoting() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.rsp"), "-c 'my file.c' -o \"out dir/x.o\" @b.rsp\n").unwrap();
+        std::fs::write(dir.path().join("b.rsp"), "-O2 back\\ slash ''\n").unwrap();
+        let mut args = Vec::new();
+        expand(b"@a.rsp", dir.path(), &mut args, 0);
+        let args: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        assert_eq!(args, ["-c", "my file.c", "-o", "out dir/x.o", "-O2", "back slash", ""]);
+        let mut kept = Vec::new();
+        expand(b"@missing.rsp", dir.path(), &mut kept, 0);
+        assert_eq!(kept, [b"@missing.rsp".to_vec()]);
+    }
+
+    #[test]
+    fn paths_are_normalised_lexically() {
+        assert_eq!(normalised(Path::new("/b/./x.o")), Path::new("/b/x.o"));
+        assert_eq!(normalised(Path::new("/b/sub/../x.o")), Path::new("/b/x.o"));
     }
 
     #[test]

@@ -528,6 +528,11 @@ pub fn fit<S: RunSettings>(
         save(&mut state, &opt)?;
         last_checkpoint = Instant::now();
     }
+    if let Some(signal) = crate::interrupt::caught() {
+        // Caught during the last epoch's validation or saving: saved; the
+        // rest (POJ-104's test) runs when the same command continues.
+        return interrupted(signal, &mut state, &opt);
+    }
     Ok(Ending::Finished(state))
 }
 

@@ -1,10 +1,12 @@
 //! Ctrl-C (SIGINT) and SIGTERM while a run trains: the run ends the batch
-//! it is on, saves its checkpoint and stops with exit status 128 + the
-//! signal's number (130, 143), so that nothing trained since the last
-//! periodic checkpoint (`--checkpoint-every`, 2 minutes) is lost and the
-//! same command continues. A second signal, while the first is being
-//! acted on, ends the process at once as the default action would (the
-//! last checkpoint stays whole: every checkpoint is written atomically).
+//! it is on, saves its checkpoint and then ends by the same signal (so a
+//! shell script stops as it would have; 130 or 143 where raising it
+//! cannot end the process, as PID 1 in a container), so that nothing
+//! trained since the last periodic checkpoint (`--checkpoint-every`, 2
+//! minutes) is lost and the same command continues. The handler says so at
+//! once. A second signal, while the first is being acted on, ends the
+//! process at once as the default action would (the last checkpoint stays
+//! whole: every checkpoint is written atomically).
 //!
 //! Only the training loops are [`armed`]. Anywhere else (compiling a
 //! corpus, evaluating) the signals keep their default action: a clang
@@ -43,15 +45,21 @@ pub fn armed() -> Armed {
             if ignored(signal) {
                 continue;
             }
-            // SAFETY: the action touches only atomics and calls
-            // `emulate_default_handler`, which signal-hook documents as
-            // async-signal-safe.
+            let said: &'static [u8] = match signal {
+                libc::SIGINT => {
+                    b"programl-train: SIGINT: stopping after this batch to save the checkpoint (another SIGINT stops at once)\n"
+                }
+                _ => b"programl-train: SIGTERM: stopping after this batch to save the checkpoint (another SIGTERM stops at once)\n",
+            };
+            // SAFETY: the action touches only atomics and calls write(2),
+            // signal(2), raise(3) and _exit(2), all async-signal-safe.
             let installed = unsafe {
                 signal_hook::low_level::register(signal, move || {
                     if ARMED.load(Ordering::SeqCst) && CAUGHT.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                        libc::write(2, said.as_ptr().cast(), said.len());
                         return;
                     }
-                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    end_by(signal);
                 })
             };
             if let Err(e) = installed {
@@ -61,9 +69,21 @@ pub fn armed() -> Armed {
             }
         }
     });
-    CAUGHT.store(0, Ordering::SeqCst);
+    // A signal caught by an earlier loop of this process and not acted on
+    // stays caught: the next batch boundary sees it.
     ARMED.store(true, Ordering::SeqCst);
     Armed(())
+}
+
+/// Ends the process by `signal`'s default action; where that does not end
+/// it (PID 1 ignores it), exits with 128 + its number. Async-signal-safe.
+pub fn end_by(signal: i32) -> ! {
+    // SAFETY: signal(2), raise(3) and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+        libc::_exit(128 + signal)
+    }
 }
 
 /// The signal caught since the loop was [`armed`], if any.
@@ -87,8 +107,8 @@ pub fn name(signal: i32) -> &'static str {
     signal_hook::low_level::signal_name(signal).unwrap_or("a signal")
 }
 
-/// The run stopped on a signal after saving its checkpoint: `main` exits
-/// with 128 + the signal's number.
+/// The run stopped on a signal after saving its checkpoint: `main` says so
+/// and ends by the signal ([`end_by`]).
 #[derive(Debug)]
 pub struct Interrupted {
     pub signal: i32,
@@ -106,5 +126,5 @@ impl std::error::Error for Interrupted {}
 
 /// Said when the loop sees the signal, at a batch's end, before it saves.
 pub fn saying(signal: i32) {
-    eprintln!("programl-train: {}: saving the checkpoint (another {} stops at once)", name(signal), name(signal));
+    eprintln!("programl-train: {}: saving the checkpoint", name(signal));
 }

@@ -557,10 +557,12 @@ fn main() {
     }
     if let Err(e) = run(cli) {
         eprintln!("programl-train: {}", programl::error_line(e.as_ref()));
-        // Stopped by Ctrl-C or SIGTERM after saving: the shell's status for
-        // a process that signal ended, 130 or 143.
-        let status = e.downcast_ref::<interrupt::Interrupted>().map_or(1, |i| 128 + i.signal);
-        std::process::exit(status);
+        // Stopped by Ctrl-C or SIGTERM after saving: ended by that signal,
+        // so that a shell script running it stops too.
+        if let Some(i) = e.downcast_ref::<interrupt::Interrupted>() {
+            interrupt::end_by(i.signal);
+        }
+        std::process::exit(1);
     }
 }
 

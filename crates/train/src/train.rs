@@ -921,6 +921,11 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     }
     checkpoint(&mut state, &model, &opt)?;
     bar.finish_and_clear();
+    if let Some(signal) = crate::interrupt::caught() {
+        // Caught during the final validation: saved, and not done.
+        let at = format!("{} examples, {:.0} s of training", state.examples_seen, state.wall_s);
+        return Err(crate::interrupt::Interrupted { signal, at }.into());
+    }
     say(&format!(
         "done: {} examples in {:.0} s of training ({:.0} s this session); best val F1 {:.4} at {} examples -> {}",
         state.examples_seen,
