@@ -300,7 +300,19 @@ fn an_interrupted_run_saves_its_checkpoint_and_resumes_to_the_same_weights() {
         // No periodic checkpoint: the validations' (every 400 examples) and
         // the signal's are the only ones written.
         args.extend(["--checkpoint-every".into(), "3600".into()]);
-        let child = trainer().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut cmd = trainer();
+        cmd.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
+        // As from a terminal: a test run in the background of a script
+        // (CI) inherits SIGINT ignored, which the trainer then leaves so.
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
         let start = Instant::now();
         let before = loop {
             let seen = state(&stopped)["examples_seen"].as_u64().unwrap_or(0);
