@@ -10,10 +10,13 @@
 #   c           the C corpus: 17 projects and a POJ-104 sample, -O0 to -O3,
 #               opaque pointers   ($PROGRAML_CACHE/corpus-opaque-O0-O1-O2-O3)
 #   cxx         16 C++ projects, -O0 to -O3 ($PROGRAML_CACHE/cxx-opaque-O0-O1-O2-O3)
-#   store       the C and C++ store: every finished project of `c` and `cxx`
-#               hard-linked under $PROGRAML_CACHE/ddf-cxx-ir/{c,cxx}/<project>
-#               (the dataset build does not follow symbolic links), then
-#               `programl dataset build` into $PROGRAML_CACHE/ddf-cxx
+#   store       the C and C++ store: the projects of `c`'s and `cxx`'s corpus
+#               manifests hard-linked under $PROGRAML_CACHE/ddf-cxx-ir/{c,cxx}/
+#               (the dataset build does not follow symbolic links), with the
+#               manifests, then `programl dataset build` into
+#               $PROGRAML_CACHE/ddf-cxx, which records the manifests' ids
+#               (a store begun from another corpus is refused: build it
+#               into a new directory); `dataset stats` prints them
 #   unseen      5 C projects neither set holds (unseen-opaque-O0-O1-O2-O3)
 #   unseen-cxx  5 C++ projects neither set holds (unseen-cxx-opaque-O0-O1-O2-O3)
 #
@@ -36,16 +39,28 @@ steps=("$@")
 say() { printf '[ddf-data] %s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 link_set() {
-    # Hard-links each finished project of set directory $1 under $2.
-    local from="$1" to="$2" p
+    # Hard-links the projects that the corpus manifest of set directory $1
+    # lists under $2, with the manifest (the store records its id): a
+    # project no longer listed, or rebuilt since from another source
+    # (its .source record is not the linked one), is linked anew or removed.
+    local from="$1" to="$2" p name projects
+    [ -f "$from/corpus-manifest.json" ] || { say "no corpus manifest in $from: run its step (c or cxx) first"; exit 1; }
+    projects="$(python3 -c 'import json, sys; print("\n".join(p["project"] for p in json.load(open(sys.argv[1]))["projects"]))' "$from/corpus-manifest.json")"
     mkdir -p "$to"
-    for p in "$from"/*/; do
-        p="${p%/}"
-        [ -e "$p/.done" ] || continue
-        [ -e "$to/$(basename "$p")" ] && continue
-        cp -al "$p" "$to/$(basename "$p").tmp"
-        mv "$to/$(basename "$p").tmp" "$to/$(basename "$p")"
+    for p in "$to"/*/; do
+        [ -d "$p" ] || continue
+        name="$(basename "$p")"
+        if ! grep -qxF -- "$name" <<<"$projects" || ! [ "$from/$name/.source" -ef "$to/$name/.source" ]; then
+            rm -rf "${to:?}/$name"
+        fi
     done
+    for name in $projects; do
+        [ -e "$to/$name" ] && continue
+        cp -al "$from/$name" "$to/$name.tmp"
+        mv "$to/$name.tmp" "$to/$name"
+    done
+    cp "$from/corpus-manifest.json" "$to/.corpus-manifest.json.tmp"
+    mv "$to/.corpus-manifest.json.tmp" "$to/corpus-manifest.json"
 }
 
 for step in "${steps[@]}"; do

@@ -316,6 +316,14 @@ fn stats(args: &StatsArgs) -> Result<bool> {
     let stats = Stats::collect(&dataset);
     let mut out = crate::stdout();
     writeln!(out, "dataset {}: seed {}, IR from {}", dataset.dir().display(), dataset.info().seed, dataset.info().ir.display())?;
+    match dataset.info().corpus.as_slice() {
+        [] => writeln!(out, "corpus: none recorded (its IR directory held no corpus-manifest.json of scripts/corpus.sh)")?,
+        corpus => {
+            for c in corpus {
+                writeln!(out, "corpus: {} ({})", c.name(), c.path)?;
+            }
+        }
+    }
     write!(out, "{}", stats.render())?;
     for f in dataset.failures() {
         writeln!(out, "failed input: {}", f.error.lines().next().unwrap_or(&f.error))?;

@@ -475,3 +475,54 @@ fn out_that_is_a_file_is_refused_by_name() {
     assert!(stderr.contains(&format!("{}: not a directory", file.display())), "{stderr}");
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
+
+/// The corpus manifests (`scripts/corpus.sh`'s `corpus-manifest.json`) of
+/// the IR directory, at its top and one level down, are recorded in the
+/// dataset and shown by `stats`; a resumed build whose IR directory now
+/// holds another corpus is refused with both names, and one without any
+/// still says so.
+#[test]
+fn the_dataset_records_the_corpus_it_was_built_from() {
+    let ir = small_corpus(4);
+    let manifest = |id: &str, set: &str| {
+        format!(
+            r#"{{"format": "programl-corpus-manifest", "version": 1, "id": "{id}", "set": "{set}", "pointers": "opaque",
+               "levels": ["O0", "O2"], "compiler": "clang", "projects": [], "missing": [], "not_in_lock": []}}"#
+        )
+    };
+    std::fs::write(ir.path().join("corpus-manifest.json"), manifest("0123456789abcdef", "corpus")).unwrap();
+    std::fs::write(ir.path().join("proj1").join("corpus-manifest.json"), manifest("fedcba9876543210", "cxx")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    run_build(ir.path(), data.path(), &["--shard-size", "2"]);
+    let info = Dataset::open(data.path()).unwrap().info().clone();
+    let names: Vec<String> = info.corpus.iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["corpus-opaque-O0-O2@0123456789abcdef", "cxx-opaque-O0-O2@fedcba9876543210"]);
+    assert_eq!(info.corpus[1].path, "proj1/corpus-manifest.json");
+    let out = programl().args(["dataset", "stats", "--no-plot"]).arg(data.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("corpus: cxx-opaque-O0-O2@fedcba9876543210 (proj1/corpus-manifest.json)"), "{stdout}");
+    // The same corpus resumes (a no-op here).
+    run_build(ir.path(), data.path(), &[]);
+    // Another corpus in the same directory does not.
+    std::fs::write(ir.path().join("proj1").join("corpus-manifest.json"), manifest("1111111111111111", "cxx")).unwrap();
+    let out = programl().args(["dataset", "build", "--ir"]).arg(ir.path()).arg("--out").arg(data.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a resume from another corpus was accepted");
+    assert!(
+        stderr.contains("cxx-opaque-O0-O2@fedcba9876543210") && stderr.contains("cxx-opaque-O0-O2@1111111111111111") && stderr.contains("new dataset directory"),
+        "{stderr}"
+    );
+    // A manifest that is not one is named.
+    std::fs::write(ir.path().join("corpus-manifest.json"), "{}").unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let out = programl().args(["dataset", "build", "--ir"]).arg(ir.path()).arg("--out").arg(fresh.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("corpus-manifest.json: not a corpus manifest"), "{stderr}");
+    // No manifest: none recorded, and stats says so.
+    let bare = small_corpus(2);
+    let data = tempfile::tempdir().unwrap();
+    run_build(bare.path(), data.path(), &[]);
+    assert!(Dataset::open(data.path()).unwrap().info().corpus.is_empty());
+    let out = programl().args(["dataset", "stats", "--no-plot"]).arg(data.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("corpus: none recorded"));
+}

@@ -289,6 +289,7 @@ impl Builder {
             });
         }
         let all = collect_inputs(&ir)?;
+        let corpus = super::corpus::find(&ir)?;
         if all.is_empty() && !out.join(super::MANIFEST).exists() {
             return Err(DatasetError::Io {
                 path: config.ir.clone(),
@@ -306,7 +307,7 @@ impl Builder {
         let lock = lock(out)?;
         let ir_text = ir.to_string_lossy().into_owned();
         if !out.join(super::MANIFEST).exists() {
-            Manifest::create(out, config.seed, &ir_text)?;
+            Manifest::create(out, config.seed, &ir_text, &corpus)?;
         }
         let manifest = Manifest::read(out)?;
         if manifest.seed != config.seed {
@@ -322,6 +323,22 @@ impl Builder {
             return Err(DatasetError::Mismatch {
                 path: out.clone(),
                 detail: format!("built from {}, resumed from {ir_text}: use the same IR directory or a new dataset directory", manifest.ir),
+            });
+        }
+        // The corpus must be the one the dataset began with: a resumed
+        // build would otherwise mix two. A dataset that recorded none (built
+        // before corpus manifests) resumes as it was.
+        if !manifest.corpus.is_empty() && manifest.corpus != corpus {
+            let names = |c: &[super::corpus::CorpusRef]| {
+                if c.is_empty() { "none".to_string() } else { c.iter().map(|c| format!("{} ({})", c.name(), c.path)).collect::<Vec<_>>().join(", ") }
+            };
+            return Err(DatasetError::Mismatch {
+                path: out.clone(),
+                detail: format!(
+                    "built from the corpus {}, and {ir_text} now holds {}: build into a new dataset directory (scripts/corpus.sh rebuilt or changed a set)",
+                    names(&manifest.corpus),
+                    names(&corpus)
+                ),
             });
         }
         // Committed shards gone from the disk or of another size than

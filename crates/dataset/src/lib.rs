@@ -3,7 +3,8 @@
 //! A dataset directory holds
 //!
 //! - `manifest.jsonl`: one JSON object per line: first the dataset's
-//!   parameters (format version, seed, IR directory), then one line per
+//!   parameters (format version, seed, IR directory, and the corpus
+//!   manifests found there: [`corpus`]), then one line per
 //!   committed shard (its file, checksum and the inputs it holds) and one
 //!   per input that failed (with its error). It is appended to, and
 //!   rewritten (atomically) only to drop the line of a shard lost from the
@@ -68,6 +69,7 @@
 //! module; the rest of the crate sees [`Record`] and [`StoredGraph`].
 
 pub mod build;
+pub mod corpus;
 pub mod export;
 mod manifest;
 pub mod read;
@@ -144,6 +146,15 @@ pub enum DatasetError {
     Locked {
         /// The dataset directory.
         path: PathBuf,
+    },
+    /// A corpus manifest (`scripts/corpus.sh`'s) of the IR directory could
+    /// not be read.
+    #[error("{}: {detail}", path.display())]
+    Corpus {
+        /// The manifest file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
     },
     /// The build's parameters disagree with the dataset being resumed.
     #[error("{}: {detail}", path.display())]

@@ -13,13 +13,23 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::corpus::CorpusRef;
 use super::{DatasetError, FORMAT_VERSION};
 
 /// One manifest line. Private: a boundary type.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Line {
-    Dataset { format: u32, seed: u64, ir: String, builder: String },
+    Dataset {
+        format: u32,
+        seed: u64,
+        ir: String,
+        builder: String,
+        /// The corpus manifests of the IR directory when the build began
+        /// (none for a dataset built before they existed).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        corpus: Vec<CorpusRef>,
+    },
     Shard { file: String, records: u32, bytes: u64, crc32: u32, inputs: Vec<String> },
     Failure { input: String, error: String },
 }
@@ -33,6 +43,8 @@ pub(crate) struct Manifest {
     pub path: PathBuf,
     pub seed: u64,
     pub ir: String,
+    /// The corpus manifests of the IR directory.
+    pub corpus: Vec<CorpusRef>,
     /// Shard lines, in commit order: (file, records, crc32, inputs).
     pub shards: Vec<ShardLine>,
     /// Failure lines, in order: (input, error).
@@ -63,7 +75,7 @@ impl Manifest {
             Err(e) => return Err(DatasetError::Io { path, source: e }),
         };
         let bad = |line: usize, detail: String| DatasetError::Manifest { path: path.clone(), line, detail };
-        let mut m = Manifest { path: path.clone(), seed: 0, ir: String::new(), shards: Vec::new(), failures: Vec::new(), valid_len: 0 };
+        let mut m = Manifest { path: path.clone(), seed: 0, ir: String::new(), corpus: Vec::new(), shards: Vec::new(), failures: Vec::new(), valid_len: 0 };
         let mut at = 0usize;
         let mut number = 0;
         while let Some(nl) = text[at..].iter().position(|&b| b == b'\n') {
@@ -78,7 +90,7 @@ impl Manifest {
                 Err(e) => return Err(bad(number, e.to_string())),
             };
             match (number, line) {
-                (1, Line::Dataset { format, seed, ir, builder }) => {
+                (1, Line::Dataset { format, seed, ir, builder, corpus }) => {
                     if format != FORMAT_VERSION {
                         let why = if format < FORMAT_VERSION {
                             "its step counts and roots follow an older SPEC.md §2; rebuild it with `programl dataset build` into a new directory"
@@ -92,6 +104,7 @@ impl Manifest {
                     }
                     m.seed = seed;
                     m.ir = ir;
+                    m.corpus = corpus;
                 }
                 (1, _) => return Err(bad(1, "the first line must describe the dataset".into())),
                 (_, Line::Dataset { .. }) => return Err(bad(number, "a second dataset line".into())),
@@ -114,9 +127,10 @@ impl Manifest {
 
     /// Creates the manifest of a new dataset (atomically, so it always has
     /// its dataset line).
-    pub fn create(dir: &Path, seed: u64, ir: &str) -> Result<(), DatasetError> {
+    pub fn create(dir: &Path, seed: u64, ir: &str, corpus: &[CorpusRef]) -> Result<(), DatasetError> {
         let path = dir.join(super::MANIFEST);
-        let line = Line::Dataset { format: FORMAT_VERSION, seed, ir: ir.to_string(), builder: BUILDER.to_string() };
+        let line =
+            Line::Dataset { format: FORMAT_VERSION, seed, ir: ir.to_string(), builder: BUILDER.to_string(), corpus: corpus.to_vec() };
         programl::fsutil::write_bytes_atomically(&path, programl::fsutil::Durability::Synced, &to_line(&line))
             .map_err(DatasetError::io(&path))
     }
@@ -213,7 +227,7 @@ mod tests {
     #[test]
     fn torn_tail_is_ignored_and_repaired() {
         let dir = tempfile::tempdir().unwrap();
-        Manifest::create(dir.path(), 7, "/ir").unwrap();
+        Manifest::create(dir.path(), 7, "/ir", &[]).unwrap();
         let m = Manifest::read(dir.path()).unwrap();
         let mut a = Appender::open(&m).unwrap();
         let shard = Line::Shard { file: shard_name(1), records: 2, bytes: 10, crc32: 5, inputs: vec!["a.ll".into(), "b.ll".into()] };
@@ -243,7 +257,7 @@ mod tests {
     #[test]
     fn dropping_shards_keeps_every_other_line_in_its_order() {
         let dir = tempfile::tempdir().unwrap();
-        Manifest::create(dir.path(), 3, "/ir").unwrap();
+        Manifest::create(dir.path(), 3, "/ir", &[]).unwrap();
         let mut a = Appender::open(&Manifest::read(dir.path()).unwrap()).unwrap();
         for n in 1..=3 {
             a.append(&Line::Shard { file: shard_name(n), records: 1, bytes: 9, crc32: n as u32, inputs: vec![format!("{n}.ll")] }).unwrap();
@@ -271,7 +285,7 @@ mod tests {
     #[test]
     fn a_store_of_an_older_format_is_refused_with_the_reason() {
         let dir = tempfile::tempdir().unwrap();
-        Manifest::create(dir.path(), 0, "/ir").unwrap();
+        Manifest::create(dir.path(), 0, "/ir", &[]).unwrap();
         let path = dir.path().join(crate::MANIFEST);
         let text = std::fs::read_to_string(&path).unwrap();
         let current = format!("\"format\":{FORMAT_VERSION}");
@@ -285,7 +299,7 @@ mod tests {
     #[test]
     fn garbage_in_the_middle_is_an_error_naming_the_line() {
         let dir = tempfile::tempdir().unwrap();
-        Manifest::create(dir.path(), 0, "/ir").unwrap();
+        Manifest::create(dir.path(), 0, "/ir", &[]).unwrap();
         let path = dir.path().join(crate::MANIFEST);
         let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"nonsense\n{\"kind\":\"failure\",\"input\":\"a\",\"error\":\"b\"}\n").unwrap();

@@ -22,6 +22,10 @@ pub struct DatasetInfo {
     pub seed: u64,
     /// The IR directory (absolute) the inputs are relative to.
     pub ir: PathBuf,
+    /// The corpus manifests (`scripts/corpus.sh`'s) the IR directory held
+    /// when the build began; empty for a dataset built before they existed,
+    /// or from IR of no corpus set.
+    pub corpus: Vec<super::corpus::CorpusRef>,
 }
 
 /// A committed shard, as the manifest records it.
@@ -114,7 +118,7 @@ impl Dataset {
                 }
             }
         }
-        let info = DatasetInfo { format: super::FORMAT_VERSION, seed: m.seed, ir: PathBuf::from(&m.ir) };
+        let info = DatasetInfo { format: super::FORMAT_VERSION, seed: m.seed, ir: PathBuf::from(&m.ir), corpus: m.corpus.clone() };
         Ok(Dataset { dir, info, shards, failures })
     }
 

@@ -155,6 +155,13 @@ pub struct Provenance {
     pub dtype: String,
     /// The tool that wrote the bundle, with its version.
     pub created_by: String,
+    /// The corpora the training data was built from, as
+    /// `SET-POINTERS-LEVELS@ID` (`programl_dataset::corpus::CorpusRef::name`:
+    /// the `corpus-manifest.json` of each set `scripts/corpus.sh` built).
+    /// Empty where none was recorded: data of no corpus set (DevMap,
+    /// POJ-104's own), or a store built before corpus manifests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub corpus: Vec<String>,
 }
 
 /// Why a bundle could not be read or written.

@@ -296,6 +296,7 @@ fn config_for(hyper: &Hyper) -> Config {
             wall_time_s: 0.0,
             dtype: "f32".into(),
             created_by: "test".into(),
+            corpus: Vec::new(),
         },
         source: None,
         auto_dtype: None,

@@ -312,6 +312,49 @@ pub fn skip_unless_ci(test: &str, why: &str) {
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
+/// The unpacked source of the corpus project `project` (a project of
+/// `scripts/corpus.lock`'s `corpus` set, as `scripts/corpus.sh` fetches it
+/// into `$PROGRAML_CACHE/corpus-src/<package>/`), or why it is not there:
+/// the reason the default corpus's manifest gives for the project, or that
+/// `scripts/corpus.sh` has not run.
+pub fn corpus_source(project: &str) -> Result<PathBuf, String> {
+    corpus_source_in(&programl::fsutil::cache_dir(), project)
+}
+
+fn corpus_source_in(cache: &Path, project: &str) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lock = root.join("scripts/corpus.lock");
+    let text = std::fs::read_to_string(&lock).map_err(|e| format!("{}: {e}", lock.display()))?;
+    let source = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .find(|c| c.len() == 5 && c[0] == "corpus" && c[1] == project)
+        .map(|c| c[2].to_string())
+        .ok_or_else(|| format!("{project} is not a project of the corpus set in {}", lock.display()))?;
+    let package = source.strip_prefix("debian:").ok_or_else(|| format!("{project}'s source {source} is not a Debian package"))?;
+    let dir = cache.join("corpus-src").join(package);
+    let unpacked = std::fs::read_dir(&dir).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.is_dir()));
+    if let Some(found) = unpacked {
+        return Ok(found);
+    }
+    let manifest = cache.join("corpus").join("corpus-manifest.json");
+    let why = match std::fs::read(&manifest) {
+        Err(_) => format!("scripts/corpus.sh has not run here (no {})", manifest.display()),
+        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|m| {
+                m["missing"]
+                    .as_array()?
+                    .iter()
+                    .find(|x| x["project"] == project)
+                    .and_then(|x| x["reason"].as_str().map(|r| format!("the corpus lacks it: {r} ({})", manifest.display())))
+            })
+            .unwrap_or_else(|| format!("not under {} (run scripts/corpus.sh)", dir.display())),
+    };
+    Err(format!("corpus project {project} ({source}): {why}"))
+}
+
 /// Why the reference tools could not produce a graph.
 #[derive(Debug, thiserror::Error)]
 pub enum OracleError {
@@ -647,6 +690,32 @@ mod tests {
 
     fn rw(s: &str) -> String {
         rewrite_for_llvm10(s)
+    }
+
+    /// A corpus project's source is found where corpus.sh unpacks it, and
+    /// its absence is explained by the manifest's reason, or by corpus.sh
+    /// not having run.
+    #[test]
+    fn corpus_sources_are_found_or_their_absence_explained() {
+        let cache = std::env::temp_dir().join(format!("programl-testkit-corpus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        let e = corpus_source_in(&cache, "zlib").unwrap_err();
+        assert!(e.contains("corpus project zlib (debian:zlib)") && e.contains("scripts/corpus.sh has not run"), "{e}");
+        std::fs::create_dir_all(cache.join("corpus")).unwrap();
+        std::fs::write(
+            cache.join("corpus/corpus-manifest.json"),
+            r#"{"missing": [{"project": "zlib", "reason": "the mirror lists no version of zlib"}]}"#,
+        )
+        .unwrap();
+        let e = corpus_source_in(&cache, "zlib").unwrap_err();
+        assert!(e.contains("the corpus lacks it: the mirror lists no version of zlib"), "{e}");
+        let e = corpus_source_in(&cache, "lua").unwrap_err();
+        assert!(e.contains("corpus project lua (debian:lua5.4)") && e.contains("run scripts/corpus.sh"), "{e}");
+        let dir = cache.join("corpus-src/lua5.4/lua5.4-5.4.4");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(corpus_source_in(&cache, "lua").unwrap(), dir);
+        assert!(corpus_source_in(&cache, "no-such-project").unwrap_err().contains("not a project of the corpus set"));
+        std::fs::remove_dir_all(&cache).unwrap();
     }
 
     #[test]

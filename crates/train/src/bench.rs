@@ -164,6 +164,7 @@ fn torch_free(model: &Ggnn, hyper: &Hyper) -> Result<programl_infer::Model> {
         wall_time_s: 0.0,
         dtype: "f32".into(),
         created_by: "programl-train bench".into(),
+        corpus: Vec::new(),
     };
     let config = Config {
         format: FORMAT.into(),

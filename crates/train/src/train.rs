@@ -584,6 +584,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     }
     let val = Examples::from_dataset(&dataset, task, Split::Val, subset, &vocab)?;
     let hash = data_hash(&train, &val);
+    let corpus: Vec<String> = dataset.info().corpus.iter().map(|c| c.name()).collect();
     let mut val_ids = permutation(val.examples.len(), mix(args.seed ^ 0x7661_6c00));
     val_ids.truncate(args.val_examples);
     val_ids.sort_unstable();
@@ -757,7 +758,7 @@ pub fn run(args: &TrainArgs, out: &Path, device: Device) -> Result<()> {
     let bundle_hyper = Hyper { stop: stop.clone(), ..hyper.clone() };
     let config_now = |state: &State| {
         let (base_examples, base_wall) = state.init.as_ref().map_or((0, 0.0), |i| (i.examples, i.wall_s));
-        bundle_config(task, &bundle_hyper, &hash, vocab.id("ptr") != 0, base_examples + state.examples_seen, base_wall + wall(state))
+        bundle_config(task, &bundle_hyper, &hash, &corpus, vocab.id("ptr") != 0, base_examples + state.examples_seen, base_wall + wall(state))
     };
     let validate = |state: &mut State, model: &Ggnn| -> Result<()> {
         let e = match &stop {
@@ -957,7 +958,8 @@ fn progress_bar(args: &TrainArgs, state: &State) -> indicatif::ProgressBar {
 
 /// The bundle's config for a model trained on `task`.
 /// `opaque`: whether the training IR had opaque pointers (its vocabulary has `ptr`).
-pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, examples: u64, wall_s: f64) -> Config {
+/// `corpus`: the names of the corpora the data came from ([`Provenance::corpus`]).
+pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, corpus: &[String], opaque: bool, examples: u64, wall_s: f64) -> Config {
     Config {
         format: bundle::FORMAT.into(),
         version: bundle::VERSION,
@@ -975,6 +977,7 @@ pub fn bundle_config(task: Task, hyper: &Hyper, data_hash: &str, opaque: bool, e
             wall_time_s: (wall_s * 10.0).round() / 10.0,
             dtype: programl_model::matmul_precision().to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+            corpus: corpus.to_vec(),
         },
         source: None,
         auto_dtype: None,

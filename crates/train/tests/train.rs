@@ -38,12 +38,15 @@ fn train_refused(data: &Path, out: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The id of the fixture's corpus manifest.
+const FIXTURE_CORPUS: &str = "00f1c5ec0f1c5ec0";
+
 /// IR of the fixture programs, and a dataset store of them (built once per
 /// target directory).
 fn fixture() -> &'static (PathBuf, PathBuf) {
     static FIXTURE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("train-fixture-v1");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("train-fixture-v2");
         let (ir, data) = (dir.join("ir"), dir.join("data"));
         if dir.join("complete").exists() {
             return (ir, data);
@@ -64,6 +67,15 @@ fn fixture() -> &'static (PathBuf, PathBuf) {
             }
             std::fs::remove_file(&c).unwrap();
         }
+        // As scripts/corpus.sh describes a set: the store records it, and
+        // the bundles trained on the store name it.
+        std::fs::write(
+            ir.join("corpus-manifest.json"),
+            format!(
+                r#"{{"format": "programl-corpus-manifest", "version": 1, "id": "{FIXTURE_CORPUS}", "set": "fixture", "pointers": "opaque", "levels": {LEVELS:?}}}"#
+            ),
+        )
+        .unwrap();
         let builder = programl_dataset::Builder::open(programl_dataset::BuildConfig::new(&ir, &data)).unwrap();
         builder.run(&|_| {}).unwrap();
         std::fs::write(dir.join("complete"), "").unwrap();
@@ -358,6 +370,8 @@ fn a_run_started_from_a_bundle_measures_it_first_and_keeps_the_better() {
     run(trainer().args(train_args(data, &first, "400")));
     let best_first = val_rows(&first).iter().map(|r| r.1).fold(f64::MIN, f64::max);
     let first_examples = config(&first)["provenance"]["examples_seen"].as_u64().unwrap();
+    let corpus = format!("fixture-opaque-{}@{FIXTURE_CORPUS}", LEVELS.join("-"));
+    assert_eq!(config(&first)["provenance"]["corpus"], serde_json::json!([corpus]), "the bundle names the store's corpus");
 
     // A lower rate from the first run's bundle: the bundle is validated
     // at 0 examples, with the F1 it was kept for.

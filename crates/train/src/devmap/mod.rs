@@ -1151,6 +1151,7 @@ pub fn save_bundle(dir: &Path, t: &Trained, platform: &str, rows: &[Row], input:
             // compute theirs in BF16).
             dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+            corpus: Vec::new(),
         },
         // NCC's IR was compiled by its authors (Apple LLVM 9.1), not by us.
         source: Some(SourceCompile {

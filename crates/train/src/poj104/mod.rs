@@ -374,6 +374,7 @@ pub fn bundle_config(
             // compute theirs in BF16).
             dtype: programl_model::Precision::F32.to_string(),
             created_by: format!("programl-train {}", env!("CARGO_PKG_VERSION")),
+            corpus: Vec::new(),
         },
         source: Some(SourceCompile {
             compiler: compile::CLANG.into(),
