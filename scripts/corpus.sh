@@ -162,9 +162,10 @@ LOCK="${CORPUS_LOCK:-$ROOT/scripts/corpus.lock}"
 [ -f "$LOCK" ] || { echo "corpus.sh: no lock file at $LOCK" >&2; exit 2; }
 declare -A lock_source=() lock_version=() lock_sha=()
 expected=()
-while IFS=$'\t' read -r l_set l_project l_source l_version l_sha l_extra; do
-    case "$l_set" in "" | \#*) continue ;; esac
-    if [ -z "$l_sha" ] || [ -n "$l_extra" ]; then
+while IFS= read -r l_line; do
+    case "$l_line" in "" | \#*) continue ;; esac
+    IFS=$'\t' read -r l_set l_project l_source l_version l_sha l_extra <<<"$l_line"
+    if [ -z "$l_sha" ] || [ -n "$l_extra" ] || [[ "$l_line" == *$'\t\t'* ]]; then
         echo "corpus.sh: $LOCK: malformed line for '$l_project' (set, project, source, version, sha256, tab-separated)" >&2
         exit 2
     fi
@@ -184,7 +185,7 @@ in_run() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
 : >"$OUT/.missing.tsv"
 missing() { # PROJECT REASON
     printf '%s\t%s\n' "$1" "$2" >>"$OUT/.missing.tsv"
-    say "MISSING $1: $2"
+    say "$1: not built: $2"
 }
 
 # dsc_field DSC FIELD: a field of a .dsc (Version, Source).
@@ -212,8 +213,8 @@ if [ "$print_lock" = 1 ]; then
         case "$l_source" in
             debian:*)
                 pkg="${l_source#debian:}"
-                v="$(source_versions "$pkg" | head -n1)"
-                sha="$(apt-get source --only-source --print-uris -qq "$pkg=$v" </dev/null 2>/dev/null | grep -F ".dsc' " | grep -o 'SHA256:[0-9a-f]*' | cut -d: -f2)"
+                v="$(source_versions "$pkg" | head -n1 || true)"
+                sha="$(apt-get source --only-source --print-uris -qq "$pkg=$v" </dev/null 2>/dev/null | grep -F ".dsc' " | grep -o 'SHA256:[0-9a-f]*' | cut -d: -f2 || true)"
                 [ -n "$v" ] && [ -n "$sha" ] || { echo "corpus.sh: the mirror lists no source of $pkg" >&2; exit 1; }
                 printf '%s\t%s\t%s\t%s\t%s\n' "$l_set" "$l_project" "$l_source" "$v" "$sha"
                 ;;
@@ -259,35 +260,55 @@ fetch() {
     if [ -n "$dsc" ] && [ -n "$(find "$cache" -mindepth 1 -maxdepth 1 -type d | head -n1)" ]; then
         have="$(dsc_field "$dsc" Version)" have_sha="$(sha256sum "$dsc" | cut -d' ' -f1)"
     fi
+    if [ "$have" = "$want" ] && [ "$have_sha" != "$sha" ]; then
+        # The locked version cached with other content: never used.
+        rm -rf "$cache"
+        have="" have_sha=""
+    fi
     if [ "$have_sha" != "$sha" ]; then
         ensure_deb_src
         tmp="$SRC/.$pkg.new"
-        # The locked version first, then every other the mirror lists.
+        local refused="" new_dsc new_sha
+        # The locked version first, then every other the mirror lists,
+        # newest first; the cached one, if it comes up, is not fetched again.
         for v in "$want" $(source_versions "$pkg" | grep -vxF -- "$want"); do
+            tried+=("$v")
+            if [ "$v" != "$want" ] && [ "$v" = "$have" ]; then
+                got="$v"
+                break
+            fi
             rm -rf "$tmp" "$tmp.log"
             mkdir -p "$tmp"
-            tried+=("$v")
             if ! download "$pkg" "$v" "$tmp"; then
                 why="$(grep -m1 -E '^E: ' "$tmp.log" || tail -n1 "$tmp.log")"
                 continue
             fi
-            local new_dsc new_sha
             new_dsc="$(ls "$tmp"/*.dsc | head -n1)"
             new_sha="$(sha256sum "$new_dsc" | cut -d' ' -f1)"
             if [ "$v" = "$want" ] && [ "$new_sha" != "$sha" ]; then
-                # The locked version with other content: never used.
+                # The locked version with other content: refused, and no
+                # other version stands in for it (the lock is wrong, or
+                # the mirror is).
                 say "$project: $pkg $v from the mirror has a .dsc of sha256 $new_sha, the lock says $sha: refused"
-                why="the mirror's $pkg $v is not the locked one (sha256 $new_sha, locked $sha)"
-                continue
+                refused="the mirror's $pkg $v is not the locked one (sha256 $new_sha, locked $sha)"
+                break
             fi
             got="$v"
+            fetch_downloaded=1
             break
         done
-        if [ -n "$got" ]; then
-            fetch_downloaded=1
+        if [ -n "$refused" ]; then
+            rm -rf "$tmp"
+            [ -f "$tmp.log" ] && mv "$tmp.log" "$SRC/$pkg.log"
+            missing "$project" "$refused"
+            return 1
+        elif [ "$fetch_downloaded" = 1 ]; then
             rm -rf "$cache"
             mv "$tmp" "$cache"
             mv "$tmp.log" "$SRC/$pkg.log"
+            # Written by this fetch: a cache so stamped was never the one
+            # that a project built before sources were recorded used.
+            printf '%s\n' "$got" >"$cache/.programl-fetched"
             have="$got" have_sha="$(sha256sum "$(ls "$cache"/*.dsc | head -n1)" | cut -d' ' -f1)"
         else
             rm -rf "$tmp"
@@ -296,7 +317,8 @@ fetch() {
                 missing "$project" "apt-get source --only-source $pkg failed for every version tried (${tried[*]}): $why (log: $SRC/$pkg.log)"
                 return 1
             fi
-            # Kept: the version cached earlier, when the mirror gives none.
+            # Kept: the version cached earlier (the newest the mirror
+            # gives, or none the mirror gives now).
         fi
     fi
     if [ "$have" != "$want" ]; then
@@ -318,13 +340,15 @@ record_field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 project_start() {
     local project="$1" out="$OUT/$1" record=""
     in_run "$project" || return 1
+    [ -n "${lock_source[$project]:-}" ] || { say "$project: not in $LOCK: not built"; return 1; }
     [ -f "$out/.source" ] && record="$(cat "$out/.source")"
     if [ -f "$out/.done" ] && [ "$(record_field "$record" sha256)" = "${lock_sha[$project]}" ]; then
         say "$project: cached ($(cat "$out/.done"))"
         return 1
     fi
     fetch "$project" || return 1
-    if [ -z "$record" ] && [ -f "$out/.done" ] && [ "$fetch_downloaded" = 0 ]; then
+    if [ -z "$record" ] && [ -f "$out/.done" ] && [ "$fetch_downloaded" = 0 ] &&
+        [ ! -e "$fetched/../.programl-fetched" ]; then
         # Built before sources were recorded, from the source still cached.
         printf '%s\n' "$fetched_record" >"$out/.source"
         record="$fetched_record"
@@ -587,9 +611,8 @@ make_project bc
 cmake_project() {
     local name="$1" sub="$2"
     shift 2
-    in_run "$name" || return 0
-    command -v cmake >/dev/null || { missing "$name" "cmake is not installed (scripts/bootstrap.sh installs it)"; return 0; }
     project_start "$name" || return 0
+    command -v cmake >/dev/null || { missing "$name" "cmake is not installed (scripts/bootstrap.sh installs it)"; return 0; }
     local dir="$fetched" out="$OUT/$name"
     begin_project "$out"
     say "$name: cmake"
@@ -715,10 +738,10 @@ for _, project, source, locked, locked_sha in rows:
             continue
     elif project in reasons:
         why = reasons[project]
+    elif os.path.isfile(os.path.join(d, ".done")):
+        why = "built from an unrecorded source (run corpus.sh on it again)"
     elif not in_run:
         why = "not built: this run was given --only " + " ".join(only)
-    elif os.path.isfile(os.path.join(d, ".done")):
-        why = "built from an unrecorded source"
     else:
         why = "not built: corpus.sh has no recipe for it in this set"
     missing.append({"project": project, "reason": why, "in_run": in_run})

@@ -58,7 +58,7 @@ src="$work/$pkg"
 if [ ! -f "$src/CMakeLists.txt" ]; then
     mkdir -p "$work/download"
     say "apt-get source $pkg"
-    (cd "$work/download" && apt-get source -qq "$pkg" </dev/null >"$work/download/log" 2>&1) ||
+    (cd "$work/download" && apt-get source --only-source -qq "$pkg" </dev/null >"$work/download/log" 2>&1) ||
         missing "the source of $pkg: apt-get source $pkg failed (no deb-src entry? run scripts/corpus.sh once; see $work/download/log)"
     unpacked="$(find "$work/download" -mindepth 1 -maxdepth 1 -type d -name "$pkg-*" | head -n1)"
     [ -n "$unpacked" ] || missing "the source of $pkg: nothing unpacked in $work/download"
