@@ -46,7 +46,9 @@
 #   --only "P1 P2": only these projects of the set (the others are listed
 #             as not built in this run); CORPUS_LOCK: another lock file;
 #   --print-lock: the lock as the mirror would write it now (the newest
-#             version of each locked project), for a reviewed update. Every C translation unit is compiled with
+#             version of each locked project), for a reviewed update.
+#
+# Every translation unit is compiled with
 #   clang-16 [-Xclang -no-opaque-pointers] -S -emit-llvm (no -g) -O<level>
 # into OUT/<project>/<level>/*.ll (typed pointers as LLVM 16 prints them:
 # tests rewrite them for LLVM 10 with programl_testkit::rewrite_for_llvm10).
@@ -84,7 +86,7 @@ while (($#)); do
         --levels) CORPUS_LEVELS="$2"; shift ;;
         --only) only="$2"; shift ;;
         --print-lock) print_lock=1 ;;
-        -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d'; exit 0 ;;
         -*) echo "corpus.sh: unknown option $1" >&2; exit 2 ;;
         *) out_arg="$1" ;;
     esac

@@ -93,5 +93,12 @@ check "an unrecorded build beside a replaced source is rebuilt" grep -q 'zlib: c
 check "the same manifest id" test "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$tmp/out/corpus-manifest.json")" \
     = "$(sed -n 's/.*(corpus \([0-9a-f]*\):.*/\1/p' "$tmp/ci.log")"
 
+# --print-lock: each Debian line at the newest version the mirror lists,
+# with that .dsc's sha256; the shared and comment lines as they were.
+CORPUS_LOCK="$tmp/lock" PROGRAML_CACHE="$tmp/cache" bash "$root/scripts/corpus.sh" --print-lock >"$tmp/printed" 2>"$tmp/printed.err"
+printed_zlib="$(awk -F'\t' '$2 == "zlib" { print $4 "|" $5 }' "$tmp/printed")"
+check "--print-lock gives a zlib version the mirror lists, with a sha256 ($printed_zlib)" \
+    bash -c 'apt-cache showsrc --only-source zlib | grep -qxF "Version: ${1%%|*}" && [[ "${1#*|}" =~ ^[0-9a-f]{64}$ ]]' _ "$printed_zlib"
+
 echo "[corpus-lock] $((fails == 0 ? 1 : 0)) passed, $((fails == 0 ? 0 : 1)) failed ($fails check(s) failed)"
 exit $((fails == 0 ? 0 : 1))

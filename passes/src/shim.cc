@@ -143,8 +143,17 @@ extern "C" void programl_passes_register(llvm::PassBuilder &PB) {
         add(MPM, Kind, Pass);
         return true;
       });
+#if LLVM_VERSION_MAJOR >= 20
+  // From LLVM 20 the callback is also told the LTO phase; the extension
+  // point, and what the pass does there, are the same.
+  PB.registerOptimizerLastEPCallback(
+      [](llvm::ModulePassManager &MPM, llvm::OptimizationLevel Level, llvm::ThinOrFullLTOPhase) {
+        addExtension(MPM, 0, Level);
+      });
+#else
   PB.registerOptimizerLastEPCallback(
       [](llvm::ModulePassManager &MPM, llvm::OptimizationLevel Level) { addExtension(MPM, 0, Level); });
+#endif
 #if LLVM_VERSION_MAJOR >= 15
   PB.registerFullLinkTimeOptimizationLastEPCallback(
       [](llvm::ModulePassManager &MPM, llvm::OptimizationLevel Level) { addExtension(MPM, 1, Level); });
