@@ -104,7 +104,8 @@ else
     default_out="$PROGRAML_CACHE/corpus-opaque-${CORPUS_LEVELS// /-}"
 fi
 [ "$set" = corpus ] || default_out="$PROGRAML_CACHE/$set-$pointers-${CORPUS_LEVELS// /-}"
-OUT="$(mkdir -p "${out_arg:-$default_out}" && cd "${out_arg:-$default_out}" && pwd)"
+# (--print-lock writes nothing: no OUT.)
+if [ "$print_lock" = 1 ]; then OUT=/nonexistent; else OUT="$(mkdir -p "${out_arg:-$default_out}" && cd "${out_arg:-$default_out}" && pwd)"; fi
 SRC="$PROGRAML_CACHE/corpus-src"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 POJ_TAR="${POJ104_TAR:-$ROOT/../shared/datasets/poj104/poj104.tar.xz}"
@@ -112,7 +113,7 @@ JOBS="${JOBS:-$(nproc)}"
 MAX_TUS="${CORPUS_MAX_TUS:-200}"
 POJ_PER_CLASS="${POJ104_PER_CLASS:-3}"
 export CLANG="${CLANG:-clang-16}"
-mkdir -p "$SRC"
+[ "$print_lock" = 1 ] || mkdir -p "$SRC"
 
 say() { printf '[corpus] %s\n' "$*" >&2; }
 
@@ -184,7 +185,7 @@ in_run() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
 
 # A project of the lock that this run could not build is recorded with its
 # reason in OUT/.missing.tsv (made anew each run), for the summary.
-: >"$OUT/.missing.tsv"
+[ "$print_lock" = 1 ] || : >"$OUT/.missing.tsv"
 missing() { # PROJECT REASON
     printf '%s\t%s\n' "$1" "$2" >>"$OUT/.missing.tsv"
     say "$1: not built: $2"
