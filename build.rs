@@ -13,7 +13,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const VERSIONS: [u32; 5] = [14, 15, 16, 17, 18];
+const VERSIONS: [u32; 6] = [14, 15, 16, 17, 18, 19];
 
 /// The protobuf schema, generated into `$OUT_DIR/proto` (one module each).
 const PROTOS: [&str; 4] =
@@ -66,7 +66,7 @@ fn selected_llvm_major() -> u32 {
     let selected: Vec<u32> = VERSIONS.into_iter().filter(|v| env::var_os(format!("CARGO_FEATURE_LLVM{v}")).is_some()).collect();
     match selected.as_slice() {
         [one] => *one,
-        [] => panic!("select one LLVM version feature: llvm14 .. llvm18"),
+        [] => panic!("select one LLVM version feature: llvm14 .. llvm19"),
         many => panic!("select exactly one LLVM version feature, got {many:?}"),
     }
 }

@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const VERSIONS: [u32; 5] = [14, 15, 16, 17, 18];
+const VERSIONS: [u32; 6] = [14, 15, 16, 17, 18, 19];
 
 fn main() {
     let major = VERSIONS
         .into_iter()
         .find(|v| std::env::var_os(format!("CARGO_FEATURE_LLVM{v}")).is_some())
-        .expect("select one LLVM version feature: llvm14 .. llvm18");
+        .expect("select one LLVM version feature: llvm14 .. llvm19");
     let candidates = [
         std::env::var_os(format!("LLVM_SYS_{major}0_PREFIX")).map(|p| PathBuf::from(p).join("bin/llvm-config")),
         Some(PathBuf::from(format!("/usr/lib/llvm-{major}/bin/llvm-config"))),

@@ -280,7 +280,7 @@ fn llvm_features_of_the_core(krate: &str, feature: &str) -> Vec<String> {
 #[test]
 fn one_llvm_feature_selects_one_llvm() {
     for krate in ["programl-passes", "programl-train", "programl-python", "programl-runtime-cuda", "programl-cli", "programl-runtime"] {
-        for feature in ["llvm15", "llvm17"] {
+        for feature in ["llvm15", "llvm17", "llvm19"] {
             assert_eq!(llvm_features_of_the_core(krate, feature), [feature], "{krate} --no-default-features --features {feature}");
         }
         assert_eq!(llvm_features_of_the_core(krate, "default"), ["llvm16"], "{krate} by default");
