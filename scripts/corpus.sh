@@ -238,7 +238,6 @@ download() {
 # OUT/PROJECT.source (source, version, sha256, locked version). The source
 # cache $SRC/PKG holds one version, its .dsc beside its directory; a cache
 # of another version than the lock's is replaced when the lock's can be had.
-fetched="" fetched_record="" fetch_downloaded=0
 fetch() {
     local project="$1" source="${lock_source[$1]}" want="${lock_version[$1]}" sha="${lock_sha[$1]}"
     local pkg="${source#debian:}" cache dsc have="" have_sha="" v tmp tried=() got="" why=""
@@ -312,7 +311,7 @@ fetch() {
             # Written by this fetch: a cache so stamped was never the one
             # that a project built before sources were recorded used.
             printf '%s\n' "$got" >"$cache/.programl-fetched"
-            have="$got" have_sha="$(sha256sum "$(ls "$cache"/*.dsc | head -n1)" | cut -d' ' -f1)"
+            have="$got" have_sha="$new_sha"
         else
             rm -rf "$tmp"
             [ -f "$tmp.log" ] && mv "$tmp.log" "$SRC/$pkg.log"
